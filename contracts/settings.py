@@ -1,0 +1,116 @@
+"""The one settings model: `KEYSTONE_*` environment variables, a `.env` file, or defaults.
+
+Every address is configurable and defaults to the embedded stack on loopback. A service whose
+address is set explicitly (say `KEYSTONE_KAFKA_BOOTSTRAP=broker-1:9092`) is external: the stack
+neither starts nor stops it, it only checks its health.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+CHECKOUT = Path(__file__).resolve().parent.parent
+
+ServiceName = Literal["postgres", "metastore", "kafka", "redis", "elasticsearch", "prometheus"]
+
+# Which address setting makes each service external when it is set explicitly.
+ADDRESS_SETTING: dict[str, str] = {
+    "postgres": "metastore_uri",  # the database exists only to back the embedded metastore
+    "metastore": "metastore_uri",
+    "kafka": "kafka_bootstrap",
+    "redis": "redis_url",
+    "elasticsearch": "elasticsearch_url",
+    "prometheus": "prometheus_url",
+}
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="KEYSTONE_", env_file=".env", extra="ignore")
+
+    state_dir: Path = Field(
+        CHECKOUT / ".keystone",
+        description="Everything the embedded stack writes: data, logs, pid files, checkpoints.",
+    )
+    cache_dir: Path = Field(
+        CHECKOUT / ".keystone" / "cache",
+        description="Downloaded jars and compiled launchers; shared by every state directory.",
+    )
+    bind_host: str = Field("127.0.0.1", description="Address every embedded server listens on.")
+
+    # Ports of the embedded services. Not the products' usual ports, so a system Redis,
+    # PostgreSQL or Prometheus that a package manager started cannot collide with the stack.
+    kafka_port: int = 19092
+    kafka_controller_port: int = 19093
+    redis_port: int = 16379
+    elasticsearch_port: int = 19200
+    elasticsearch_transport_port: int = 19300
+    postgres_port: int = 15432
+    metastore_port: int = 19083
+    prometheus_port: int = 19090
+
+    # Where clients find the services; derived from the ports above unless set.
+    kafka_bootstrap: str = ""
+    redis_url: str = ""
+    elasticsearch_url: str = ""
+    metastore_uri: str = ""
+    prometheus_url: str = ""
+    warehouse_dir: str = Field("", description="Hive warehouse; default <state_dir>/warehouse.")
+
+    spark_master: str = Field("local[*]", description="Any spark://, k8s:// or yarn master.")
+    scrape_interval_seconds: int = 5
+
+    kafka_heap: str = "1g"
+    elasticsearch_heap: str = "1g"
+    metastore_heap: str = "512m"
+
+    @model_validator(mode="after")
+    def _derive_addresses(self) -> Settings:
+        host = self.bind_host
+        self.state_dir = self.state_dir.resolve()
+        self.cache_dir = self.cache_dir.resolve()
+        # Derived values are assigned without touching model_fields_set: is_embedded() reads it.
+        defaults = {
+            "kafka_bootstrap": f"{host}:{self.kafka_port}",
+            "redis_url": f"redis://{host}:{self.redis_port}/0",
+            "elasticsearch_url": f"http://{host}:{self.elasticsearch_port}",
+            "metastore_uri": f"thrift://{host}:{self.metastore_port}",
+            "prometheus_url": f"http://{host}:{self.prometheus_port}",
+            "warehouse_dir": (self.state_dir / "warehouse").as_uri(),
+        }
+        for name, value in defaults.items():
+            if not getattr(self, name):
+                object.__setattr__(self, name, value)
+        return self
+
+    def is_embedded(self, service: str) -> bool:
+        """True when the stack runs this service itself (its address was not set)."""
+        return ADDRESS_SETTING[service] not in self.model_fields_set
+
+    @property
+    def run_dir(self) -> Path:
+        return self.state_dir / "run"
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.state_dir / "logs"
+
+    @property
+    def data_dir(self) -> Path:
+        return self.state_dir / "data"
+
+    @property
+    def conf_dir(self) -> Path:
+        return self.state_dir / "conf"
+
+    @property
+    def checkpoints_dir(self) -> Path:
+        return self.state_dir / "checkpoints"
+
+    @property
+    def prometheus_targets_dir(self) -> Path:
+        """File-discovery targets: one JSON file per component; Prometheus watches the folder."""
+        return self.state_dir / "prometheus" / "targets"

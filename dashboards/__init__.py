@@ -1,0 +1,1 @@
+"""Per-stream Grafana JSON, Prometheus rules and live pages (issue: dashboards)."""

@@ -1,0 +1,1 @@
+"""The ingest proxy: producers' HTTP front door to the fronting Kafka topics (issue: proxy)."""

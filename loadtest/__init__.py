@@ -1,0 +1,1 @@
+"""Load generation, the guid-by-guid delivery audit and benchmarks (issue: load test)."""

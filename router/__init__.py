@@ -1,0 +1,1 @@
+"""The router: one Spark Structured Streaming application per stream (issue: router)."""

@@ -1,0 +1,140 @@
+"""Processes the stack starts: spawned in their own session, remembered by pid file, stopped
+by that pid only (never by name), so `down` touches exactly what `up` started."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class PidFile:
+    path: Path
+
+    def write(self, pid: int) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        # The start time tells a live process from a later one that reused the pid.
+        self.path.write_text(json.dumps({"pid": pid, "start": _start_time(pid)}))
+
+    def running_pid(self) -> int | None:
+        """The recorded pid if that very process still runs; a stale file is removed."""
+        try:
+            record = json.loads(self.path.read_text())
+        except (FileNotFoundError, ValueError):
+            return None
+        pid, start = record.get("pid"), record.get("start")
+        if isinstance(pid, int) and start is not None and _start_time(pid) == start:
+            return pid
+        self.path.unlink(missing_ok=True)
+        return None
+
+    def remove(self) -> None:
+        self.path.unlink(missing_ok=True)
+
+
+def _start_time(pid: int) -> int | None:
+    """The process' start time in clock ticks since boot (field 22 of /proc/<pid>/stat)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The command name (field 2) may hold spaces; the fields after it are plain.
+    fields = stat[stat.rindex(")") + 2 :].split()
+    if fields[0] == "Z":  # a zombie has exited; it only waits for its parent to reap it
+        return None
+    return int(fields[19])
+
+
+def spawn(
+    argv: list[str],
+    log: Path,
+    pidfile: PidFile,
+    *,
+    cwd: Path,
+    env: dict[str, str] | None = None,
+    user: str | None = None,
+) -> int:
+    """Starts a server detached from this process (its own session), output to `log`."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("ab") as out:
+        out.write(
+            f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} starting: {' '.join(argv)}\n".encode()
+        )
+        out.flush()
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=cwd,
+            env={**os.environ, **(env or {})},
+            start_new_session=True,
+            user=user,
+            group=user,
+            extra_groups=[] if user else None,
+        )
+    pidfile.write(proc.pid)
+    return proc.pid
+
+
+def exited(pid: int) -> bool:
+    """True once `pid` is gone (reaping it if it was our child)."""
+    try:
+        done, _ = os.waitpid(pid, os.WNOHANG)
+        if done == pid:
+            return True
+    except ChildProcessError:
+        pass
+    return _start_time(pid) is None
+
+
+def stop(pidfile: PidFile, sig: signal.Signals, timeout: float) -> bool:
+    """`sig` to the recorded process group, SIGKILL after `timeout`; False if none ran."""
+    pid = pidfile.running_pid()
+    if pid is None:
+        return False
+    _signal_group(pid, sig)
+    deadline = time.monotonic() + timeout
+    while not exited(pid):
+        if time.monotonic() > deadline:
+            _signal_group(pid, signal.SIGKILL)
+            deadline = time.monotonic() + 10
+        time.sleep(0.2)
+    pidfile.remove()
+    return True
+
+
+def _signal_group(pid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, sig)  # the session leader's group: the server and any children
+
+
+def port_in_use(host: str, port: int) -> bool:
+    """True when something listens on host:port (or on every address at that port)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        # SO_REUSEADDR lets the probe ignore TIME_WAIT leftovers of a server just stopped,
+        # while a socket that is listening still makes bind fail.
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as e:
+            if e.errno in (errno.EADDRINUSE, errno.EACCES):
+                return True
+            raise
+    return False
+
+
+def tcp_accepts(host: str, port: int, timeout: float = 1.0) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False

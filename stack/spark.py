@@ -1,0 +1,44 @@
+"""How every Spark application of the project meets the stack: master, connector jars, the
+shared Hive metastore and warehouse, loopback addresses. The router, `keystone sql` and tests
+all build their sessions here."""
+
+from __future__ import annotations
+
+import os
+
+from pyspark.sql import SparkSession
+
+from contracts.settings import Settings
+from stack import jars
+
+
+def spark_conf(settings: Settings, app_name: str) -> dict[str, str]:
+    host = settings.bind_host
+    return {
+        "spark.app.name": app_name,
+        "spark.master": settings.spark_master,
+        # Connector jars by local path: nothing is resolved from a repository at run time.
+        "spark.jars": ",".join(str(p) for p in jars.spark_jars(settings)),
+        "spark.driver.bindAddress": host,
+        "spark.driver.host": host,
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.catalogImplementation": "hive",
+        "spark.hadoop.hive.metastore.uris": settings.metastore_uri,
+        "spark.sql.warehouse.dir": settings.warehouse_dir,
+        "spark.hadoop.hive.exec.dynamic.partition.mode": "nonstrict",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.local.dir": str(settings.state_dir / "spark" / "tmp"),
+        "spark.sql.shuffle.partitions": "4",
+    }
+
+
+def spark_session(settings: Settings, app_name: str) -> SparkSession:
+    # Spark otherwise binds its block manager and driver to the first non-loopback interface.
+    os.environ.setdefault("SPARK_LOCAL_IP", settings.bind_host)
+    builder = SparkSession.builder
+    for key, value in spark_conf(settings, app_name).items():
+        builder = builder.config(key, value)
+    session = builder.enableHiveSupport().getOrCreate()
+    session.sparkContext.setLogLevel("WARN")
+    return session

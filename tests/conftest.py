@@ -1,0 +1,101 @@
+"""The test stack: the suite starts its own embedded stack on its own ports and state
+directory (never touching a running demo) through the real `keystone` command, finds it
+through `keystone stack status --json`, and tears it down at the end."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from contracts.settings import CHECKOUT, Settings
+
+KEYSTONE = str(Path(sys.executable).parent / "keystone")
+
+
+def stack_env(state_dir: Path, port_offset: int) -> dict[str, str]:
+    """KEYSTONE_* variables for a stack in `state_dir` with every default port moved."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KEYSTONE_")}
+    env["KEYSTONE_STATE_DIR"] = str(state_dir)
+    env["KEYSTONE_CACHE_DIR"] = str(Settings().cache_dir)  # share the downloaded jars
+    env["KEYSTONE_SPARK_MASTER"] = "local[2]"
+    for name, field in Settings.model_fields.items():
+        if name.endswith("_port"):
+            env[f"KEYSTONE_{name.upper()}"] = str(field.default + port_offset)
+    return env
+
+
+def private_state_dir() -> Path:
+    # Under /tmp and world-traversable: PostgreSQL runs as its own user and must reach it.
+    path = Path(tempfile.mkdtemp(prefix="keystone-test-", dir="/tmp"))
+    path.chmod(0o755)
+    return path
+
+
+@dataclass
+class Stack:
+    env: dict[str, str]
+    state_dir: Path
+
+    def keystone(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [KEYSTONE, *args],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            cwd=CHECKOUT,
+            check=False,
+        )
+
+    def python(self, *args: str, timeout: float = 300) -> subprocess.Popen[str]:
+        """A separate Python process (a Spark application, say) pointed at this stack."""
+        return subprocess.Popen(
+            [sys.executable, *args],
+            env=self.env,
+            cwd=CHECKOUT,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+
+    def status(self) -> dict:
+        result = self.keystone("stack", "status", "--json")
+        return json.loads(result.stdout)
+
+    def address(self, service: str) -> str:
+        return self.status()["services"][service]["address"]
+
+    @property
+    def settings(self) -> Settings:
+        keys = {
+            k[len("KEYSTONE_") :].lower(): v
+            for k, v in self.env.items()
+            if k.startswith("KEYSTONE_")
+        }
+        return Settings(**keys)
+
+
+def checked(result: subprocess.CompletedProcess[str]) -> subprocess.CompletedProcess[str]:
+    assert result.returncode == 0, f"{result.args} failed:\n{result.stdout}\n{result.stderr}"
+    return result
+
+
+@pytest.fixture(scope="session")
+def stack() -> Iterator[Stack]:
+    state_dir = private_state_dir()
+    handle = Stack(env=stack_env(state_dir, port_offset=10000), state_dir=state_dir)
+    try:
+        checked(handle.keystone("stack", "up", timeout=900))
+        yield handle
+    finally:
+        handle.keystone("stack", "down", "--purge")
+        shutil.rmtree(state_dir, ignore_errors=True)

@@ -1,0 +1,31 @@
+from pathlib import Path
+
+from contracts.settings import Settings
+
+
+def test_addresses_derive_from_ports_and_host(tmp_path: Path) -> None:
+    s = Settings(state_dir=tmp_path, bind_host="127.0.0.2", kafka_port=1111, redis_port=2222)
+    assert s.kafka_bootstrap == "127.0.0.2:1111"
+    assert s.redis_url == "redis://127.0.0.2:2222/0"
+    assert s.metastore_uri == "thrift://127.0.0.2:19083"
+    assert s.warehouse_dir == (tmp_path / "warehouse").as_uri()
+    assert all(s.is_embedded(name) for name in ("kafka", "redis", "metastore", "postgres"))
+
+
+def test_an_explicit_address_makes_that_service_external(tmp_path: Path) -> None:
+    s = Settings(
+        state_dir=tmp_path, kafka_bootstrap="broker-1:9092", metastore_uri="thrift://hms:9083"
+    )
+    assert s.kafka_bootstrap == "broker-1:9092"
+    assert not s.is_embedded("kafka")
+    assert not s.is_embedded("metastore") and not s.is_embedded("postgres")
+    assert s.is_embedded("redis")
+
+
+def test_environment_variables_are_read(monkeypatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("KEYSTONE_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("KEYSTONE_ELASTICSEARCH_URL", "http://search:9200")
+    s = Settings()
+    assert s.state_dir == tmp_path / "state"
+    assert s.run_dir == tmp_path / "state" / "run"
+    assert s.elasticsearch_url == "http://search:9200" and not s.is_embedded("elasticsearch")

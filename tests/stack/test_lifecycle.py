@@ -1,0 +1,85 @@
+"""`down` stops exactly what `up` started and keeps the data; a taken port fails fast."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import uuid
+from pathlib import Path
+
+from tests.conftest import Stack, checked, private_state_dir, stack_env
+from tests.stack.test_services import consume_all, produce
+
+
+def processes_mentioning(text: str) -> list[int]:
+    """Pids whose command line mentions `text` (a state directory, say)."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if text.encode() in cmdline.read_bytes():
+                found.append(int(cmdline.parent.name))
+        except OSError:
+            continue  # the process ended while we looked
+    return found
+
+
+def alive(pid: int) -> bool:
+    """Running, not merely a zombie left for init to reap (it has ended)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2] != "Z"
+
+
+def test_down_stops_everything_and_up_keeps_the_data(stack: Stack) -> None:
+    bootstrap, topic = stack.address("kafka"), f"durable-{uuid.uuid4().hex[:8]}"
+    produce(bootstrap, topic, [(b'{"kept": true}', {"ks_guid": "g-kept"})])
+    database = f"durable_{uuid.uuid4().hex[:8]}"
+    writer = stack.python("-m", "tests.stack.spark_jobs", "hive-write", database, "t", "4")
+    _, errors = writer.communicate(timeout=300)
+    assert writer.returncode == 0, errors[-3000:]
+    pids = [s["pid"] for s in stack.status()["services"].values()]
+
+    checked(stack.keystone("stack", "down"))
+
+    assert not [pid for pid in pids if alive(pid)]
+    assert processes_mentioning(str(stack.state_dir)) == []
+    down = stack.keystone("stack", "status", "--json")
+    assert down.returncode == 1
+    assert {s["health"] for s in json.loads(down.stdout)["services"].values()} == {"stopped"}
+
+    checked(stack.keystone("stack", "up", timeout=600))
+
+    [message] = consume_all(bootstrap, topic, expected=1)
+    assert message.value() == b'{"kept": true}'
+    rows = checked(stack.keystone("sql", f"SELECT id, writer, hour FROM {database}.t", "--json"))
+    assert sorted(json.loads(line)["id"] for line in rows.stdout.splitlines()) == [0, 1, 2, 3]
+
+
+def test_up_is_idempotent(stack: Stack) -> None:
+    before = {name: s["pid"] for name, s in stack.status()["services"].items()}
+    checked(stack.keystone("stack", "up"))
+    after = {name: s["pid"] for name, s in stack.status()["services"].items()}
+    assert after == before
+
+
+def test_a_taken_port_fails_fast_naming_the_port() -> None:
+    state_dir = private_state_dir()
+    env = stack_env(state_dir, port_offset=5000)
+    kafka_port = int(env["KEYSTONE_KAFKA_PORT"])
+    holder = Stack(env=env, state_dir=state_dir)
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", kafka_port))
+        squatter.listen()
+        result = holder.keystone("stack", "up", timeout=120)
+    try:
+        assert result.returncode == 1
+        assert f"port {kafka_port} on 127.0.0.1 is already in use" in result.stderr
+        assert "KEYSTONE_KAFKA_PORT" in result.stderr
+        # Nothing was started: no pid file, no process of that stack.
+        assert not list((state_dir / "run").glob("*.pid"))
+        assert processes_mentioning(str(state_dir)) == []
+    finally:
+        shutil.rmtree(state_dir, ignore_errors=True)

@@ -1,0 +1,59 @@
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+from stack.processes import PidFile, exited, port_in_use, spawn, stop
+
+
+def test_a_pid_file_of_a_finished_process_is_stale(tmp_path: Path) -> None:
+    finished = subprocess.Popen(["true"])
+    finished.wait()
+    pidfile = PidFile(tmp_path / "x.pid")
+    pidfile.write(finished.pid)
+    assert pidfile.running_pid() is None
+    assert not pidfile.path.exists()
+
+
+def test_a_reused_pid_is_not_taken_for_the_recorded_process(tmp_path: Path) -> None:
+    sleeper = subprocess.Popen(["sleep", "30"])
+    try:
+        pidfile = PidFile(tmp_path / "x.pid")
+        pidfile.path.write_text(f'{{"pid": {sleeper.pid}, "start": 1}}')  # another start time
+        assert pidfile.running_pid() is None
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
+def test_stop_ends_the_whole_process_group(tmp_path: Path) -> None:
+    pidfile = PidFile(tmp_path / "run" / "sh.pid")
+    # A shell that leaves a child behind: stop must reach the child too.
+    pid = spawn(
+        ["sh", "-c", "sleep 300 & echo $! > child; wait"],
+        tmp_path / "sh.log",
+        pidfile,
+        cwd=tmp_path,
+    )
+    assert pidfile.running_pid() == pid
+    deadline = time.monotonic() + 10
+    while not (tmp_path / "child").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    child = int((tmp_path / "child").read_text())
+    assert stop(pidfile, signal.SIGTERM, timeout=10) is True
+    assert exited(pid)
+    assert (
+        not Path(f"/proc/{child}").exists()
+        or "Z" in Path(f"/proc/{child}/stat").read_text().split()[2]
+    )
+    assert stop(pidfile, signal.SIGTERM, timeout=10) is False  # nothing left to stop
+
+
+def test_port_in_use_tells_a_listening_port_from_a_free_one() -> None:
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        assert port_in_use("127.0.0.1", port)
+    assert not port_in_use("127.0.0.1", port)  # closed: free again at once

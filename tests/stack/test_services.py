@@ -1,0 +1,181 @@
+"""Every service of the embedded stack is usable for real, addressed through `status --json`."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+
+import httpx
+import redis
+from confluent_kafka import Consumer, Producer
+from prometheus_client import CollectorRegistry, Counter, start_http_server
+
+from stack import targets
+from tests.conftest import Stack, checked
+
+
+def produce(bootstrap: str, topic: str, records: list[tuple[bytes, dict[str, str]]]) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True})
+    for value, headers in records:
+        producer.produce(topic, value, headers=headers)
+    assert producer.flush(30) == 0, "records still unacknowledged after 30 s"
+
+
+def consume_all(bootstrap: str, topic: str, expected: int, timeout: float = 60) -> list:
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"test-{uuid.uuid4()}",
+            "auto.offset.reset": "earliest",
+        }
+    )
+    consumer.subscribe([topic])
+    messages, deadline = [], time.monotonic() + timeout
+    try:
+        while len(messages) < expected and time.monotonic() < deadline:
+            message = consumer.poll(1.0)
+            if message is not None and message.error() is None:
+                messages.append(message)
+    finally:
+        consumer.close()
+    return messages
+
+
+def test_every_service_is_healthy(stack: Stack) -> None:
+    services = stack.status()["services"]
+    assert set(services) == {
+        "postgres",
+        "metastore",
+        "kafka",
+        "redis",
+        "elasticsearch",
+        "prometheus",
+    }
+    for name, service in services.items():
+        assert service["health"] == "healthy", name
+        assert service["embedded"] and service["pid"], name
+
+
+def test_kafka_record_round_trip(stack: Stack) -> None:
+    bootstrap, topic = stack.address("kafka"), f"roundtrip-{uuid.uuid4().hex[:8]}"
+    produce(bootstrap, topic, [(b'{"n": 1}', {"ks_guid": "g-1"})])
+    [message] = consume_all(bootstrap, topic, expected=1)
+    assert message.value() == b'{"n": 1}'
+    assert message.headers() == [("ks_guid", b"g-1")]
+
+
+def test_redis_set_get(stack: Stack) -> None:
+    with redis.Redis.from_url(stack.address("redis")) as client:
+        key = f"test:{uuid.uuid4()}"
+        client.set(key, "value")
+        assert client.get(key) == b"value"
+
+
+def test_elasticsearch_indexes_and_finds_a_document(stack: Stack) -> None:
+    url, index = stack.address("elasticsearch"), f"test-{uuid.uuid4().hex[:8]}"
+    bulk = (
+        json.dumps({"index": {"_index": index, "_id": "guid-1"}})
+        + "\n"
+        + json.dumps({"title": "keystone routes events"})
+        + "\n"
+    )
+    response = httpx.post(
+        f"{url}/_bulk?refresh=true",
+        content=bulk,
+        headers={"Content-Type": "application/x-ndjson"},
+        timeout=30,
+    )
+    assert response.status_code == 200 and response.json()["errors"] is False
+    hits = httpx.get(f"{url}/{index}/_search", params={"q": "title:routes"}, timeout=30).json()
+    assert [h["_id"] for h in hits["hits"]["hits"]] == ["guid-1"]
+
+
+def test_prometheus_scrapes_a_registered_target(stack: Stack) -> None:
+    registry = CollectorRegistry()
+    Counter("keystone_test_ticks", "A counter only this test exports", registry=registry).inc(7)
+    server, thread = start_http_server(0, addr="127.0.0.1", registry=registry)
+    name = f"pytest-{uuid.uuid4().hex[:8]}"
+    address = f"127.0.0.1:{server.server_port}"
+    targets.write_target(stack.settings, name, [address], {"component": name})
+    try:
+        query = f'keystone_test_ticks_total{{component="{name}"}}'
+        deadline, result = time.monotonic() + 60, []
+        while not result and time.monotonic() < deadline:
+            answer = httpx.get(
+                f"{stack.address('prometheus')}/api/v1/query", params={"query": query}
+            )
+            result = answer.json()["data"]["result"]
+            time.sleep(1)
+        assert result, f"Prometheus never scraped {address}"
+        assert float(result[0]["value"][1]) == 7.0
+        up = httpx.get(
+            f"{stack.address('prometheus')}/api/v1/query",
+            params={"query": f'up{{component="{name}"}}'},
+        ).json()["data"]["result"]
+        assert up[0]["value"][1] == "1"
+    finally:
+        targets.remove_target(stack.settings, name)
+        server.shutdown()
+        thread.join()
+
+
+def test_spark_reads_and_writes_kafka_through_the_connector(stack: Stack) -> None:
+    bootstrap = stack.address("kafka")
+    source, target = f"spark-in-{uuid.uuid4().hex[:8]}", f"spark-out-{uuid.uuid4().hex[:8]}"
+    records = [(f'{{"n": {i}}}'.encode(), {"ks_guid": f"g-{i}"}) for i in range(50)]
+    produce(bootstrap, source, records)
+    job = stack.python("-m", "tests.stack.spark_jobs", "kafka-copy", source, target)
+    out, errors = job.communicate(timeout=300)
+    assert job.returncode == 0, errors[-3000:]
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result["values"] == sorted(r[0].decode() for r in records)
+    assert sorted(h for [[_, h]] in result["headers"]) == sorted(f"g-{i}" for i in range(50))
+    copied = consume_all(bootstrap, target, expected=50)
+    assert sorted(m.value() for m in copied) == sorted(r[0] for r in records)
+    assert all(m.headers()[0][0] == "ks_guid" for m in copied)
+
+
+def test_two_spark_applications_share_the_metastore(stack: Stack) -> None:
+    database = f"shared_{uuid.uuid4().hex[:8]}"
+    # Two applications at once, each creating and writing its own partitioned table.
+    jobs = [
+        stack.python("-m", "tests.stack.spark_jobs", "hive-write", database, table, str(rows))
+        for table, rows in (("first", 30), ("second", 20))
+    ]
+    for job in jobs:
+        _, errors = job.communicate(timeout=400)
+        assert job.returncode == 0, errors[-3000:]
+    # A third application sees both tables, their partitions and their rows.
+    tables = checked(stack.keystone("sql", f"SHOW TABLES IN {database}", "--json"))
+    assert sorted(json.loads(line)["tableName"] for line in tables.stdout.splitlines()) == [
+        "first",
+        "second",
+    ]
+    counts = checked(
+        stack.keystone(
+            "sql",
+            f"SELECT writer, dateint, hour, count(*) AS n FROM "
+            f"(SELECT * FROM {database}.first UNION ALL SELECT * FROM {database}.second) "
+            "GROUP BY writer, dateint, hour ORDER BY writer, hour",
+            "--json",
+        )
+    )
+    assert [json.loads(line) for line in counts.stdout.splitlines()] == [
+        {"writer": "first", "dateint": 20261121, "hour": 0, "n": 15},
+        {"writer": "first", "dateint": 20261121, "hour": 1, "n": 15},
+        {"writer": "second", "dateint": 20261121, "hour": 0, "n": 10},
+        {"writer": "second", "dateint": 20261121, "hour": 1, "n": 10},
+    ]
+    partitions = checked(stack.keystone("sql", f"SHOW PARTITIONS {database}.first", "--json"))
+    assert sorted(json.loads(line)["partition"] for line in partitions.stdout.splitlines()) == [
+        "dateint=20261121/hour=0",
+        "dateint=20261121/hour=1",
+    ]
+
+
+def test_sql_reports_a_bad_query_clearly(stack: Stack) -> None:
+    result = stack.keystone("sql", "SELECT * FROM no_such_db.no_such_table")
+    assert result.returncode == 1
+    assert "error: the query failed" in result.stderr
+    assert "no_such_table" in result.stderr
