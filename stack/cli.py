@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import subprocess
 import time
-from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -91,14 +90,13 @@ def status(
 def _print_status(settings: Settings) -> bool:
     rows = lifecycle.status(settings)
     table = Table(title=f"Keystone stack — state in {settings.state_dir}")
-    for column in ("service", "address", "pid", "health", "log"):
-        table.add_column(column)
+    for column in ("service", "address", "pid", "health"):
+        table.add_column(column, no_wrap=True)
     for s in rows:
-        style = HEALTH_STYLE[s.health]
         pid = str(s.pid) if s.pid else ("external" if not s.embedded else "-")
-        log = str(Path(s.log).relative_to(settings.state_dir)) if s.log else ""
-        table.add_row(s.name, s.address, pid, f"[{style}]{s.health}[/]", log)
+        table.add_row(s.name, s.address, pid, f"[{HEALTH_STYLE[s.health]}]{s.health}[/]")
     console.print(table)
+    console.print(f"logs: {settings.logs_dir}/<service>.log  (keystone stack logs SERVICE)")
     return all(s.health == "healthy" for s in rows)
 
 
