@@ -8,14 +8,11 @@ neither starts nor stops it, it only checks its health.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
 
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 CHECKOUT = Path(__file__).resolve().parent.parent
-
-ServiceName = Literal["postgres", "metastore", "kafka", "redis", "elasticsearch", "prometheus"]
 
 # Which address setting makes each service external when it is set explicitly.
 ADDRESS_SETTING: dict[str, str] = {
@@ -25,6 +22,7 @@ ADDRESS_SETTING: dict[str, str] = {
     "redis": "redis_url",
     "elasticsearch": "elasticsearch_url",
     "prometheus": "prometheus_url",
+    "ingest_proxy": "proxy_url",
 }
 
 
@@ -58,9 +56,23 @@ class Settings(BaseSettings):
     elasticsearch_url: str = ""
     metastore_uri: str = ""
     prometheus_url: str = ""
+    proxy_url: str = ""
     warehouse_dir: str = Field("", description="Hive warehouse; default <state_dir>/warehouse.")
 
     spark_master: str = Field("local[*]", description="Any spark://, k8s:// or yarn master.")
+    kafka_replication: int = Field(1, description="Replication factor of the topics created.")
+
+    # The ingest proxy.
+    proxy_port: int = 18080
+    proxy_workers: int = Field(2, ge=1, description="Server processes behind the one port.")
+    max_event_bytes: int = 1024 * 1024
+    max_request_bytes: int = 10 * 1024 * 1024
+    kafka_ack_timeout_seconds: float = Field(
+        10.0, description="How long the proxy waits for Kafka to acknowledge an event."
+    )
+    registry_refresh_seconds: float = Field(
+        1.0, description="How often the proxy checks Redis for changed streams and apps."
+    )
     scrape_interval_seconds: int = 5
 
     kafka_heap: str = "1g"
@@ -79,12 +91,18 @@ class Settings(BaseSettings):
             "elasticsearch_url": f"http://{host}:{self.elasticsearch_port}",
             "metastore_uri": f"thrift://{host}:{self.metastore_port}",
             "prometheus_url": f"http://{host}:{self.prometheus_port}",
+            "proxy_url": f"http://{host}:{self.proxy_port}",
             "warehouse_dir": (self.state_dir / "warehouse").as_uri(),
         }
         for name, value in defaults.items():
             if not getattr(self, name):
                 object.__setattr__(self, name, value)
         return self
+
+    def to_env(self) -> dict[str, str]:
+        """KEYSTONE_* variables that give a child process these same settings."""
+        names = self.model_fields_set | {"state_dir", "cache_dir"}
+        return {f"KEYSTONE_{name.upper()}": str(getattr(self, name)) for name in sorted(names)}
 
     def is_embedded(self, service: str) -> bool:
         """True when the stack runs this service itself (its address was not set)."""

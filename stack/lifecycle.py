@@ -84,6 +84,7 @@ def up(settings: Settings, progress: Progress) -> None:
                     service.log,
                     service.pidfile,
                     cwd=service.data,
+                    env=service.env,
                     user=service.user,
                 )
                 progress(service.name, "starting")

@@ -15,6 +15,7 @@ import shutil
 import signal
 import stat
 import subprocess
+import sys
 import uuid
 from abc import ABC, abstractmethod
 from base64 import urlsafe_b64encode
@@ -70,6 +71,11 @@ class Service(ABC):
     @property
     def user(self) -> str | None:
         return None
+
+    @property
+    def env(self) -> dict[str, str]:
+        """Variables added to the process' environment."""
+        return {}
 
     def check_installed(self) -> None:
         if shutil.which(self.binary) is None:
@@ -528,7 +534,78 @@ class Prometheus(Service):
             return False
 
 
-SERVICES: tuple[type[Service], ...] = (Postgres, Metastore, Kafka, Redis, Elasticsearch, Prometheus)
+class IngestProxy(Service):
+    """The ingest proxy (FastAPI under uvicorn), several server processes behind one port."""
+
+    name = "ingest_proxy"
+    needs = ("kafka", "redis")
+    binary = "python3"
+    start_timeout = 60.0
+
+    @property
+    def address(self) -> str:
+        return self.settings.proxy_url
+
+    @property
+    def ports(self) -> list[int]:
+        return [self.settings.proxy_port]
+
+    @property
+    def metrics_dir(self) -> Path:
+        return self.settings.run_dir / "ingest_proxy-metrics"
+
+    @property
+    def env(self) -> dict[str, str]:
+        # Explicit settings: the child does not share this process' working directory or .env.
+        return {**self.settings.to_env(), "PROMETHEUS_MULTIPROC_DIR": str(self.metrics_dir)}
+
+    def check_installed(self) -> None:
+        """The proxy runs on this very Python."""
+
+    def prepare(self) -> None:
+        self._dirs()
+        shutil.rmtree(self.metrics_dir, ignore_errors=True)  # counters restart with the process
+        self.metrics_dir.mkdir(parents=True)
+        s = self.settings
+        targets.write_target(
+            s, "ingest_proxy", [f"{s.bind_host}:{s.proxy_port}"], {"component": "ingest_proxy"}
+        )
+
+    def argv(self) -> list[str]:
+        s = self.settings
+        return [
+            sys.executable,
+            "-m",
+            "uvicorn",
+            "ingest_proxy.app:app_from_env",
+            "--factory",
+            "--host",
+            s.bind_host,
+            "--port",
+            str(s.proxy_port),
+            "--workers",
+            str(s.proxy_workers),
+            "--no-access-log",
+            "--log-level",
+            "warning",
+        ]
+
+    def healthy(self) -> bool:
+        try:
+            return httpx.get(f"{self.address}/readyz", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+
+SERVICES: tuple[type[Service], ...] = (
+    Postgres,
+    Metastore,
+    Kafka,
+    Redis,
+    Elasticsearch,
+    Prometheus,
+    IngestProxy,
+)
 
 
 def all_services(settings: Settings) -> list[Service]:

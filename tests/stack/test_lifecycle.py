@@ -9,7 +9,7 @@ import uuid
 from pathlib import Path
 
 from tests.conftest import Stack, checked, private_state_dir, stack_env
-from tests.stack.test_services import consume_all, produce
+from tests.kafka import consume_all, produce
 
 
 def processes_mentioning(text: str) -> list[int]:

@@ -8,38 +8,11 @@ import uuid
 
 import httpx
 import redis
-from confluent_kafka import Consumer, Producer
 from prometheus_client import CollectorRegistry, Counter, start_http_server
 
 from stack import targets
 from tests.conftest import Stack, checked
-
-
-def produce(bootstrap: str, topic: str, records: list[tuple[bytes, dict[str, str]]]) -> None:
-    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True})
-    for value, headers in records:
-        producer.produce(topic, value, headers=headers)
-    assert producer.flush(30) == 0, "records still unacknowledged after 30 s"
-
-
-def consume_all(bootstrap: str, topic: str, expected: int, timeout: float = 60) -> list:
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"test-{uuid.uuid4()}",
-            "auto.offset.reset": "earliest",
-        }
-    )
-    consumer.subscribe([topic])
-    messages, deadline = [], time.monotonic() + timeout
-    try:
-        while len(messages) < expected and time.monotonic() < deadline:
-            message = consumer.poll(1.0)
-            if message is not None and message.error() is None:
-                messages.append(message)
-    finally:
-        consumer.close()
-    return messages
+from tests.kafka import consume_all, produce
 
 
 def test_every_service_is_healthy(stack: Stack) -> None:

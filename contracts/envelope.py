@@ -1,0 +1,27 @@
+"""The event on the fronting topic: the producer's bytes as the value, metadata as headers."""
+
+from __future__ import annotations
+
+GUID = "ks_guid"  # a UUID, the event's identity from ingest to every sink
+TIMESTAMP = "ks_ts"  # ingest time, epoch milliseconds
+HOST = "ks_host"  # the proxy's host name
+APP = "ks_app"  # the authenticated producing app
+STREAM = "ks_stream"
+HOPS = "ks_hops"  # Keystone sinks passed; absent means 0
+
+# Metadata names in filters and projections, and the header each one reads.
+METADATA = {"guid": GUID, "timestamp": TIMESTAMP, "host": HOST, "app": APP}
+
+
+def common_headers(ts_ms: int, host: str, app: str, stream: str) -> list[tuple[str, bytes]]:
+    """The headers every event of one request shares (all but the guid)."""
+    return [
+        (TIMESTAMP, str(ts_ms).encode()),
+        (HOST, host.encode()),
+        (APP, app.encode()),
+        (STREAM, stream.encode()),
+    ]
+
+
+def event_headers(guid: bytes, common: list[tuple[str, bytes]]) -> list[tuple[str, bytes]]:
+    return [(GUID, guid), *common]

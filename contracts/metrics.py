@@ -1,0 +1,11 @@
+"""Prometheus metric names, the same in every component and dashboard."""
+
+INGEST_EVENTS = "keystone_ingest_events_total"  # {stream, app, result}
+INGEST_REQUEST_SECONDS = "keystone_ingest_request_seconds"  # {stream} histogram
+ROUTER_EVENTS = "keystone_router_events_total"  # {stream, output, stage}
+ROUTER_LAG = "keystone_router_lag_records"  # {stream, output}
+DELIVERY_LATENCY_SECONDS = "keystone_delivery_latency_seconds"  # {stream, output} histogram
+ROUTER_UP = "keystone_router_up"  # {stream}
+
+INGEST_RESULTS = ("accepted", "rejected", "failed")
+ROUTER_STAGES = ("in", "matched", "delivered", "dead_letter")

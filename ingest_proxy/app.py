@@ -1,0 +1,272 @@
+"""The ingest proxy: `create_app(settings)`, its routes thin over `Proxy.ingest`.
+
+Run by the stack as `uvicorn ingest_proxy.app:app_from_env --factory --workers N`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import threading
+import time
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Annotated, Any
+
+import redis.asyncio as aioredis
+from fastapi import Depends, FastAPI, Query, Request
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST
+from pydantic import BaseModel
+
+from contracts import envelope
+from contracts.errors import KeystoneError, PayloadTooLarge, SchemaMismatch, Unavailable
+from contracts.names import fronting_topic
+from contracts.schema import schema_problems
+from contracts.settings import Settings
+from control.store import Store
+from ingest_proxy.events import field, media_type, parse_events
+from ingest_proxy.metrics import UNKNOWN, IngestMetrics
+from ingest_proxy.publisher import Publisher, Record
+from ingest_proxy.quota import Quota
+from ingest_proxy.registry import Registry
+
+log = logging.getLogger(__name__)
+
+
+class Accepted(BaseModel):
+    stream: str
+    count: int
+    guids: list[str]
+
+
+class Proxy:
+    """Everything one post of events goes through, in order; each refusal a typed error."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        registry: Registry,
+        publisher: Publisher,
+        quota: Quota,
+        metrics: IngestMetrics,
+    ) -> None:
+        self.settings = settings
+        self.registry = registry
+        self.publisher = publisher
+        self.quota = quota
+        self.metrics = metrics
+        self.host = socket.gethostname()
+        self.kafka_reachable = False
+        self._stop = threading.Event()
+        self._watcher = threading.Thread(target=self._watch_kafka, name="kafka-health", daemon=True)
+
+    def start(self) -> None:
+        self.kafka_reachable = self.publisher.reachable()
+        self._watcher.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._watcher.join()
+
+    def _watch_kafka(self) -> None:
+        while not self._stop.wait(2.0):
+            self.kafka_reachable = self.publisher.reachable()
+
+    async def ingest(self, stream: str, request: Request, key_path: str | None) -> Accepted:
+        started = time.perf_counter()
+        app_name, stream_label = UNKNOWN, UNKNOWN
+        count = 0
+        try:
+            app, spec = self.registry.authorize(request.headers.get("authorization"), stream)
+            app_name, stream_label = app.name, spec.name
+            kind = media_type(request.headers.get("content-type"))
+            body = await self._read_body(request)
+            events = parse_events(body, kind, self.settings.max_event_bytes)
+            count = len(events)
+            self._check_schema(stream, events)
+            await self.quota.take(app.name, app.rate, count)
+            if not self.kafka_reachable:
+                raise Unavailable("Kafka is unreachable; nothing was written", retry_after=2)
+            accepted = await self._publish(stream, app.name, events, key_path)
+        except KeystoneError as error:
+            result = "failed" if error.status >= 500 else "rejected"
+            accepted_count = len(error.details.get("accepted", []))
+            if accepted_count:
+                self.metrics.events.labels(stream_label, app_name, "accepted").inc(accepted_count)
+            self.metrics.events.labels(stream_label, app_name, result).inc(
+                max(count - accepted_count, 1)
+            )
+            raise
+        finally:
+            if stream_label != UNKNOWN:
+                self.metrics.request_seconds.labels(stream_label).observe(
+                    time.perf_counter() - started
+                )
+        self.metrics.events.labels(stream_label, app_name, "accepted").inc(count)
+        return accepted
+
+    async def _read_body(self, request: Request) -> bytes:
+        limit = self.settings.max_request_bytes
+        declared = request.headers.get("content-length")
+        if declared and declared.isdigit() and int(declared) > limit:
+            raise PayloadTooLarge(
+                f"the request is {declared} bytes; the limit is {limit}", limit=limit
+            )
+        chunks, size = [], 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:  # a body without (or lying about) its length
+                raise PayloadTooLarge(
+                    f"the request is over the limit of {limit} bytes", limit=limit
+                )
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    def _check_schema(self, stream: str, events: list) -> None:
+        schema = self.registry.schema(stream)
+        if schema is None:
+            return
+        mismatches = [
+            {"index": i, "problems": problems}
+            for i, event in enumerate(events)
+            if (problems := schema_problems(event.value, schema))
+        ]
+        if mismatches:
+            raise SchemaMismatch(
+                f"{len(mismatches)} of {len(events)} events do not match the stream's schema; "
+                "nothing was written",
+                events=mismatches[:100],
+            )
+
+    async def _publish(self, stream: str, app: str, events: list, key_path: str | None) -> Accepted:
+        common = envelope.common_headers(int(time.time() * 1000), self.host, app, stream)
+        guids = [str(uuid.uuid4()) for _ in events]
+        records: list[Record] = []
+        for guid, event in zip(guids, events, strict=True):
+            guid_bytes = guid.encode()
+            key = _key(event.value, key_path) if key_path else None
+            records.append(
+                (key or guid_bytes, event.raw, envelope.event_headers(guid_bytes, common))
+            )
+        errors = await self.publisher.publish(fronting_topic(stream), records)
+        failed = [{"index": i, "reason": e} for i, e in enumerate(errors) if e is not None]
+        if failed:
+            raise Unavailable(
+                f"Kafka did not acknowledge {len(failed)} of {len(events)} events; "
+                "retry the failed ones",
+                retry_after=2,
+                accepted=[
+                    {"index": i, "guid": g}
+                    for i, (g, e) in enumerate(zip(guids, errors, strict=True))
+                    if e is None
+                ],
+                failed=failed,
+            )
+        return Accepted(stream=stream, count=len(events), guids=guids)
+
+
+def get_proxy(request: Request) -> Proxy:
+    return request.app.state.proxy
+
+
+ProxyDep = Annotated[Proxy, Depends(get_proxy)]
+
+
+def _key(value: dict[str, Any], path: str) -> bytes | None:
+    found = field(value, path)
+    if found is None:
+        return None  # no such field in this event: keyed by its guid
+    return found.encode() if isinstance(found, str) else json.dumps(found).encode()
+
+
+_EVENTS_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "application/json": {
+                "schema": {
+                    "oneOf": [
+                        {"type": "object"},
+                        {"type": "array", "items": {"type": "object"}, "minItems": 1},
+                    ]
+                }
+            },
+            "application/x-ndjson": {"schema": {"type": "string"}},
+        },
+    }
+}
+
+
+def create_app(settings: Settings) -> FastAPI:
+    metrics = IngestMetrics()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        store = Store.connect(settings)
+        registry = Registry(store, settings.registry_refresh_seconds)
+        quota_redis = aioredis.Redis.from_url(settings.redis_url, socket_timeout=2)
+        publisher = Publisher(settings)
+        proxy = Proxy(settings, registry, publisher, Quota(quota_redis), metrics)
+        registry.start()
+        proxy.start()
+        app.state.proxy = proxy
+        try:
+            yield
+        finally:
+            proxy.stop()
+            registry.stop()
+            publisher.close()
+            await quota_redis.aclose()
+            store.close()
+
+    app = FastAPI(
+        title="Keystone ingest proxy",
+        description="Producers post events; each is stamped and in Kafka before the 202.",
+        lifespan=lifespan,
+    )
+
+    @app.exception_handler(KeystoneError)
+    async def _error(_: Request, error: KeystoneError) -> JSONResponse:
+        return JSONResponse(error.body(), status_code=error.status, headers=error.headers())
+
+    @app.post(
+        "/v1/streams/{stream}/events",
+        status_code=202,
+        response_model=Accepted,
+        openapi_extra=_EVENTS_BODY,
+        summary="Post events: one JSON object, a JSON array of objects, or NDJSON",
+    )
+    async def post_events(
+        stream: str,
+        request: Request,
+        proxy: ProxyDep,
+        key: Annotated[str | None, Query(description="Field path of the partition key")] = None,
+    ) -> Accepted:
+        return await proxy.ingest(stream, request, key)
+
+    @app.get("/healthz")
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/readyz")
+    async def readyz(proxy: ProxyDep) -> JSONResponse:
+        checks = {"registry": proxy.registry.loaded, "kafka": proxy.kafka_reachable}
+        return JSONResponse(
+            {"ready": all(checks.values()), **checks},
+            status_code=200 if all(checks.values()) else 503,
+        )
+
+    @app.get("/metrics")
+    async def prometheus_metrics() -> Response:
+        return Response(metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
+
+    return app
+
+
+def app_from_env() -> FastAPI:
+    """uvicorn's factory: settings from KEYSTONE_* variables."""
+    logging.basicConfig(level=logging.INFO)
+    return create_app(Settings())

@@ -1,0 +1,131 @@
+"""A request body split into events: one JSON object, a JSON array of objects, or NDJSON.
+
+Each event keeps the producer's exact bytes (what goes to Kafka) beside its parsed object (for
+the schema and the partition key). Any broken event refuses the whole request, naming it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from contracts.errors import BadRequest, PayloadTooLarge, UnsupportedMediaType
+
+JSON = "application/json"
+NDJSON = "application/x-ndjson"
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    raw: bytes  # the producer's bytes for this event, unchanged
+    value: dict[str, Any]
+
+
+def _reject_constant(name: str) -> None:
+    raise ValueError(f"{name} is not JSON")
+
+
+_decoder = json.JSONDecoder(parse_constant=_reject_constant)
+
+
+def media_type(content_type: str | None) -> str:
+    kind = (content_type or "").split(";", 1)[0].strip().lower()
+    if kind not in (JSON, NDJSON):
+        raise UnsupportedMediaType(
+            f"Content-Type must be {JSON} (an object or an array of objects) or {NDJSON}, "
+            f"not {content_type or 'missing'}"
+        )
+    return kind
+
+
+def parse_events(body: bytes, kind: str, max_event_bytes: int) -> list[Event]:
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise BadRequest(f"the body is not UTF-8 (byte {e.start})") from e
+    events = _ndjson(text) if kind == NDJSON else _json(text)
+    if not events:
+        raise BadRequest("the body holds no events")
+    for index, event in enumerate(events):
+        if len(event.raw) > max_event_bytes:
+            raise PayloadTooLarge(
+                f"event {index} is {len(event.raw)} bytes; the limit is {max_event_bytes}",
+                index=index,
+                limit=max_event_bytes,
+            )
+    return events
+
+
+def _json(text: str) -> list[Event]:
+    start = _skip_space(text, 0)
+    if text.startswith("[", start):
+        return _array(text, start)
+    try:
+        value, end = _decoder.raw_decode(text, start)
+    except ValueError as e:
+        raise BadRequest(f"the body is not JSON: {e}") from e
+    if _skip_space(text, end) != len(text):
+        raise BadRequest(f"the body has more after its JSON value (at character {end})")
+    return [_event(value, text[start:end], "the body")]
+
+
+def _array(text: str, start: int) -> list[Event]:
+    """Elements of a top-level array with the exact text of each, in one pass."""
+    events, pos = [], _skip_space(text, start + 1)
+    if text.startswith("]", pos):
+        pos = _skip_space(text, pos + 1)
+    else:
+        while True:
+            index = len(events)
+            try:
+                value, end = _decoder.raw_decode(text, pos)
+            except ValueError as e:
+                raise BadRequest(f"event {index} is not JSON: {e}", index=index) from e
+            events.append(_event(value, text[pos:end], f"event {index}", index=index))
+            pos = _skip_space(text, end)
+            if text.startswith(",", pos):
+                pos = _skip_space(text, pos + 1)
+            elif text.startswith("]", pos):
+                pos = _skip_space(text, pos + 1)
+                break
+            else:
+                raise BadRequest(f"expected ',' or ']' after event {index} (character {pos})")
+    if pos != len(text):
+        raise BadRequest(f"the body has more after its JSON array (at character {pos})")
+    return events
+
+
+def _ndjson(text: str) -> list[Event]:
+    events = []
+    for number, line in enumerate(text.split("\n"), start=1):
+        line = line.rstrip("\r")
+        if not line.strip():
+            continue
+        try:
+            value = _decoder.decode(line)
+        except ValueError as e:
+            raise BadRequest(f"line {number} is not JSON: {e}", line=number) from e
+        events.append(_event(value, line, f"line {number}", line=number))
+    return events
+
+
+def _event(value: Any, text: str, where: str, **details: int) -> Event:
+    if not isinstance(value, dict):
+        raise BadRequest(f"{where} is not a JSON object", **details)
+    return Event(raw=text.encode("utf-8"), value=value)
+
+
+def _skip_space(text: str, pos: int) -> int:
+    while pos < len(text) and text[pos] in " \t\r\n":
+        pos += 1
+    return pos
+
+
+def field(value: dict[str, Any], path: str) -> Any:
+    """The value at a dotted path, None when any step is missing."""
+    for step in path.split("."):
+        if not isinstance(value, dict):
+            return None
+        value = value.get(step)
+    return value

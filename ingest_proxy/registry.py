@@ -1,0 +1,88 @@
+"""The proxy's view of the registry: streams and app keys, reloaded within a second of any
+change (it watches the store's version counter), answered from memory per request."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from contracts.errors import Forbidden, KeystoneError, NotFound, Unauthorized, Unavailable
+from contracts.schema import parse_schema
+from contracts.spec import StreamSpec
+from control.store import App, Store, hash_key
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    version: int = -1
+    streams: dict[str, StreamSpec] = field(default_factory=dict)
+    schemas: dict[str, Any] = field(default_factory=dict)  # parsed Avro schema per stream
+    apps_by_key: dict[str, App] = field(default_factory=dict)
+
+
+class Registry:
+    def __init__(self, store: Store, refresh_seconds: float) -> None:
+        self._store = store
+        self._refresh = refresh_seconds
+        self._snapshot = Snapshot()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="registry", daemon=True)
+
+    def start(self) -> None:
+        self._try_reload()
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    @property
+    def loaded(self) -> bool:
+        return self._snapshot.version >= 0
+
+    def reload(self) -> None:
+        version = self._store.version()
+        if version == self._snapshot.version:
+            return
+        streams = {s.name: s for s in self._store.streams()}
+        self._snapshot = Snapshot(  # one reference swap: readers never see half a reload
+            version=version,
+            streams=streams,
+            schemas={n: parse_schema(s.avro_schema) for n, s in streams.items() if s.avro_schema},
+            apps_by_key={a.key_sha256: a for a in self._store.apps()},
+        )
+
+    def _watch(self) -> None:
+        while not self._stop.wait(self._refresh):
+            self._try_reload()
+
+    def _try_reload(self) -> None:
+        try:
+            self.reload()
+        except KeystoneError as e:  # Redis away: keep serving what was loaded, retry soon
+            log.warning("registry reload failed: %s", e)
+
+    def authorize(self, authorization: str | None, stream: str) -> tuple[App, StreamSpec]:
+        """The app behind a bearer key, and the stream it may write to; 401, 404 or 403."""
+        snapshot = self._snapshot
+        if not self.loaded:
+            raise Unavailable("the registry is not loaded yet", retry_after=1)
+        scheme, _, key = (authorization or "").partition(" ")
+        app = (
+            snapshot.apps_by_key.get(hash_key(key.strip())) if scheme.lower() == "bearer" else None
+        )
+        if app is None:
+            raise Unauthorized("a valid app key is required: Authorization: Bearer <key>")
+        spec = snapshot.streams.get(stream)
+        if spec is None:
+            raise NotFound(f"no stream {stream!r}")
+        if app.name not in spec.producers:
+            raise Forbidden(f"app {app.name!r} may not write to stream {stream!r}")
+        return app, spec
+
+    def schema(self, stream: str) -> Any:
+        return self._snapshot.schemas.get(stream)

@@ -1,0 +1,72 @@
+import pytest
+
+from contracts.errors import BadRequest, PayloadTooLarge, UnsupportedMediaType
+from ingest_proxy.events import JSON, NDJSON, field, media_type, parse_events
+
+LIMIT = 1024 * 1024
+
+
+def test_array_elements_keep_their_exact_bytes() -> None:
+    body = '[ {"b":1.50, "a" : "é\\u00e9"} ,\n\t{"n": 1e3,"x":[1, {"y":null}]}]'.encode()
+    events = parse_events(body, JSON, LIMIT)
+    assert [e.raw for e in events] == [
+        '{"b":1.50, "a" : "é\\u00e9"}'.encode(),
+        b'{"n": 1e3,"x":[1, {"y":null}]}',
+    ]
+    assert events[0].value == {"b": 1.5, "a": "éé"}
+
+
+def test_a_single_object_is_one_event_without_surrounding_space() -> None:
+    [event] = parse_events(b'  {"a": 1}\n', JSON, LIMIT)
+    assert event.raw == b'{"a": 1}'
+
+
+def test_ndjson_lines_are_events_and_blank_lines_are_skipped() -> None:
+    events = parse_events(b'{"a":1}\r\n\n{"b": 2}\n', NDJSON, LIMIT)
+    assert [e.raw for e in events] == [b'{"a":1}', b'{"b": 2}']
+
+
+@pytest.mark.parametrize(
+    ("body", "kind", "message", "details"),
+    [
+        (b'{"a":', JSON, "the body is not JSON", {}),
+        (b"[1]", JSON, "event 0 is not a JSON object", {"index": 0}),
+        (b'[{"a":1}, {"b":}]', JSON, "event 1 is not JSON", {"index": 1}),
+        (b'[{"a":1} {"b":2}]', JSON, "expected ',' or ']' after event 0", {}),
+        (b'[{"a":1}] x', JSON, "more after its JSON array", {}),
+        (b'{"a":1} {"b":2}', JSON, "more after its JSON value", {}),
+        (b'{"a": NaN}', JSON, "NaN is not JSON", {}),
+        (b"[]", JSON, "no events", {}),
+        (b"", NDJSON, "no events", {}),
+        (b'{"a":1}\n{"b":\n', NDJSON, "line 2 is not JSON", {"line": 2}),
+        (b'{"a":1}\n[1]\n', NDJSON, "line 2 is not a JSON object", {"line": 2}),
+        (b'{"a":"\xff"}', JSON, "not UTF-8", {}),
+    ],
+)
+def test_broken_bodies_name_the_event(body: bytes, kind: str, message: str, details: dict) -> None:
+    with pytest.raises(BadRequest, match=message) as caught:
+        parse_events(body, kind, LIMIT)
+    assert caught.value.status == 400
+    assert caught.value.details == details
+
+
+def test_an_event_over_the_limit_is_refused_by_index() -> None:
+    with pytest.raises(PayloadTooLarge, match="event 1 is 21 bytes; the limit is 20") as caught:
+        parse_events(b'[{"a":1},{"b":"1234567890123"}]', JSON, 20)
+    assert caught.value.status == 413 and caught.value.details["index"] == 1
+
+
+def test_media_types() -> None:
+    assert media_type("application/json; charset=utf-8") == JSON
+    assert media_type("Application/X-NDJSON") == NDJSON
+    for wrong in (None, "text/plain", "application/xml"):
+        with pytest.raises(UnsupportedMediaType):
+            media_type(wrong)
+
+
+def test_field_paths() -> None:
+    value = {"user": {"id": 7}, "top": "x"}
+    assert field(value, "user.id") == 7
+    assert field(value, "top") == "x"
+    assert field(value, "user.missing") is None
+    assert field(value, "top.deeper") is None

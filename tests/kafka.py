@@ -1,0 +1,71 @@
+"""Kafka helpers for tests: produce with acknowledgement, and read a topic back whole."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    Message,
+    Producer,
+    TopicPartition,
+)
+
+
+def produce(bootstrap: str, topic: str, records: list[tuple[bytes, dict[str, str]]]) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True})
+    for value, headers in records:
+        producer.produce(topic, value, headers=headers)
+    assert producer.flush(30) == 0, "records still unacknowledged after 30 s"
+
+
+def consume_all(bootstrap: str, topic: str, expected: int, timeout: float = 60) -> list[Message]:
+    """Reads from the start until `expected` messages arrived or `timeout` passed."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"test-{uuid.uuid4()}",
+            "auto.offset.reset": "earliest",
+        }
+    )
+    consumer.subscribe([topic])
+    messages, deadline = [], time.monotonic() + timeout
+    try:
+        while len(messages) < expected and time.monotonic() < deadline:
+            message = consumer.poll(1.0)
+            if message is not None and message.error() is None:
+                messages.append(message)
+    finally:
+        consumer.close()
+    return messages
+
+
+def read_topic(bootstrap: str, topic: str, timeout: float = 60) -> list[Message]:
+    """Everything the topic holds now: reads each partition from the start to its end."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"test-{uuid.uuid4()}",
+            "enable.partition.eof": True,
+            "enable.auto.commit": False,
+        }
+    )
+    try:
+        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
+        messages, at_end, deadline = [], set(), time.monotonic() + timeout
+        while len(at_end) < len(partitions):
+            assert time.monotonic() < deadline, f"{topic} not read to its end in {timeout} s"
+            message = consumer.poll(1.0)
+            if message is None:
+                continue
+            if message.error() is None:
+                messages.append(message)
+            elif message.error().code() == KafkaError._PARTITION_EOF:
+                at_end.add(message.partition())
+        return messages
+    finally:
+        consumer.close()
