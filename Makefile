@@ -1,5 +1,5 @@
 # The two commands of the quick start: `make demo` and `make test`. Both bootstrap first.
-.PHONY: bootstrap demo test lint down
+.PHONY: bootstrap demo test lint bench down
 
 bootstrap:
 	@scripts/bootstrap
@@ -12,6 +12,10 @@ test: bootstrap lint
 
 lint:
 	.venv/bin/ruff check .
+
+bench: bootstrap
+	.venv/bin/keystone stack up
+	.venv/bin/python -m loadtest.proxy_bench --write-docs
 
 down:
 	.venv/bin/keystone stack down

@@ -67,6 +67,9 @@ class Settings(BaseSettings):
     proxy_workers: int = Field(2, ge=1, description="Server processes behind the one port.")
     max_event_bytes: int = 1024 * 1024
     max_request_bytes: int = 10 * 1024 * 1024
+    kafka_linger_ms: int = Field(
+        2, description="How long the proxy's producer waits to fill a batch: latency vs. load."
+    )
     kafka_ack_timeout_seconds: float = Field(
         10.0, description="How long the proxy waits for Kafka to acknowledge an event."
     )

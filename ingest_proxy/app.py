@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import socket
 import threading
 import time
-import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Annotated, Any
@@ -143,7 +143,7 @@ class Proxy:
 
     async def _publish(self, stream: str, app: str, events: list, key_path: str | None) -> Accepted:
         common = envelope.common_headers(int(time.time() * 1000), self.host, app, stream)
-        guids = [str(uuid.uuid4()) for _ in events]
+        guids = new_guids(len(events))
         records: list[Record] = []
         for guid, event in zip(guids, events, strict=True):
             guid_bytes = guid.encode()
@@ -166,6 +166,26 @@ class Proxy:
                 failed=failed,
             )
         return Accepted(stream=stream, count=len(events), guids=guids)
+
+
+def new_guids(count: int) -> list[str]:
+    """Random (version 4) UUIDs, from one system call for the whole request."""
+    raw = bytearray(os.urandom(16 * count))
+    raw[6::16] = bytes(b & 0x0F | 0x40 for b in raw[6::16])  # version 4
+    raw[8::16] = bytes(b & 0x3F | 0x80 for b in raw[8::16])  # RFC 4122 variant
+    h = raw.hex()
+    return [
+        "-".join(
+            (
+                h[i : i + 8],
+                h[i + 8 : i + 12],
+                h[i + 12 : i + 16],
+                h[i + 16 : i + 20],
+                h[i + 20 : i + 32],
+            )
+        )
+        for i in range(0, 32 * count, 32)
+    ]
 
 
 def get_proxy(request: Request) -> Proxy:

@@ -55,7 +55,7 @@ class Publisher:
                 "bootstrap.servers": settings.kafka_bootstrap,
                 "acks": "all",
                 "enable.idempotence": True,
-                "linger.ms": 5,
+                "linger.ms": settings.kafka_linger_ms,
                 # Bounded: an event Kafka has not acknowledged by then is reported failed (503).
                 "message.timeout.ms": timeout_ms,
                 "socket.timeout.ms": min(timeout_ms, 60000),

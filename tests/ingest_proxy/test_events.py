@@ -70,3 +70,10 @@ def test_field_paths() -> None:
     assert field(value, "top") == "x"
     assert field(value, "user.missing") is None
     assert field(value, "top.deeper") is None
+
+
+def test_values_are_exact_even_beyond_64_bit_integers() -> None:
+    [event] = parse_events(b'{"big": 123456789012345678901234567890}\n', NDJSON, LIMIT)
+    assert event.value == {"big": 123456789012345678901234567890}
+    with pytest.raises(BadRequest, match="NaN is not JSON"):
+        parse_events(b'{"a": NaN}\n', NDJSON, LIMIT)

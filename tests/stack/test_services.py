@@ -24,6 +24,7 @@ def test_every_service_is_healthy(stack: Stack) -> None:
         "redis",
         "elasticsearch",
         "prometheus",
+        "ingest_proxy",
     }
     for name, service in services.items():
         assert service["health"] == "healthy", name

@@ -1,0 +1,317 @@
+"""Benchmark of the ingest proxy against its floor, on the running stack.
+
+    python -m loadtest.proxy_bench [--duration 15] [--write-docs]
+
+1. raw: confluent-kafka producing the same 1 KB events (same headers, acks=all, idempotent)
+   straight to the broker from one Python process: the limit the proxy is measured against;
+2. peak: `wrk` posting 1 KB events at batch sizes 1, 10 and 100 as fast as the proxy answers;
+3. steady: an open-loop generator at half (and a quarter of) the batch-100 peak, latency
+   measured from each request's scheduled send time (so a stall cannot hide itself by delaying
+   later requests).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+import uuid
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import httpx
+from confluent_kafka import Producer
+from rich.console import Console
+from rich.table import Table
+
+from contracts import envelope
+from contracts.errors import StackError
+from contracts.names import fronting_topic
+from contracts.settings import CHECKOUT, Settings
+from contracts.spec import StreamSpec
+from control.provisioner import ensure_topics
+from control.store import Store
+
+console = Console()
+DOCS = CHECKOUT / "docs" / "benchmarks.md"
+CONNECTIONS = {1: 32, 10: 16, 100: 8}
+
+
+def make_event(seq: int) -> bytes:
+    """A realistic 1 KB event: nested fields, varied types, and a text payload."""
+    event = {
+        "event": "playback_start",
+        "seq": seq,
+        "country": "US",
+        "device": {"type": "tv", "model": "acme-4k", "os": "tvos 17.2"},
+        "user": {"id": 1000 + seq % 5000, "profile": "kids" if seq % 7 == 0 else "main"},
+        "title": "The Long Night, Part 2",
+        "bitrate_kbps": 5800,
+        "cdn": "oca-lax-17",
+        "latency_ms": 42.5,
+        "muted": False,
+    }
+    pad = 1024 - len(json.dumps(event, separators=(",", ":"))) - len(',"notes":""')
+    event["notes"] = "x" * pad
+    return json.dumps(event, separators=(",", ":")).encode()
+
+
+@dataclass
+class Result:
+    name: str
+    events_per_second: float
+    requests_per_second: float | None = None
+    p50_ms: float | None = None
+    p99_ms: float | None = None
+    errors: int = 0
+
+
+def raw_producer(settings: Settings, topic: str, events: int) -> Result:
+    producer = Producer(
+        {
+            "bootstrap.servers": settings.kafka_bootstrap,
+            "acks": "all",
+            "enable.idempotence": True,
+            "linger.ms": 5,
+        }
+    )
+    value, failed = make_event(0), []
+    common = envelope.common_headers(int(time.time() * 1000), platform.node(), "bench", "bench")
+
+    def delivered(err, _msg) -> None:
+        if err is not None:
+            failed.append(err)
+
+    started = time.perf_counter()
+    for _ in range(events):
+        guid = str(uuid.uuid4()).encode()
+        while True:
+            try:
+                producer.produce(
+                    topic,
+                    value,
+                    guid,
+                    headers=envelope.event_headers(guid, common),
+                    on_delivery=delivered,
+                )
+                break
+            except BufferError:
+                producer.poll(0.01)
+        producer.poll(0)
+    producer.flush(60)
+    elapsed = time.perf_counter() - started
+    return Result("raw confluent-kafka, 1 process", events / elapsed, errors=len(failed))
+
+
+WRK_SCRIPT = """
+wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/x-ndjson"
+wrk.headers["Authorization"] = "Bearer {key}"
+local f = io.open("{body}", "rb")
+wrk.body = f:read("*all")
+f:close()
+"""
+
+
+def wrk_peak(url: str, key: str, batch: int, duration: int, folder: Path) -> Result:
+    if shutil.which("wrk") is None:
+        raise StackError("wrk is missing: run `make bootstrap` (Debian's wrk)")
+    body = folder / f"batch-{batch}.ndjson"
+    body.write_bytes(b"\n".join(make_event(i) for i in range(batch)))
+    script = folder / f"batch-{batch}.lua"
+    script.write_text(WRK_SCRIPT.format(key=key, body=body))
+    out = subprocess.run(
+        [
+            "wrk",
+            "-t1",
+            f"-c{CONNECTIONS[batch]}",
+            f"-d{duration}s",
+            "--latency",
+            "-s",
+            str(script),
+            url,
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=duration + 60,
+    ).stdout
+    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
+    non_2xx = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", out)
+    socket_errors = re.search(r"Socket errors:.*", out)
+    return Result(
+        f"proxy peak, batch {batch} ({CONNECTIONS[batch]} connections)",
+        events_per_second=rps * batch,
+        requests_per_second=rps,
+        p50_ms=_wrk_ms(out, "50%"),
+        p99_ms=_wrk_ms(out, "99%"),
+        errors=(int(non_2xx.group(1)) if non_2xx else 0) + (1 if socket_errors else 0),
+    )
+
+
+def _wrk_ms(out: str, percentile: str) -> float:
+    value, unit = re.search(rf"{percentile}\s+([\d.]+)(us|ms|s)\b", out).groups()
+    return float(value) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[unit]
+
+
+async def steady(url: str, key: str, batch: int, rate_rps: float, duration: int) -> Result:
+    """Open loop: request i is due at start + i / rate, whatever happened to earlier ones, and
+    its latency counts from then. Pre-built HTTP/1.1 bytes on keep-alive connections keep the
+    generator's own CPU small beside the proxy and the broker."""
+    target = httpx.URL(url)
+    body = b"\n".join(make_event(i) for i in range(batch))
+    request = (
+        f"POST {target.raw_path.decode()} HTTP/1.1\r\nHost: {target.host}:{target.port}\r\n"
+        f"Authorization: Bearer {key}\r\nContent-Type: application/x-ndjson\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
+    due: asyncio.Queue[float | None] = asyncio.Queue()
+    latencies: list[float] = []
+    errors = 0
+
+    async def connection() -> None:
+        nonlocal errors
+        reader, writer = await asyncio.open_connection(target.host, target.port)
+        while (when := await due.get()) is not None:
+            writer.write(request)
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = int(re.search(rb"(?i)content-length: *(\d+)", head).group(1))
+            await reader.readexactly(length)
+            latencies.append(time.perf_counter() - when)
+            errors += not head.startswith(b"HTTP/1.1 202")
+        writer.close()
+
+    workers = [asyncio.create_task(connection()) for _ in range(32)]
+    start = time.perf_counter() + 0.2
+    for i in range(int(rate_rps * duration)):
+        when = start + i / rate_rps
+        await asyncio.sleep(max(0.0, when - time.perf_counter()))
+        due.put_nowait(when)
+    for _ in workers:
+        due.put_nowait(None)
+    await asyncio.gather(*workers)
+    latencies.sort()
+    return Result(
+        f"proxy steady, batch {batch} at {rate_rps:.0f} req/s",
+        events_per_second=rate_rps * batch,
+        requests_per_second=rate_rps,
+        p50_ms=latencies[len(latencies) // 2] * 1000,
+        p99_ms=latencies[int(len(latencies) * 0.99)] * 1000,
+        errors=errors,
+    )
+
+
+def machine() -> str:
+    cpu = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        ),
+        platform.processor(),
+    )
+    memory = (
+        int(
+            next(
+                line.split()[1]
+                for line in Path("/proc/meminfo").read_text().splitlines()
+                if line.startswith("MemTotal")
+            )
+        )
+        / 1024**2
+    )
+    return f"{os.cpu_count()} cores ({cpu}), {memory:.0f} GiB, {platform.platform()}"
+
+
+def markdown(results: list[Result], command: str, workers: int) -> str:
+    raw = results[0].events_per_second
+    rows = "\n".join(
+        f"| {r.name} | {r.events_per_second:,.0f} | "
+        f"{'' if r.requests_per_second is None else f'{r.requests_per_second:,.0f}'} | "
+        f"{'' if r.p50_ms is None else f'{r.p50_ms:.1f}'} | "
+        f"{'' if r.p99_ms is None else f'{r.p99_ms:.1f}'} | {r.events_per_second / raw:.2f} | "
+        f"{r.errors} |"
+        for r in results
+    )
+    return (
+        f"Command: `{command}`, {time.strftime('%Y-%m-%d')}, proxy with {workers} server "
+        f"processes; Kafka, Redis and the load generator on the same machine.\n"
+        f"Machine: {machine()}.\n\n"
+        "| run | events/s | requests/s | p50 ms | p99 ms | of raw | errors |\n"
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n" + rows + "\n"
+    )
+
+
+def write_docs(section: str) -> None:
+    begin, end = "<!-- proxy-bench:begin -->", "<!-- proxy-bench:end -->"
+    text = DOCS.read_text() if DOCS.exists() else "# Benchmarks\n"
+    block = f"{begin}\n{section}{end}"
+    text = (
+        re.sub(f"{begin}.*?{end}", block, text, flags=re.S)
+        if begin in text
+        else (f"{text.rstrip()}\n\n## Ingest proxy\n\n{block}\n")
+    )
+    DOCS.write_text(text)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--duration", type=int, default=15, help="seconds per load run")
+    parser.add_argument("--raw-events", type=int, default=300_000)
+    parser.add_argument("--write-docs", action="store_true", help=f"update {DOCS}")
+    args = parser.parse_args()
+    settings = Settings()
+    store = Store.connect(settings)
+    suffix = uuid.uuid4().hex[:6]
+    app = f"bench-{suffix}"
+    key = store.create_app(app)
+    spec = StreamSpec(name=f"bench_{suffix}", owner="bench", partitions=6, producers=[app])
+    ensure_topics(settings, spec)
+    store.put_stream(spec)
+    url = f"{settings.proxy_url}/v1/streams/{spec.name}/events"
+    time.sleep(settings.registry_refresh_seconds * 2 + 0.5)  # the proxy reloads the registry
+
+    results = []
+    with console.status("raw producer…"):
+        results.append(raw_producer(settings, fronting_topic(spec.name), args.raw_events))
+    with tempfile.TemporaryDirectory() as folder:
+        for batch in (1, 10, 100):
+            with console.status(f"proxy peak at batch {batch} for {args.duration} s…"):
+                results.append(wrk_peak(url, key, batch, args.duration, Path(folder)))
+    peak = results[-1].requests_per_second
+    for share in (0.5, 0.25):  # the target is set at half the peak; a quarter shows the floor
+        rate = peak * share
+        with console.status(f"proxy steady at {rate:.0f} requests/s for {args.duration} s…"):
+            results.append(asyncio.run(steady(url, key, 100, rate, args.duration)))
+
+    table = Table("run", "events/s", "req/s", "p50 ms", "p99 ms", "of raw", "errors")
+    for r in results:
+        table.add_row(
+            r.name,
+            f"{r.events_per_second:,.0f}",
+            "" if r.requests_per_second is None else f"{r.requests_per_second:,.0f}",
+            "" if r.p50_ms is None else f"{r.p50_ms:.1f}",
+            "" if r.p99_ms is None else f"{r.p99_ms:.1f}",
+            f"{r.events_per_second / results[0].events_per_second:.2f}",
+            str(r.errors),
+        )
+    console.print(table)
+    out = settings.state_dir / "bench" / "proxy.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps([asdict(r) for r in results], indent=2))
+    if args.write_docs:
+        write_docs(
+            markdown(results, "python -m loadtest.proxy_bench --write-docs", settings.proxy_workers)
+        )
+        console.print(f"wrote {DOCS}")
+
+
+if __name__ == "__main__":
+    main()
