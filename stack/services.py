@@ -115,6 +115,15 @@ def _host_port(url: str) -> tuple[str, int]:
     return parts.hostname, parts.port
 
 
+def _get(url: str) -> httpx.Response | None:
+    """The answer to a GET when it is a 200, else None (refused, timed out, or not ready)."""
+    try:
+        answer = httpx.get(url, timeout=2)
+    except httpx.HTTPError:
+        return None
+    return answer if answer.status_code == 200 else None
+
+
 def _java(heap: str, *args: str) -> list[str]:
     return ["java", f"-Xms{heap}", f"-Xmx{heap}", "-XX:+UseG1GC", "-Djava.awt.headless=true", *args]
 
@@ -477,11 +486,8 @@ class Elasticsearch(Service):
         )
 
     def healthy(self) -> bool:
-        try:
-            health = httpx.get(f"{self.address}/_cluster/health", timeout=2).json()
-        except (httpx.HTTPError, ValueError):
-            return False
-        return health.get("status") in ("green", "yellow")
+        answer = _get(f"{self.address}/_cluster/health")
+        return answer is not None and answer.json().get("status") in ("green", "yellow")
 
 
 class Prometheus(Service):
@@ -528,10 +534,7 @@ class Prometheus(Service):
         ]
 
     def healthy(self) -> bool:
-        try:
-            return httpx.get(f"{self.address}/-/ready", timeout=2).status_code == 200
-        except httpx.HTTPError:
-            return False
+        return _get(f"{self.address}/-/ready") is not None
 
 
 class IngestProxy(Service):
@@ -591,10 +594,7 @@ class IngestProxy(Service):
         ]
 
     def healthy(self) -> bool:
-        try:
-            return httpx.get(f"{self.address}/readyz", timeout=2).status_code == 200
-        except httpx.HTTPError:
-            return False
+        return _get(f"{self.address}/readyz") is not None
 
 
 SERVICES: tuple[type[Service], ...] = (
