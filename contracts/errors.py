@@ -45,6 +45,21 @@ class InvalidSpec(KeystoneError):
     status = 422
 
 
+class ExpressionError(KeystoneError):
+    """A filter or projection that does not parse: where, and what was expected there."""
+
+    status = 422
+
+    def __init__(self, problem: str, expression: str, column: int, expected: str) -> None:
+        pointer = " " * (column - 1) + "^"
+        super().__init__(
+            f"{problem} (column {column})\n  {expression}\n  {pointer}",
+            expression=expression,
+            column=column,
+            expected=expected,
+        )
+
+
 class Unauthorized(KeystoneError):
     status = 401
 

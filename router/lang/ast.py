@@ -1,0 +1,107 @@
+"""The language's syntax tree: immutable values, shared by the parser and both backends."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal as Choice
+
+# Metadata names and their JSON type; every other name is a payload path.
+METADATA = {"guid": "string", "timestamp": "number", "host": "string", "app": "string"}
+
+
+@dataclass(frozen=True)
+class Field:
+    path: tuple[str, ...]  # ("user", "id") for user.id
+
+
+@dataclass(frozen=True)
+class Meta:
+    name: str  # one of METADATA
+
+
+@dataclass(frozen=True)
+class Const:
+    value: str | int | float | bool | None
+
+
+Operand = Field | Meta | Const
+
+
+@dataclass(frozen=True)
+class Compare:
+    op: Choice["=", "!=", "<", "<=", ">", ">="]
+    left: Operand
+    right: Operand
+
+
+@dataclass(frozen=True)
+class IsNull:
+    operand: Operand
+
+
+@dataclass(frozen=True)
+class Like:
+    operand: Operand
+    pattern: str
+
+
+@dataclass(frozen=True)
+class Truth:
+    """A bare operand used as a condition: true when it is the boolean true."""
+
+    operand: Operand
+
+
+@dataclass(frozen=True)
+class Not:
+    expr: Expr
+
+
+@dataclass(frozen=True)
+class And:
+    left: Expr
+    right: Expr
+
+
+@dataclass(frozen=True)
+class Or:
+    left: Expr
+    right: Expr
+
+
+Expr = Compare | IsNull | Like | Truth | Not | And | Or
+
+
+@dataclass(frozen=True)
+class Column:
+    source: Field | Meta
+    name: str  # the key in the output record
+
+
+@dataclass(frozen=True)
+class Projection:
+    whole: bool  # "*": the payload as it is
+    columns: tuple[Column, ...] = ()
+
+
+def json_type(value: object) -> str:
+    """string, number, boolean, null, object or array; missing is passed as the MISSING marker."""
+    if value is MISSING:
+        return "missing"
+    if value is None:
+        return "null"
+    if isinstance(value, bool):  # before int: bool is an int in Python
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    return "object" if isinstance(value, dict) else "array"
+
+
+class _Missing:
+    def __repr__(self) -> str:
+        return "MISSING"
+
+
+MISSING = _Missing()

@@ -1,0 +1,117 @@
+"""The pure-Python backend: previews, the load test's audit, and the reference the Spark
+compiler is tested against. `event` is the parsed payload; `metadata` holds guid, timestamp
+(epoch ms), host and app."""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+from typing import Any
+
+from router.lang.ast import (
+    MISSING,
+    And,
+    Compare,
+    Const,
+    Expr,
+    IsNull,
+    Like,
+    Meta,
+    Not,
+    Operand,
+    Or,
+    Projection,
+    Truth,
+    json_type,
+)
+
+Truth3 = bool | None  # three-valued: None is unknown
+
+_COMPARE = {
+    "=": lambda a, b: a == b,
+    "!=": lambda a, b: a != b,
+    "<": lambda a, b: a < b,
+    "<=": lambda a, b: a <= b,
+    ">": lambda a, b: a > b,
+    ">=": lambda a, b: a >= b,
+}
+
+
+def value_of(operand: Operand, event: dict[str, Any], metadata: dict[str, Any]) -> Any:
+    if isinstance(operand, Const):
+        return operand.value
+    if isinstance(operand, Meta):
+        return metadata.get(operand.name, MISSING)
+    value: Any = event
+    for step in operand.path:
+        if not isinstance(value, dict) or step not in value:
+            return MISSING
+        value = value[step]
+    return value
+
+
+def truth(expr: Expr, event: dict[str, Any], metadata: dict[str, Any]) -> Truth3:
+    if isinstance(expr, Compare):
+        left, right = value_of(expr.left, event, metadata), value_of(expr.right, event, metadata)
+        kind = json_type(left)
+        if kind != json_type(right) or kind not in ("string", "number", "boolean"):
+            return None
+        if kind == "number":  # as doubles, as Spark compares them
+            left, right = float(left), float(right)
+        return _COMPARE[expr.op](left, right)
+    if isinstance(expr, IsNull):
+        return json_type(value_of(expr.operand, event, metadata)) in ("null", "missing")
+    if isinstance(expr, Like):
+        value = value_of(expr.operand, event, metadata)
+        if json_type(value) != "string":
+            return None
+        return _like(expr.pattern).fullmatch(value) is not None
+    if isinstance(expr, Truth):
+        value = value_of(expr.operand, event, metadata)
+        return value if json_type(value) == "boolean" else None
+    if isinstance(expr, Not):
+        inner = truth(expr.expr, event, metadata)
+        return None if inner is None else not inner
+    if isinstance(expr, And):
+        left, right = truth(expr.left, event, metadata), truth(expr.right, event, metadata)
+        if left is False or right is False:
+            return False
+        return None if left is None or right is None else True
+    if isinstance(expr, Or):
+        left, right = truth(expr.left, event, metadata), truth(expr.right, event, metadata)
+        if left is True or right is True:
+            return True
+        return None if left is None or right is None else False
+    raise TypeError(f"not an expression: {expr!r}")
+
+
+def matches(expr: Expr | None, event: dict[str, Any], metadata: dict[str, Any]) -> bool:
+    """Whether a filter keeps the event: only when it is true (no filter keeps everything)."""
+    return expr is None or truth(expr, event, metadata) is True
+
+
+@lru_cache(maxsize=1024)
+def _like(pattern: str) -> re.Pattern[str]:
+    parts, chars = [], iter(pattern)
+    for ch in chars:
+        if ch == "\\":
+            parts.append(re.escape(next(chars)))  # the parser allows only \%, \_ and \\
+        elif ch == "%":
+            parts.append(".*")
+        elif ch == "_":
+            parts.append(".")
+        else:
+            parts.append(re.escape(ch))
+    return re.compile("".join(parts), re.DOTALL)
+
+
+def project(projection: Projection, event: dict[str, Any], metadata: dict[str, Any]) -> dict:
+    """The output record: the whole payload, or the chosen fields (a missing one is left out)."""
+    if projection.whole:
+        return event
+    record = {}
+    for column in projection.columns:
+        value = value_of(column.source, event, metadata)
+        if value is not MISSING:
+            record[column.name] = value
+    return record

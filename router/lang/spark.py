@@ -1,0 +1,151 @@
+"""The Spark backend: the AST compiled to Column expressions, no Python on the per-event path.
+
+The payload is a VARIANT column (`parse_json` of the event); each operand becomes a typed view
+(its JSON type, and its value read as a string, a double and a boolean) so comparisons follow
+exactly the rules the Python evaluator follows. Only Column functions are used: the user's
+text never reaches Spark as SQL; field paths are validated names, constants are literals.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from pyspark.sql import Column
+from pyspark.sql import functions as F
+
+from router.lang.ast import (
+    METADATA,
+    And,
+    Compare,
+    Const,
+    Expr,
+    Field,
+    IsNull,
+    Like,
+    Meta,
+    Not,
+    Operand,
+    Or,
+    Projection,
+    Truth,
+    json_type,
+)
+
+COMPARABLE = ("string", "number", "boolean")
+_COMPARE = {
+    "=": lambda a, b: a == b,
+    "!=": lambda a, b: a != b,
+    "<": lambda a, b: a < b,
+    "<=": lambda a, b: a <= b,
+    ">": lambda a, b: a > b,
+    ">=": lambda a, b: a >= b,
+}
+
+
+@dataclass(frozen=True)
+class Typed:
+    kind: Column  # string, number, boolean, null, object, array or missing
+    string: Column
+    number: Column
+    boolean: Column
+
+    def reading(self, kind: str) -> Column:
+        return {"string": self.string, "number": self.number, "boolean": self.boolean}[kind]
+
+
+def variant_path(path: tuple[str, ...]) -> str:
+    # Names are [A-Za-z_][A-Za-z0-9_]* (the parser admits nothing else), so the path is plain.
+    return "$." + ".".join(path)
+
+
+def _variant(value: Column) -> Typed:
+    schema = F.schema_of_variant(value)
+    kind = (
+        F.when(value.isNull(), "missing")
+        .when(schema == "STRING", "string")
+        .when(schema == "BOOLEAN", "boolean")
+        .when(schema == "VOID", "null")
+        .when(schema.startswith("OBJECT"), "object")
+        .when(schema.startswith("ARRAY"), "array")
+        .otherwise("number")  # BIGINT, DECIMAL(p,s) or DOUBLE: what parse_json makes of numbers
+    )
+    return Typed(
+        kind,
+        F.try_variant_get(value, "$", "string"),
+        F.try_variant_get(value, "$", "double"),
+        F.try_variant_get(value, "$", "boolean"),
+    )
+
+
+def _typed(operand: Operand, payload: Column, metadata: Mapping[str, Column]) -> Typed:
+    if isinstance(operand, Const):
+        kind, value = json_type(operand.value), operand.value
+        return Typed(
+            F.lit(kind),
+            F.lit(value if kind == "string" else None).cast("string"),
+            # Read as a double, like every number; an integer over 64 bits has no Spark literal.
+            F.lit(float(value) if kind == "number" else None).cast("double"),
+            F.lit(value if kind == "boolean" else None).cast("boolean"),
+        )
+    if isinstance(operand, Meta):
+        column = metadata[operand.name]
+        kind = METADATA[operand.name]
+        return Typed(
+            F.when(column.isNull(), "missing").otherwise(kind),
+            column.cast("string"),
+            column.cast("double"),
+            F.lit(None).cast("boolean"),
+        )
+    return _variant(F.variant_get(payload, variant_path(operand.path), "variant"))
+
+
+def compile_filter(expr: Expr | None, payload: Column, metadata: Mapping[str, Column]) -> Column:
+    """A boolean Column, true exactly when the Python evaluator's `matches` is."""
+    if expr is None:
+        return F.lit(True)
+    return F.coalesce(_truth(expr, payload, metadata), F.lit(False))
+
+
+def _truth(expr: Expr, payload: Column, metadata: Mapping[str, Column]) -> Column:
+    if isinstance(expr, Compare):
+        left = _typed(expr.left, payload, metadata)
+        right = _typed(expr.right, payload, metadata)
+        result = None  # same JSON type on both sides, else unknown (null)
+        for kind in COMPARABLE:
+            same = (left.kind == kind) & (right.kind == kind)
+            value = _COMPARE[expr.op](left.reading(kind), right.reading(kind))
+            result = F.when(same, value) if result is None else result.when(same, value)
+        return result
+    if isinstance(expr, IsNull):
+        return _typed(expr.operand, payload, metadata).kind.isin("null", "missing")
+    if isinstance(expr, Like):
+        value = _typed(expr.operand, payload, metadata)
+        return F.when(value.kind == "string", value.string.like(expr.pattern))
+    if isinstance(expr, Truth):
+        value = _typed(expr.operand, payload, metadata)
+        return F.when(value.kind == "boolean", value.boolean)
+    if isinstance(expr, Not):
+        return ~_truth(expr.expr, payload, metadata)
+    if isinstance(expr, And):
+        return _truth(expr.left, payload, metadata) & _truth(expr.right, payload, metadata)
+    if isinstance(expr, Or):
+        return _truth(expr.left, payload, metadata) | _truth(expr.right, payload, metadata)
+    raise TypeError(f"not an expression: {expr!r}")
+
+
+def compile_projection(
+    projection: Projection, payload: Column, raw: Column, metadata: Mapping[str, Column]
+) -> Column:
+    """The output record as JSON text: the event's own text for '*', else an object of the
+    chosen fields (a missing field is left out, a JSON null stays null)."""
+    if projection.whole:
+        return raw
+    fields = []
+    for column in projection.columns:
+        if isinstance(column.source, Field):
+            value = F.variant_get(payload, variant_path(column.source.path), "variant")
+        else:
+            value = metadata[column.source.name]
+        fields.append(value.alias(column.name))
+    return F.to_json(F.struct(*fields))
