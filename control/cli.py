@@ -18,6 +18,7 @@ from contracts.settings import Settings
 from contracts.spec import load_spec
 from control.provisioner import ensure_topics
 from control.store import Store
+from control.validation import check_language
 from ingest_proxy import cli as proxy_cli
 from stack import cli as stack_cli
 
@@ -67,6 +68,7 @@ def stream_create(
     """Validate a stream spec, create its topics and register it (again: update it)."""
     text = sys.stdin.read() if str(file) == "-" else file.read_text()
     spec = load_spec(text)
+    check_language(spec)
     created = ensure_topics(ctx.obj, spec)
     Store.connect(ctx.obj).put_stream(spec)
     if as_json:

@@ -79,13 +79,8 @@ def _tokens(text: str) -> list[Token]:
     return tokens
 
 
-def _valid_pattern(pattern: str) -> bool:
-    """Every '\\' escapes the next character, which must be %, _ or \\ (as in Spark)."""
-    chars = iter(pattern)
-    for ch in chars:
-        if ch == "\\" and next(chars, None) not in ("%", "_", "\\"):
-            return False
-    return True
+# Every '\\' in a like pattern escapes the next character, which must be %, _ or \\ (as in Spark).
+_PATTERN = re.compile(r"(?:[^\\]|\\[%_\\])*", re.DOTALL)
 
 
 class _Parser:
@@ -183,7 +178,7 @@ class _Parser:
         literal = self.literal()
         if not isinstance(literal.value, str):
             raise ExpressionError("a like pattern is a string", self.text, token.column, "a string")
-        if not _valid_pattern(literal.value):
+        if not _PATTERN.fullmatch(literal.value):
             raise ExpressionError(
                 "in a like pattern, '\\' escapes only %, _ or \\",
                 self.text,
