@@ -2,11 +2,23 @@
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 from typing import Literal as Choice
 
 # Metadata names and their JSON type; every other name is a payload path.
 METADATA = {"guid": "string", "timestamp": "number", "host": "string", "app": "string"}
+
+
+# The comparison operators, for both backends: on plain values and on Spark Columns alike.
+COMPARISONS = {
+    "=": operator.eq,
+    "!=": operator.ne,
+    "<": operator.lt,
+    "<=": operator.le,
+    ">": operator.gt,
+    ">=": operator.ge,
+}
 
 
 @dataclass(frozen=True)

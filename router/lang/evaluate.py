@@ -9,6 +9,7 @@ from functools import lru_cache
 from typing import Any
 
 from router.lang.ast import (
+    COMPARISONS,
     MISSING,
     And,
     Compare,
@@ -26,15 +27,6 @@ from router.lang.ast import (
 )
 
 Truth3 = bool | None  # three-valued: None is unknown
-
-_COMPARE = {
-    "=": lambda a, b: a == b,
-    "!=": lambda a, b: a != b,
-    "<": lambda a, b: a < b,
-    "<=": lambda a, b: a <= b,
-    ">": lambda a, b: a > b,
-    ">=": lambda a, b: a >= b,
-}
 
 
 def value_of(operand: Operand, event: dict[str, Any], metadata: dict[str, Any]) -> Any:
@@ -58,7 +50,7 @@ def truth(expr: Expr, event: dict[str, Any], metadata: dict[str, Any]) -> Truth3
             return None
         if kind == "number":  # as doubles, as Spark compares them
             left, right = float(left), float(right)
-        return _COMPARE[expr.op](left, right)
+        return COMPARISONS[expr.op](left, right)
     if isinstance(expr, IsNull):
         return json_type(value_of(expr.operand, event, metadata)) in ("null", "missing")
     if isinstance(expr, Like):

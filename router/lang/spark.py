@@ -15,6 +15,7 @@ from pyspark.sql import Column
 from pyspark.sql import functions as F
 
 from router.lang.ast import (
+    COMPARISONS,
     METADATA,
     And,
     Compare,
@@ -33,14 +34,6 @@ from router.lang.ast import (
 )
 
 COMPARABLE = ("string", "number", "boolean")
-_COMPARE = {
-    "=": lambda a, b: a == b,
-    "!=": lambda a, b: a != b,
-    "<": lambda a, b: a < b,
-    "<=": lambda a, b: a <= b,
-    ">": lambda a, b: a > b,
-    ">=": lambda a, b: a >= b,
-}
 
 
 @dataclass(frozen=True)
@@ -114,7 +107,7 @@ def _truth(expr: Expr, payload: Column, metadata: Mapping[str, Column]) -> Colum
         result = None  # same JSON type on both sides, else unknown (null)
         for kind in COMPARABLE:
             same = (left.kind == kind) & (right.kind == kind)
-            value = _COMPARE[expr.op](left.reading(kind), right.reading(kind))
+            value = COMPARISONS[expr.op](left.reading(kind), right.reading(kind))
             result = F.when(same, value) if result is None else result.when(same, value)
         return result
     if isinstance(expr, IsNull):
