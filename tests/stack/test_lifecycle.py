@@ -24,6 +24,21 @@ def processes_mentioning(text: str) -> list[int]:
     return found
 
 
+def groups_alive(leaders: list[int]) -> list[int]:
+    """Live processes in the process groups these leaders started (children like uvicorn's
+    workers included, whose command lines mention nothing of the stack)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue
+        fields = text[text.rindex(")") + 2 :].split()
+        if fields[0] != "Z" and int(fields[2]) in leaders:  # state, ppid, pgrp
+            found.append(int(stat.parent.name))
+    return found
+
+
 def alive(pid: int) -> bool:
     """Running, not merely a zombie left for init to reap (it has ended)."""
     try:
@@ -45,6 +60,7 @@ def test_down_stops_everything_and_up_keeps_the_data(stack: Stack) -> None:
     checked(stack.keystone("stack", "down"))
 
     assert not [pid for pid in pids if alive(pid)]
+    assert groups_alive(pids) == []
     assert processes_mentioning(str(stack.state_dir)) == []
     down = stack.keystone("stack", "status", "--json")
     assert down.returncode == 1
