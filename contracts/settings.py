@@ -70,6 +70,9 @@ class Settings(BaseSettings):
     kafka_linger_ms: int = Field(
         2, description="How long the proxy's producer waits to fill a batch: latency vs. load."
     )
+    kafka_queue_max_messages: int = Field(
+        100_000, description="Events a proxy process holds for Kafka before it answers 503."
+    )
     kafka_ack_timeout_seconds: float = Field(
         10.0, description="How long the proxy waits for Kafka to acknowledge an event."
     )
