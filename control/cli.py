@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 from typing import Annotated
 
 import typer
 from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from contracts.errors import KeystoneError
 from contracts.settings import Settings
@@ -62,12 +62,13 @@ def app_create(
 @streams.command("create")
 def stream_create(
     ctx: typer.Context,
-    file: Annotated[Path, typer.Option("-f", "--file", help="The spec, YAML or JSON; - for stdin")],
+    file: Annotated[
+        typer.FileText, typer.Option("-f", "--file", help="The spec, YAML or JSON; - for stdin")
+    ],
     as_json: JsonOption = False,
 ) -> None:
     """Validate a stream spec, create its topics and register it (again: update it)."""
-    text = sys.stdin.read() if str(file) == "-" else file.read_text()
-    spec = load_spec(text)
+    spec = load_spec(file.read())
     check_language(spec)
     created = ensure_topics(ctx.obj, spec)
     Store.connect(ctx.obj).put_stream(spec)
@@ -105,10 +106,11 @@ def main() -> None:
         app()
     except KeystoneError as e:
         extra = {k: v for k, v in e.details.items() if k != "retry_after"}
-        err.print(f"[red]error:[/] {e}", highlight=False)
+        # Messages quote user input and patterns such as [a-z]: never read them as markup.
+        err.print(Text.assemble(("error:", "red"), " ", str(e)), highlight=False)
         if extra:
-            err.print(json.dumps(extra, indent=2), highlight=False)
+            err.print(json.dumps(extra, indent=2), highlight=False, markup=False)
         sys.exit(1)
     except ValidationError as e:
-        err.print(f"[red]error:[/] invalid KEYSTONE_* settings:\n{e}", highlight=False)
+        err.print(f"error: invalid KEYSTONE_* settings:\n{e}", highlight=False, markup=False)
         sys.exit(2)

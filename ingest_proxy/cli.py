@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
-from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -28,7 +26,9 @@ def _events(text: str) -> list[bytes]:
 def send(
     ctx: typer.Context,
     stream: str,
-    source: Annotated[str, typer.Argument(help="NDJSON or JSON-array file; - for stdin")] = "-",
+    source: Annotated[
+        typer.FileText, typer.Argument(help="NDJSON or JSON-array file; - for stdin")
+    ] = "-",
     key: Annotated[str | None, typer.Option(help="App key; default $KEYSTONE_APP_KEY")] = None,
     partition_key: Annotated[
         str | None, typer.Option(help="Field path of the partition key")
@@ -40,8 +40,7 @@ def send(
     as_json: Annotated[bool, typer.Option("--json", help="Print the guids as JSON.")] = False,
 ) -> None:
     """Send events to a stream through the proxy (or straight to Kafka with --direct APP)."""
-    text = sys.stdin.read() if source == "-" else Path(source).read_text()
-    events = _events(text)
+    events = _events(source.read())
     if direct:
         result = DirectProducer(ctx.obj.kafka_bootstrap, direct).send(stream, events)
     else:
