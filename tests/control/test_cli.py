@@ -1,6 +1,7 @@
 """The `keystone` command on wrong input: one clear line (and details), exit 1, no traceback.
 These fail before any I/O, so they need no stack."""
 
+import os
 import subprocess
 import sys
 from pathlib import Path
