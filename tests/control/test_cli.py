@@ -10,8 +10,15 @@ KEYSTONE = str(Path(sys.executable).parent / "keystone")
 
 
 def keystone(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KEYSTONE_")}
     return subprocess.run(
-        [KEYSTONE, *args], input=stdin, capture_output=True, text=True, timeout=60, check=False
+        [KEYSTONE, *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env=env,
     )
 
 
