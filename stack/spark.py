@@ -30,6 +30,8 @@ def spark_conf(settings: Settings, app_name: str) -> dict[str, str]:
         "spark.sql.session.timeZone": "UTC",
         "spark.local.dir": str(settings.state_dir / "spark" / "tmp"),
         "spark.sql.shuffle.partitions": "4",
+        # The proxy accepts a repeated key and Python reads the last; Spark then reads the same.
+        "spark.sql.variant.allowDuplicateKeys": "true",
     }
 
 

@@ -1,0 +1,53 @@
+"""The source seam on the real stack: what a Spark application reads from a fronting topic,
+and which records it sends to the dead letters, with why."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+from confluent_kafka import Producer
+
+from contracts.names import fronting_topic
+from contracts.spec import StreamSpec
+from control.provisioner import ensure_topics
+from ingest_proxy.client import DirectProducer
+from tests.conftest import Stack
+
+
+def test_records_become_routable_events_or_dead_letters_with_reasons(stack: Stack) -> None:
+    settings = stack.settings
+    stream = f"source_{uuid.uuid4().hex[:8]}"
+    ensure_topics(settings, StreamSpec(name=stream, owner="team-test", partitions=2))
+    sent = DirectProducer(settings.kafka_bootstrap, "player").send(
+        stream, [b'{"a": 1, "a": 2}', b'{"n": 5}']
+    )
+    stamped = {"ks_guid": "g-raw", "ks_ts": "1700000000000"}
+    raw = Producer({"bootstrap.servers": settings.kafka_bootstrap, "acks": "all"})
+    for value, extra in (
+        (b"[1]", {}),
+        (b"nope", {}),
+        (b'{"ok": 1}', {"ks_hops": "2"}),
+        (b'{"y": 1}', {"ks_ts": "soon"}),
+    ):
+        raw.produce(fronting_topic(stream), value, headers={**stamped, **extra})
+    raw.produce(fronting_topic(stream), b'{"x": 1}')  # no headers at all
+    assert raw.flush(30) == 0
+
+    job = stack.python("-m", "tests.router.spark_jobs", "read-fronting", stream)
+    out, errors = job.communicate(timeout=300)
+    assert job.returncode == 0, errors[-3000:]
+    by_text = {row["text"]: row for row in json.loads(out.strip().splitlines()[-1])}
+
+    first, second = by_text['{"a": 1, "a": 2}'], by_text['{"n": 5}']
+    assert [first["guid"], second["guid"]] == sent.guids
+    assert first["problem"] is None and json.loads(first["payload"]) == {"a": 2}  # last key wins
+    assert first["app"] == "player" and first["host"] and first["timestamp"] > 1700000000000
+    assert first["hops"] == 0 and by_text['{"ok": 1}']["hops"] == 2
+    assert by_text['{"ok": 1}']["problem"] is None
+    assert {text: row["problem"] for text, row in by_text.items() if row["problem"]} == {
+        "[1]": "not a JSON object",
+        "nope": "not JSON",
+        '{"y": 1}': "no ks_ts header of epoch milliseconds",
+        '{"x": 1}': "no ks_guid header",
+    }
