@@ -87,12 +87,9 @@ def spawn(
 
 def exited(pid: int) -> bool:
     """True once `pid` is gone (reaping it if it was our child)."""
-    try:
-        done, _ = os.waitpid(pid, os.WNOHANG)
-        if done == pid:
+    with contextlib.suppress(ChildProcessError):  # not our child: its parent or init reaps it
+        if os.waitpid(pid, os.WNOHANG)[0] == pid:
             return True
-    except ChildProcessError:
-        pass
     return _start_time(pid) is None
 
 
