@@ -9,6 +9,11 @@ APP = "ks_app"  # the authenticated producing app
 STREAM = "ks_stream"
 HOPS = "ks_hops"  # Keystone sinks passed; absent means 0
 
+# Added to a record in the dead-letter topic: why it is there and which output sent it
+# (absent when the stream itself could not read the event).
+DLQ_REASON = "ks_dlq_reason"
+DLQ_OUTPUT = "ks_dlq_output"
+
 # Metadata names in filters and projections, and the header each one reads.
 METADATA = {"guid": GUID, "timestamp": TIMESTAMP, "host": HOST, "app": APP}
 

@@ -30,6 +30,10 @@ class StackError(KeystoneError):
     """The embedded stack could not do what was asked (a port taken, a download failed...)."""
 
 
+class SinkError(KeystoneError):
+    """A sink cannot be prepared or written as its output asks (the router logs and retries)."""
+
+
 class BadRequest(KeystoneError):
     status = 400
 

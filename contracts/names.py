@@ -26,3 +26,21 @@ def fronting_topic(stream: str) -> str:
 
 def dead_letter_topic(stream: str) -> str:
     return f"{fronting_topic(stream)}.dlq"
+
+
+def output_topic(stream: str, output: str) -> str:
+    """A Kafka output's topic when its sink names none."""
+    return f"{check_name(stream, 'stream')}.{check_name(output, 'output')}"
+
+
+HIVE_DATABASE = "keystone"
+
+
+def hive_table(stream: str, output: str) -> str:
+    """The table name within HIVE_DATABASE (two underscores: stream names may hold one)."""
+    return f"{check_name(stream, 'stream')}__{check_name(output, 'output')}"
+
+
+def index_prefix(stream: str, output: str) -> str:
+    """Elasticsearch indices are `<prefix>yyyy.mm.dd`, one per day of ingest time (UTC)."""
+    return f"{check_name(stream, 'stream')}-{check_name(output, 'output')}-"

@@ -29,6 +29,8 @@ Name = Annotated[str, AfterValidator(check_name)]
 # Apps and owners are labels and headers, never topic names: dashes are fine.
 Principal = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_-]{1,62}$")]
 _TRIGGER = re.compile(r"^[1-9][0-9]* (second|seconds|minute|minutes)$")
+# Spark's spark.sql.streaming.realTimeMode.minBatchDuration.
+REALTIME_MIN_SECONDS = 5
 _TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 
 
@@ -82,6 +84,20 @@ class Delivery(_Strict):
         if not _TRIGGER.fullmatch(trigger):
             raise ValueError("an interval like '10 seconds' or '1 minute'")
         return trigger
+
+    @model_validator(mode="after")
+    def _realtime_minimum(self) -> Delivery:
+        if self.mode == "realtime" and self.seconds < REALTIME_MIN_SECONDS:
+            raise ValueError(
+                f"Real-time Mode checkpoints at most every {REALTIME_MIN_SECONDS} seconds: "
+                f"trigger '{REALTIME_MIN_SECONDS} seconds' or more"
+            )
+        return self
+
+    @property
+    def seconds(self) -> int:
+        count, unit = self.trigger.split()
+        return int(count) * (60 if unit.startswith("minute") else 1)
 
 
 class OutputSpec(_Strict):

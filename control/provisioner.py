@@ -13,10 +13,15 @@ from contracts.spec import StreamSpec
 
 def ensure_topics(settings: Settings, spec: StreamSpec) -> list[str]:
     """Creates the fronting and dead-letter topics if missing; returns the ones it created."""
-    admin = AdminClient({"bootstrap.servers": settings.kafka_bootstrap})
     wanted = [fronting_topic(spec.name), dead_letter_topic(spec.name)]
+    return create_topics(settings, dict.fromkeys(wanted, spec.partitions))
+
+
+def create_topics(settings: Settings, partitions: dict[str, int]) -> list[str]:
+    """Creates each topic with its partition count unless it exists; returns those created."""
+    admin = AdminClient({"bootstrap.servers": settings.kafka_bootstrap})
     futures = admin.create_topics(
-        [NewTopic(t, spec.partitions, settings.kafka_replication) for t in wanted],
+        [NewTopic(t, n, settings.kafka_replication) for t, n in partitions.items()],
         request_timeout=15,
     )
     created = []
@@ -28,3 +33,12 @@ def ensure_topics(settings: Settings, spec: StreamSpec) -> list[str]:
             if e.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
                 raise Unavailable(f"creating topic {topic} failed: {e}", retry_after=5) from e
     return created
+
+
+def missing_topics(settings: Settings, topics: list[str]) -> list[str]:
+    admin = AdminClient({"bootstrap.servers": settings.kafka_bootstrap})
+    try:
+        existing = admin.list_topics(timeout=15).topics
+    except KafkaException as e:
+        raise Unavailable(f"Kafka at {settings.kafka_bootstrap} did not answer: {e}", 5) from e
+    return [t for t in topics if t not in existing]

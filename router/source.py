@@ -23,17 +23,21 @@ def fronting(
     *,
     streaming: bool = True,
     starting: str = "latest",
+    max_per_trigger: int | None = None,
 ) -> DataFrame:
-    reader = spark.readStream if streaming else spark.read
-    frame = (
-        reader.format("kafka")
+    """`starting` applies to a query's first run only; later runs resume from the checkpoint.
+    `max_per_trigger` bounds a micro-batch (catching up after an outage, say)."""
+    reader = (
+        (spark.readStream if streaming else spark.read)
+        .format("kafka")
         .option("kafka.bootstrap.servers", settings.kafka_bootstrap)
         .option("subscribe", fronting_topic(stream))
         .option("includeHeaders", "true")
         .option("startingOffsets", starting)
-        .load()
     )
-    return envelope(frame)
+    if max_per_trigger is not None:
+        reader = reader.option("maxOffsetsPerTrigger", max_per_trigger)
+    return envelope(reader.load())
 
 
 def header(name: str) -> Column:

@@ -5,6 +5,7 @@ all build their sessions here."""
 from __future__ import annotations
 
 import os
+import sys
 
 from pyspark.sql import SparkSession
 
@@ -12,15 +13,17 @@ from contracts.settings import Settings
 from stack import jars
 
 
-def spark_conf(settings: Settings, app_name: str) -> dict[str, str]:
+def spark_conf(settings: Settings, app_name: str, master: str | None = None) -> dict[str, str]:
     host = settings.bind_host
     return {
         "spark.app.name": app_name,
-        "spark.master": settings.spark_master,
+        "spark.master": master or settings.spark_master,
         # Connector jars by local path: nothing is resolved from a repository at run time.
         "spark.jars": ",".join(str(p) for p in jars.spark_jars(settings)),
         "spark.driver.bindAddress": host,
         "spark.driver.host": host,
+        # Python workers run this same interpreter (the project's virtualenv), not `python3`.
+        "spark.pyspark.python": sys.executable,
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.catalogImplementation": "hive",
@@ -35,11 +38,13 @@ def spark_conf(settings: Settings, app_name: str) -> dict[str, str]:
     }
 
 
-def spark_session(settings: Settings, app_name: str) -> SparkSession:
+def spark_session(settings: Settings, app_name: str, master: str | None = None) -> SparkSession:
     # Spark otherwise binds its block manager and driver to the first non-loopback interface.
     os.environ.setdefault("SPARK_LOCAL_IP", settings.bind_host)
+    # pyspark starts local Python workers with $PYSPARK_PYTHON (default `python3`), not the conf.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder
-    for key, value in spark_conf(settings, app_name).items():
+    for key, value in spark_conf(settings, app_name, master).items():
         builder = builder.config(key, value)
     session = builder.enableHiveSupport().getOrCreate()
     session.sparkContext.setLogLevel("WARN")

@@ -1,0 +1,63 @@
+"""`python -m router --stream NAME`: runs one stream's router until SIGTERM or SIGINT.
+
+The spec comes from Redis (where control keeps it); the Spark application is launched by
+pyspark through spark-submit with the master from settings and the Kafka connector jars. The
+driver serves its metrics on a free loopback port registered with Prometheus.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+
+from contracts.errors import KeystoneError
+from contracts.settings import Settings
+from control.store import Store
+from router.job import Router, router_master
+from router.metrics import RouterMetrics
+from stack.spark import spark_session
+
+log = logging.getLogger("router")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m router", description=__doc__)
+    parser.add_argument("--stream", required=True, help="the stream whose outputs to run")
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    for chatty in ("py4j", "py4j.clientserver", "py4j.java_gateway"):  # a line per callback
+        logging.getLogger(chatty).setLevel(logging.WARNING)
+    settings = Settings()
+    try:
+        store = Store.connect(settings)
+        spec = store.get_stream(args.stream)
+        store.close()
+    except KeystoneError as e:
+        log.error("%s", e.message)
+        return 2
+
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+
+    master = router_master(settings, spec)
+    spark = spark_session(settings, f"keystone-router-{spec.name}", master)
+    metrics = RouterMetrics(spec.name)
+    port = metrics.serve(settings)
+    log.info("router for %s on %s; metrics on port %d", spec.name, master, port)
+    try:
+        Router(spark, settings, spec, metrics).run(stop)
+    finally:
+        metrics.close(settings)
+        spark.stop()
+    log.info("router for %s stopped", spec.name)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

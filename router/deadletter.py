@@ -1,0 +1,54 @@
+"""The dead-letter topic `keystone.<stream>.dlq`: events no output can deliver, with the reason.
+
+A record there is the fronting record unchanged (key, value, headers) plus `ks_dlq_reason` and,
+when an output rather than the stream refused it, `ks_dlq_output`. Two writers: the stream's own
+query for events it cannot read (Spark's Kafka sink, in the job), and `DeadLetters` for a sink's
+refusals (an Elasticsearch mapping conflict), which runs inside Spark tasks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from confluent_kafka import Producer
+
+from contracts import envelope
+from contracts.errors import SinkError
+
+
+@dataclass(frozen=True)
+class DeadLetters:
+    bootstrap: str
+    topic: str
+    output: str
+
+    def send(self, records: list[tuple[bytes | None, bytes, list, str]]) -> None:
+        """Writes (key, value, headers, reason) records and returns once Kafka has them all."""
+        if not records:
+            return
+        failures: list[str] = []
+
+        def delivered(error, _message) -> None:
+            if error is not None:
+                failures.append(str(error))
+
+        producer = Producer(
+            {"bootstrap.servers": self.bootstrap, "acks": "all", "enable.idempotence": True}
+        )
+        for key, value, headers, reason in records:
+            carried = [(h["key"], h["value"]) for h in headers or []]
+            carried += [
+                (envelope.DLQ_REASON, reason.encode()),
+                (envelope.DLQ_OUTPUT, self.output.encode()),
+            ]
+            while True:
+                try:
+                    producer.produce(
+                        self.topic, value=value, key=key, headers=carried, on_delivery=delivered
+                    )
+                    break
+                except BufferError:  # the local queue is full: let it drain
+                    producer.poll(1)
+        if producer.flush(60) or failures:
+            # The batch fails and Spark runs it again: a dead letter is never lost.
+            raise SinkError(f"dead letters to {self.topic} not acknowledged: {failures[:3]}")

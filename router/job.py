@@ -1,0 +1,198 @@
+"""The router job: one Spark application per stream, one streaming query per output.
+
+Each output's query reads the fronting topic through the source seam, keeps the events its
+filter matches (compiled to Column expressions), projects them to JSON records and hands them
+to its sink, with its own checkpoint under the state directory, so a slow or failing sink never
+holds back another. One more query, `<stream>._stream`, writes the events no output can read to
+the dead-letter topic. `Router.run` supervises them: a query that fails is logged and started
+again after a backoff, while the others go on.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import threading
+import time
+from collections.abc import Callable
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
+
+from contracts import envelope
+from contracts.names import dead_letter_topic
+from contracts.settings import Settings
+from contracts.spec import OutputSpec, StreamSpec
+from router.lang.parser import parse_filter, parse_projection
+from router.lang.spark import compile_filter, compile_projection
+from router.metrics import STREAM_LEVEL, ProgressListener, RouterMetrics, latency_columns
+from router.sinks.base import ROUTED, RecordSink, Route, Sink
+from router.sinks.registry import SINKS, sink_for
+from router.source import fronting
+
+log = logging.getLogger(__name__)
+
+DEAD_LETTER_TRIGGER = "2 seconds"
+BATCH_LIMIT = 100_000  # records per micro-batch, so catching up comes in bounded steps
+MAX_BACKOFF = 60.0
+
+
+def handled_ms() -> Column:
+    """The wall clock as each event is handled (a JVM call per row: current_timestamp() is
+    fixed per batch, and a Real-time Mode batch lasts many seconds)."""
+    return F.reflect(F.lit("java.lang.System"), F.lit("currentTimeMillis")).cast("long")
+
+
+def runs_realtime(output: OutputSpec) -> bool:
+    """Under Real-time Mode: realtime outputs whose sink Spark writes itself. Elasticsearch is
+    written from Python, which Real-time Mode feeds only at its checkpoints, so a realtime
+    Elasticsearch output runs micro-batches back to back instead."""
+    return output.delivery.mode == "realtime" and SINKS[output.sink.type].realtime
+
+
+def router_master(settings: Settings, spec: StreamSpec) -> str:
+    """Real-time Mode keeps one task running per topic partition for each realtime query; a
+    local master gets that many task threads (and two for the micro-batch queries)."""
+    master = settings.spark_master
+    local = re.fullmatch(r"local(?:\[(\*|\d+)\])?", master)
+    if local is None:
+        return master
+    whole = local.group(1) in (None, "*")
+    threads = (os.cpu_count() or 1) if whole else int(local.group(1))
+    realtime = sum(spec.partitions for o in spec.outputs if runs_realtime(o))
+    return f"local[{max(threads, realtime + 2)}]"
+
+
+class Router:
+    def __init__(
+        self, spark: SparkSession, settings: Settings, spec: StreamSpec, metrics: RouterMetrics
+    ) -> None:
+        self.spark = spark
+        self.settings = settings
+        self.spec = spec
+        self.metrics = metrics
+        kafka_outputs = {o.name for o in spec.outputs if issubclass(SINKS[o.sink.type], RecordSink)}
+        spark.streams.addListener(ProgressListener(metrics, kafka_outputs | {STREAM_LEVEL}))
+
+    def queries(self) -> dict[str, Callable[[], StreamingQuery]]:
+        """Every query of the stream by name, and how to start it."""
+        starts: dict[str, Callable[[], StreamingQuery]] = {STREAM_LEVEL: self.start_dead_letters}
+        for output in self.spec.outputs:
+            starts[output.name] = lambda o=output: self.start_output(o)
+        return starts
+
+    def _source(self, starting: str, limited: bool) -> DataFrame:
+        return fronting(
+            self.spark,
+            self.settings,
+            self.spec.name,
+            starting=starting,
+            max_per_trigger=BATCH_LIMIT if limited else None,
+        )
+
+    def start_output(self, output: OutputSpec) -> StreamingQuery:
+        route = Route(self.settings, self.spec, output)
+        sink = sink_for(route)
+        sink.prepare(self.spark)
+        realtime = runs_realtime(output)
+        source = self._source(output.start, limited=not realtime)
+        metadata = {name: F.col(name) for name in ("guid", "timestamp", "host", "app")}
+        condition = compile_filter(
+            parse_filter(output.filter) if output.filter else None, F.col("payload"), metadata
+        )
+        record = compile_projection(
+            parse_projection(output.projection),
+            F.col("payload"),
+            F.col("value").cast("string"),
+            metadata,
+        )
+        matched = (
+            source.observe("read", F.count(F.lit(1)).alias("in"))
+            .where(F.col("problem").isNull() & condition)
+            .withColumn("handled_ms", handled_ms())
+            .observe("matched", *self._matched_metrics(sink))
+        )
+        routed = matched.select(*ROUTED[:-1], record.alias("record"))
+        writer = self._writer(sink.frame(routed), route.name, route.checkpoint.as_posix())
+        if realtime:
+            writer = writer.trigger(realTime=output.delivery.trigger)
+        elif output.delivery.mode == "realtime":
+            writer = writer.trigger(processingTime="0 seconds")
+        else:
+            writer = writer.trigger(processingTime=output.delivery.trigger)
+        sink.attach(writer, lambda outcome: self.metrics.outcome(output.name, outcome))
+        return writer.start()
+
+    @staticmethod
+    def _matched_metrics(sink: Sink) -> list[Column]:
+        count = F.count(F.lit(1)).alias("matched")
+        if not isinstance(sink, RecordSink):
+            return [count]  # batch sinks measure latency once their write is acknowledged
+        # Spark's Kafka sink says nothing per event: the latency is taken as the query handles it.
+        return [count, *latency_columns(F.col("handled_ms"), F.col("timestamp"))]
+
+    def start_dead_letters(self) -> StreamingQuery:
+        starts = {o.start for o in self.spec.outputs}
+        source = self._source("earliest" if "earliest" in starts else "latest", limited=True)
+        reason = F.struct(
+            F.lit(envelope.DLQ_REASON).alias("key"), F.col("problem").cast("binary").alias("value")
+        )
+        frame = source.where(F.col("problem").isNotNull()).select(
+            "key",
+            "value",
+            F.concat(F.coalesce("headers", F.array()), F.array(reason)).alias("headers"),
+            F.lit(dead_letter_topic(self.spec.name)).alias("topic"),
+        )
+        checkpoint = self.settings.checkpoints_dir / self.spec.name / STREAM_LEVEL
+        return (
+            self._writer(frame, f"{self.spec.name}.{STREAM_LEVEL}", checkpoint.as_posix())
+            .trigger(processingTime=DEAD_LETTER_TRIGGER)
+            .format("kafka")
+            .option("kafka.bootstrap.servers", self.settings.kafka_bootstrap)
+            .start()
+        )
+
+    @staticmethod
+    def _writer(frame: DataFrame, name: str, checkpoint: str) -> DataStreamWriter:
+        return (
+            frame.writeStream.queryName(name)
+            .option("checkpointLocation", checkpoint)
+            .outputMode("update")
+        )
+
+    def run(self, stop: threading.Event) -> None:
+        """Starts every query and keeps them running until `stop` is set, then stops them."""
+        starts = self.queries()
+        running: dict[str, tuple[StreamingQuery, float]] = {}
+        retry_at = dict.fromkeys(starts, 0.0)
+        backoff = dict.fromkeys(starts, 1.0)
+        while not stop.is_set():
+            now = time.monotonic()
+            for name, start in starts.items():
+                if name in running:
+                    query, started = running[name]
+                    if query.isActive:
+                        continue
+                    del running[name]
+                    error = query.exception()
+                    why = str(error).strip().splitlines()[0] if error else "no error"
+                    log.error("query %s stopped: %s", name, why)
+                    if now - started > MAX_BACKOFF:
+                        backoff[name] = 1.0  # it had been running well: retry soon
+                    retry_at[name] = now + backoff[name]
+                    backoff[name] = min(MAX_BACKOFF, backoff[name] * 2)
+                if now < retry_at[name]:
+                    continue
+                try:
+                    running[name] = (start(), now)
+                    log.info("query %s running", name)
+                except Exception as e:  # the supervisor's boundary: log, back off, try again
+                    log.error("query %s could not start: %s: %s", name, type(e).__name__, e)
+                    retry_at[name] = now + backoff[name]
+                    backoff[name] = min(MAX_BACKOFF, backoff[name] * 2)
+            stop.wait(1)
+        for name, (query, _) in running.items():
+            log.info("stopping query %s", name)
+            query.stop()

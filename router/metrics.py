@@ -1,0 +1,189 @@
+"""The router's Prometheus metrics, served by the driver and registered as a scrape target.
+
+Counts come from where Spark knows them, with no Python on the per-event path: each output's
+query observes its `in` and `matched` counts and a latency histogram (aggregate columns Spark
+computes per batch), Spark's Kafka sink reports the rows it wrote, and batch sinks report what
+they delivered and dead-lettered. A listener on the query progress feeds them in here.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+from prometheus_client.core import HistogramMetricFamily
+from prometheus_client.registry import Collector
+from pyspark.sql import Column
+from pyspark.sql import functions as F
+from pyspark.sql.streaming import StreamingQueryListener
+
+from contracts import metrics as names
+from contracts.settings import Settings
+from router.sinks.base import Outcome
+from stack.targets import remove_target, write_target
+
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
+STREAM_LEVEL = "_stream"  # the output label of what the stream itself dead-letters
+
+
+def latency_columns(now_ms: Column, timestamp: Column) -> list[Column]:
+    """Aggregates for a histogram of `now - timestamp` in seconds: cumulative bucket counts
+    (`le_<bound>`), `latency_count` and `latency_sum`."""
+    seconds = (now_ms - timestamp) / 1000.0
+    columns = [F.count_if(seconds <= bound).alias(f"le_{bound}") for bound in LATENCY_BUCKETS]
+    return [
+        *columns,
+        F.count(seconds).alias("latency_count"),
+        F.coalesce(F.sum(seconds), F.lit(0.0)).alias("latency_sum"),
+    ]
+
+
+def latency_counts(seconds: list[float]) -> dict[str, float]:
+    """The same aggregates as `latency_columns`, counted in Python (by sinks that write from
+    Python anyway)."""
+    counts: dict[str, float] = {
+        f"le_{bound}": sum(1 for s in seconds if s <= bound) for bound in LATENCY_BUCKETS
+    }
+    counts["latency_count"] = len(seconds)
+    counts["latency_sum"] = sum(seconds)
+    return counts
+
+
+def merge_counts(total: dict[str, float], more: dict[str, float]) -> None:
+    for key, value in more.items():
+        total[key] = total.get(key, 0) + value
+
+
+class LatencyHistogram(Collector):
+    """A histogram fed whole batches of bucket counts (prometheus_client's own takes one
+    observation at a time)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._series: dict[tuple[str, str], dict[str, float]] = {}
+
+    def add(self, stream: str, output: str, counts: dict[str, float]) -> None:
+        if not counts.get("latency_count"):
+            return
+        with self._lock:
+            merge_counts(self._series.setdefault((stream, output), {}), counts)
+
+    def collect(self) -> Iterator[HistogramMetricFamily]:
+        family = HistogramMetricFamily(
+            names.DELIVERY_LATENCY_SECONDS,
+            "Sink time minus ingest time (ks_ts), seconds",
+            labels=["stream", "output"],
+        )
+        with self._lock:
+            for (stream, output), series in sorted(self._series.items()):
+                buckets = [(str(b), series[f"le_{b}"]) for b in LATENCY_BUCKETS]
+                buckets.append(("+Inf", series["latency_count"]))
+                family.add_metric([stream, output], buckets, series["latency_sum"])
+        yield family
+
+
+class RouterMetrics:
+    def __init__(self, stream: str) -> None:
+        self.stream = stream
+        self.registry = CollectorRegistry()
+        self.events = Counter(
+            names.ROUTER_EVENTS.removesuffix("_total"),
+            "Events per output and stage",
+            ["stream", "output", "stage"],
+            registry=self.registry,
+        )
+        self.lag = Gauge(
+            names.ROUTER_LAG,
+            "Records behind the fronting topic's end",
+            ["stream", "output"],
+            registry=self.registry,
+        )
+        self.up = Gauge(
+            names.ROUTER_UP, "1 while the router runs", ["stream"], registry=self.registry
+        )
+        self.latency = LatencyHistogram()
+        self.registry.register(self.latency)
+        self._server = None
+
+    def count(self, output: str, stage: str, n: float) -> None:
+        if n:
+            self.events.labels(self.stream, output, stage).inc(n)
+
+    def outcome(self, output: str, outcome: Outcome) -> None:
+        self.count(output, "delivered", outcome.delivered)
+        self.count(output, "dead_letter", outcome.dead_lettered)
+        self.latency.add(self.stream, output, outcome.latency)
+
+    def serve(self, settings: Settings) -> int:
+        """Serves /metrics on a free loopback port and registers it with Prometheus."""
+        self._server, _ = start_http_server(0, addr=settings.bind_host, registry=self.registry)
+        port = self._server.server_port
+        write_target(
+            settings,
+            f"router-{self.stream}",
+            [f"{settings.bind_host}:{port}"],
+            {"job": "keystone_router", "stream": self.stream},
+        )
+        self.up.labels(self.stream).set(1)
+        return port
+
+    def close(self, settings: Settings) -> None:
+        self.up.labels(self.stream).set(0)
+        remove_target(settings, f"router-{self.stream}")
+        if self._server is not None:
+            self._server.shutdown()
+
+
+def lag_of(latest: str | None, end: str | None) -> int | None:
+    """Records between where a query has read to and the topic's end, over all partitions."""
+    if not latest or not end or not latest.startswith("{") or not end.startswith("{"):
+        return None  # not known (yet)
+    latest_offsets, end_offsets = json.loads(latest), json.loads(end)
+    return sum(
+        max(0, offset - end_offsets.get(topic, {}).get(partition, 0))
+        for topic, partitions in latest_offsets.items()
+        for partition, offset in partitions.items()
+    )
+
+
+class ProgressListener(StreamingQueryListener):
+    """Turns each query's progress into metrics. Queries are named `<stream>.<output>` and
+    observe `read` (in) and `matched` (with latency columns where the sink is Spark's Kafka
+    sink); `kafka_outputs` are those whose delivered count is the Kafka sink's row count."""
+
+    def __init__(self, metrics: RouterMetrics, kafka_outputs: set[str]) -> None:
+        self.metrics = metrics
+        self.kafka_outputs = kafka_outputs
+
+    def onQueryStarted(self, event) -> None:
+        pass
+
+    def onQueryProgress(self, event) -> None:
+        progress = event.progress
+        prefix = f"{self.metrics.stream}."
+        if not progress.name or not progress.name.startswith(prefix):
+            return
+        output = progress.name.removeprefix(prefix)
+        m = self.metrics
+        observed = {k: v.asDict() for k, v in progress.observedMetrics.items()}
+        if "read" in observed:
+            m.count(output, "in", observed["read"]["in"])
+        if "matched" in observed:
+            counts = observed["matched"]
+            m.count(output, "matched", counts.pop("matched"))
+            m.latency.add(m.stream, output, counts)
+        if output in self.kafka_outputs and progress.sink.numOutputRows > 0:
+            stage = "dead_letter" if output == STREAM_LEVEL else "delivered"
+            m.count(output, stage, progress.sink.numOutputRows)
+        for source in progress.sources:
+            lag = lag_of(source.latestOffset, source.endOffset)
+            if lag is not None:
+                m.lag.labels(m.stream, output).set(lag)
+
+    def onQueryIdle(self, event) -> None:
+        pass
+
+    def onQueryTerminated(self, event) -> None:
+        pass  # the supervisor logs why

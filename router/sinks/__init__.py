@@ -1,0 +1,1 @@
+"""Where outputs deliver: one module per sink type behind `base.Sink`, listed in `registry`."""

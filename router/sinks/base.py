@@ -1,0 +1,109 @@
+"""The one interface every sink implements.
+
+A sink is a small class over `Sink`: a pure `validate()` that control runs on a spec before
+deploying it (no I/O, no Spark session), apart from the I/O: `prepare()` creates what the sink
+writes to, idempotently, and `attach()` points a streaming writer at it. Two families:
+
+- `RecordSink` (kafka, keystone): the routed frame becomes Kafka records written by Spark's own
+  Kafka sink, so these can run under Real-time Mode.
+- `BatchSink` (hive, elasticsearch): `write_batch()` delivers one micro-batch and says what
+  became of it. Spark replays a batch id after a crash, and a replay must leave no duplicates.
+
+The routed frame every sink receives has the columns of `ROUTED`: the fronting record's `key`,
+`value` and `headers` (for dead letters and for carrying headers on), the event's `guid`,
+`timestamp` (ingest, epoch ms) and `hops`, and `record`, the projected output as JSON text.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import ClassVar
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming import DataStreamWriter
+
+from contracts.settings import Settings
+from contracts.spec import OutputSpec, StreamSpec
+
+ROUTED = ("key", "value", "headers", "guid", "timestamp", "hops", "record")
+
+
+@dataclass(frozen=True)
+class Route:
+    """One output of one stream, as the router runs it."""
+
+    settings: Settings
+    stream: StreamSpec
+    output: OutputSpec
+
+    @property
+    def name(self) -> str:
+        return f"{self.stream.name}.{self.output.name}"
+
+    @property
+    def checkpoint(self) -> Path:
+        return self.settings.checkpoints_dir / self.stream.name / self.output.name
+
+
+@dataclass
+class Outcome:
+    """What became of one batch: delivered, or dead-lettered with a reason (never neither),
+    and the delivery latency of the delivered events as histogram bucket counts."""
+
+    delivered: int = 0
+    dead_lettered: int = 0
+    latency: dict[str, float] = field(default_factory=dict)
+
+
+class Sink(ABC):
+    type: ClassVar[str]
+    realtime: ClassVar[bool]  # can it run under Spark's Real-time Mode trigger
+
+    def __init__(self, route: Route) -> None:
+        self.route = route
+
+    @classmethod
+    def validate(cls, stream: StreamSpec, output: OutputSpec) -> list[str]:
+        """What is wrong with this output's sink config, beyond its model; no I/O."""
+        return []
+
+    @abstractmethod
+    def prepare(self, spark: SparkSession) -> None:
+        """Creates (or checks) what the sink writes to; idempotent."""
+
+    def frame(self, routed: DataFrame) -> DataFrame:
+        """The frame the streaming query writes."""
+        return routed
+
+    @abstractmethod
+    def attach(self, writer: DataStreamWriter, report: Callable[[Outcome], None]) -> None:
+        """Points the writer at the sink; `report` receives each batch's outcome when the sink
+        knows it (Spark's Kafka sink reports through query progress instead)."""
+
+
+class RecordSink(Sink):
+    """Spark's Kafka sink: `frame()` yields key, value, headers and topic."""
+
+    realtime = True
+
+    def attach(self, writer: DataStreamWriter, report: Callable[[Outcome], None]) -> None:
+        writer.format("kafka").option(
+            "kafka.bootstrap.servers", self.route.settings.kafka_bootstrap
+        )
+
+
+class BatchSink(Sink):
+    realtime = False
+
+    @abstractmethod
+    def write_batch(self, frame: DataFrame, batch_id: int) -> Outcome:
+        """Delivers one batch, all of it, before returning (or raises: Spark retries it)."""
+
+    def attach(self, writer: DataStreamWriter, report: Callable[[Outcome], None]) -> None:
+        def deliver(frame: DataFrame, batch_id: int) -> None:
+            report(self.write_batch(frame, batch_id))
+
+        writer.foreachBatch(deliver)

@@ -1,0 +1,412 @@
+"""The router job end to end on the real stack: one stream, four outputs (one per sink type,
+different filters and projections), known events produced to the fronting topic, and every sink
+read back and compared with what the Python evaluator says it should hold. Then faults: the
+router killed with SIGKILL mid-stream and restarted, Elasticsearch stopped for a while.
+
+The tests run in order against one router and one growing set of events.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import httpx
+import pytest
+
+from contracts import envelope
+from contracts.settings import CHECKOUT
+from ingest_proxy.client import DirectProducer
+from router.lang.evaluate import matches, project
+from router.lang.parser import parse_filter, parse_projection
+from stack.processes import PidFile, stop
+from tests.conftest import Stack, checked
+from tests.kafka import produce, read_topic
+
+STREAM, TARGET = "rt_main", "rt_copy"
+SPEC = {
+    "name": STREAM,
+    "owner": "team-router",
+    "partitions": 3,
+    "producers": ["rt_app"],
+    "outputs": [
+        {
+            "name": "clicks",
+            "filter": "kind = 'click' and user.country in ('US', 'CA')",
+            "projection": ["guid", "timestamp", "app", "user.id as uid", "n"],
+            "sink": {"type": "kafka"},
+            "start": "earliest",
+        },
+        {
+            "name": "archive",
+            "projection": ["*"],
+            "sink": {"type": "hive"},
+            "delivery": {"mode": "microbatch", "trigger": "5 seconds"},
+            "start": "earliest",
+        },
+        {
+            "name": "search",
+            "filter": "user.country is not null and n >= 0",
+            "projection": ["guid", "n", "kind", "amount", "user.country as country"],
+            "sink": {"type": "elasticsearch"},
+            "start": "earliest",
+        },
+        {
+            "name": "errors",
+            "filter": "kind = 'error' or amount like 'lots%'",
+            "projection": ["n", "kind", "user.id as uid"],
+            "sink": {"type": "keystone", "stream": TARGET},
+            "start": "earliest",
+        },
+    ],
+}
+# The search index maps `amount` as a number, so events whose amount is text can never be
+# indexed there: they must reach the dead-letter topic, from that output, with ES's reason.
+MAPPING = {"mappings": {"properties": {"amount": {"type": "long"}}}}
+MALFORMED = [
+    (b"not json at all", {"ks_guid": "bad-1", "ks_ts": "1"}, "not JSON"),
+    (b"[1, 2, 3]", {"ks_guid": "bad-2", "ks_ts": "1"}, "not a JSON object"),
+    (b'{"n": 1}', {"ks_ts": "1"}, "no ks_guid header"),
+    (b'{"n": 2}', {"ks_guid": "bad-4", "ks_ts": "yesterday"}, "no ks_ts header"),
+]
+KAFKA_RATE = 100  # events per second while the router is killed
+
+
+def event(n: int) -> dict:
+    return {
+        "n": n,
+        "kind": ("click", "view", "error")[n % 3],
+        "user": {"id": n % 50, "country": ("US", "CA", "FR", None)[n % 4]},
+        "amount": f"lots of {n}" if n % 97 == 0 else n * 3,
+    }
+
+
+@dataclass
+class Fronting:
+    """What was produced to the stream (read back from Kafka) and what each output should
+    therefore hold, by guid, computed with the Python evaluator."""
+
+    events: dict[str, tuple[dict, dict]] = field(default_factory=dict)  # guid: (payload, meta)
+
+    def expected(self, output: str) -> dict[str, dict]:
+        spec = next(o for o in SPEC["outputs"] if o["name"] == output)
+        expr = parse_filter(spec["filter"]) if spec.get("filter") else None
+        projection = parse_projection(spec["projection"])
+        return {
+            guid: project(projection, payload, meta)
+            for guid, (payload, meta) in self.events.items()
+            if matches(expr, payload, meta)
+        }
+
+
+@dataclass
+class Routed:
+    stack: Stack
+    fronting: Fronting
+    router: subprocess.Popen | None = None
+    starts: int = 0
+    producer: DirectProducer | None = None
+
+    @property
+    def bootstrap(self) -> str:
+        return self.stack.address("kafka")
+
+    @property
+    def es(self) -> str:
+        return self.stack.address("elasticsearch")
+
+    def start_router(self) -> None:
+        self.starts += 1
+        log = (self.stack.state_dir / "logs" / f"router-test-{self.starts}.log").open("w")
+        self.router = subprocess.Popen(
+            [sys.executable, "-m", "router", "--stream", STREAM],
+            env=self.stack.env,
+            cwd=CHECKOUT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group: SIGKILL reaches the JVM too
+        )
+
+    def kill_router(self) -> None:
+        assert self.router is not None
+        os.killpg(self.router.pid, signal.SIGKILL)
+        self.router.wait(timeout=30)
+
+    def send(self, count: int, start: int) -> None:
+        if self.producer is None:
+            self.producer = DirectProducer(self.bootstrap, "rt_app")
+        result = self.producer.send(STREAM, [event(n) for n in range(start, start + count)])
+        assert len(result.guids) == count
+
+    def refresh(self) -> None:
+        """Re-reads the fronting topic: the events and their metadata as the router sees them."""
+        for message in read_topic(self.bootstrap, f"keystone.{STREAM}"):
+            headers = {k: v.decode() for k, v in message.headers() or []}
+            if headers.get("ks_app") != "rt_app":
+                continue
+            meta = {
+                "guid": headers[envelope.GUID],
+                "timestamp": int(headers[envelope.TIMESTAMP]),
+                "host": headers[envelope.HOST],
+                "app": headers[envelope.APP],
+            }
+            self.fronting.events[meta["guid"]] = (json.loads(message.value()), meta)
+
+    # Reading each sink back: records by guid, with every copy (duplicates are counted).
+
+    def kafka_output(self) -> list[tuple[str, dict]]:
+        return [
+            (m.key().decode(), json.loads(m.value()))
+            for m in read_topic(self.bootstrap, f"{STREAM}.clicks")
+        ]
+
+    def keystone_output(self) -> list[tuple[str, dict, dict]]:
+        out = []
+        for m in read_topic(self.bootstrap, f"keystone.{TARGET}"):
+            headers = {k: v.decode() for k, v in m.headers()}
+            out.append((headers[envelope.GUID], json.loads(m.value()), headers))
+        return out
+
+    def es_output(self) -> dict[str, dict]:
+        httpx.post(f"{self.es}/{STREAM}-search-*/_refresh", timeout=30)
+        found = httpx.get(
+            f"{self.es}/{STREAM}-search-*/_search",
+            params={"size": 10000},
+            timeout=30,
+        ).json()
+        return {hit["_id"]: hit["_source"] for hit in found["hits"]["hits"]}
+
+    def hive_output(self) -> list[tuple[str, dict]]:
+        result = checked(
+            self.stack.keystone(
+                "sql", f"SELECT guid, record FROM keystone.{STREAM}__archive", "--json"
+            )
+        )
+        rows = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+        return [(r["guid"], json.loads(r["record"])) for r in rows]
+
+    def dead_letters(self) -> list[dict]:
+        return [
+            {
+                "value": m.value(),
+                "headers": {k: v.decode() for k, v in m.headers() or []},
+            }
+            for m in read_topic(self.bootstrap, f"keystone.{STREAM}.dlq")
+        ]
+
+    def metrics(self) -> str:
+        target = self.stack.state_dir / "prometheus" / "targets" / f"router-{STREAM}.json"
+        address = json.loads(target.read_text())[0]["targets"][0]
+        return httpx.get(f"http://{address}/metrics", timeout=10).text
+
+
+def wait_for(what: str, done: Callable[[], bool], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not done():
+        assert time.monotonic() < deadline, f"{what}: not done within {timeout:.0f} s"
+        time.sleep(2)
+
+
+def realtime_outputs_caught_up(routed: Routed) -> bool:
+    clicks = routed.fronting.expected("clicks")
+    search = {g for g in routed.fronting.expected("search") if not _text_amount(routed, g)}
+    errors = routed.fronting.expected("errors")
+    return (
+        set(clicks) <= {g for g, _ in routed.kafka_output()}
+        and search <= set(routed.es_output())
+        and set(errors) <= {g for g, _, _ in routed.keystone_output()}
+    )
+
+
+def _text_amount(routed: Routed, guid: str) -> bool:
+    return isinstance(routed.fronting.events[guid][0]["amount"], str)
+
+
+@pytest.fixture(scope="module")
+def routed(stack: Stack) -> Iterator[Routed]:
+    spec_file = stack.state_dir / "rt_spec.json"
+    spec_file.write_text(json.dumps(SPEC))
+    target_file = stack.state_dir / "rt_target.json"
+    target_file.write_text(json.dumps({"name": TARGET, "owner": "team-router", "partitions": 2}))
+    checked(stack.keystone("stream", "create", "-f", str(target_file)))
+    checked(stack.keystone("stream", "create", "-f", str(spec_file)))
+    es = stack.address("elasticsearch")
+    today = datetime.now(UTC)
+    for day in (today, today + timedelta(days=1)):  # the daily index, midnight included
+        index = f"{STREAM}-search-{day:%Y.%m.%d}"
+        assert httpx.put(f"{es}/{index}", json=MAPPING, timeout=30).status_code == 200
+    handle = Routed(stack, Fronting())
+    yield handle
+    if handle.router is not None and handle.router.poll() is None:
+        os.killpg(handle.router.pid, signal.SIGKILL)
+
+
+def test_four_outputs_hold_exactly_what_the_python_evaluator_expects(routed: Routed) -> None:
+    routed.send(1500, start=0)
+    produce(
+        routed.bootstrap,
+        f"keystone.{STREAM}",
+        [(value, headers) for value, headers, _ in MALFORMED],
+    )
+    routed.start_router()
+    routed.refresh()
+    assert len(routed.fronting.events) == 1500
+    wait_for("realtime outputs", lambda: realtime_outputs_caught_up(routed), timeout=240)
+    wait_for("hive", lambda: len(routed.hive_output()) >= 1500, timeout=120)
+
+    clicks = routed.fronting.expected("clicks")
+    assert 0 < len(clicks) < 1500
+    assert dict(routed.kafka_output()) == clicks
+    assert Counter(g for g, _ in routed.kafka_output()).most_common(1)[0][1] == 1
+
+    hive = routed.hive_output()
+    assert dict(hive) == {g: payload for g, (payload, _) in routed.fronting.events.items()}
+    assert len(hive) == 1500  # no row twice
+
+    search = routed.fronting.expected("search")
+    refused = {g for g in search if _text_amount(routed, g)}
+    assert refused and len(search) > len(refused)
+    assert routed.es_output() == {g: r for g, r in search.items() if g not in refused}
+
+    errors = routed.fronting.expected("errors")
+    forwarded = routed.keystone_output()
+    assert {g: r for g, r, _ in forwarded} == errors and len(forwarded) == len(errors)
+    assert {(h["ks_hops"], h["ks_stream"], h["ks_app"]) for _, _, h in forwarded} == {
+        ("1", TARGET, "rt_app")
+    }
+
+
+def test_unreadable_events_and_refused_documents_reach_the_dead_letter_topic(
+    routed: Routed,
+) -> None:
+    search = routed.fronting.expected("search")
+    refused = {g for g in search if _text_amount(routed, g)}
+    wanted = len(MALFORMED) + len(refused)
+    wait_for("dead letters", lambda: len(routed.dead_letters()) >= wanted, timeout=60)
+    letters = routed.dead_letters()
+    stream_level = [d for d in letters if "ks_dlq_output" not in d["headers"]]
+    assert len(stream_level) == len(MALFORMED)
+    for letter, (value, _, reason) in zip(
+        sorted(stream_level, key=lambda d: d["value"]), sorted(MALFORMED), strict=True
+    ):
+        assert letter["value"] == value
+        assert letter["headers"]["ks_dlq_reason"].startswith(reason)
+    from_search = [d for d in letters if d["headers"].get("ks_dlq_output") == "search"]
+    assert {d["headers"]["ks_guid"] for d in from_search} == refused
+    for letter in from_search:
+        assert "mapper_parsing_exception" in letter["headers"]["ks_dlq_reason"]
+        payload, _ = routed.fronting.events[letter["headers"]["ks_guid"]]
+        assert json.loads(letter["value"]) == payload  # the original bytes, not the record
+
+
+def test_metrics_count_every_stage_of_every_output(routed: Routed) -> None:
+    text = routed.metrics()
+    expected = routed.fronting.expected
+
+    def value(output: str, stage: str) -> float:
+        labels = f'output="{output}",stage="{stage}",stream="{STREAM}"'
+        prefix = f"keystone_router_events_total{{{labels}}} "
+        return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith(prefix))
+
+    search_refused = sum(1 for g in expected("search") if _text_amount(routed, g))
+    assert value("clicks", "delivered") == len(expected("clicks"))
+    assert value("clicks", "matched") == len(expected("clicks"))
+    assert value("search", "matched") == len(expected("search"))
+    assert value("search", "delivered") == len(expected("search")) - search_refused
+    assert value("search", "dead_letter") == search_refused
+    assert value("archive", "delivered") == 1500
+    assert value("errors", "delivered") == len(expected("errors"))
+    assert value("_stream", "dead_letter") == len(MALFORMED)
+    assert value("clicks", "in") == 1500 + len(MALFORMED)
+    assert f'keystone_router_up{{stream="{STREAM}"}} 1.0' in text
+    assert f'keystone_delivery_latency_seconds_count{{output="search",stream="{STREAM}"}}' in text
+
+
+def test_sigkill_mid_stream_then_restart_loses_nothing_and_duplicates_only_in_kafka(
+    routed: Routed,
+) -> None:
+    sending = threading.Event()
+    sending.set()
+    sent = [1500]
+
+    def load() -> None:  # KAFKA_RATE events per second, in tenths of a second
+        while sending.is_set():
+            routed.send(KAFKA_RATE // 10, start=sent[0])
+            sent[0] += KAFKA_RATE // 10
+            time.sleep(0.1)
+
+    thread = threading.Thread(target=load)
+    thread.start()
+    try:
+        time.sleep(12)
+        routed.kill_router()
+        time.sleep(3)
+        routed.start_router()
+        time.sleep(10)
+    finally:
+        sending.clear()
+        thread.join(timeout=60)
+    routed.refresh()
+    total = len(routed.fronting.events)
+    assert total == sent[0] > 2500
+    wait_for("realtime outputs", lambda: realtime_outputs_caught_up(routed), timeout=240)
+    wait_for("hive", lambda: len({g for g, _ in routed.hive_output()}) >= total, timeout=180)
+
+    hive = routed.hive_output()
+    assert len(hive) == total, f"{len(hive) - total} duplicate rows in Hive"
+    assert {g for g, _ in hive} == set(routed.fronting.events)
+    search = routed.fronting.expected("search")
+    assert set(routed.es_output()) == {g for g in search if not _text_amount(routed, g)}
+
+    copies = Counter(g for g, _ in routed.kafka_output())
+    assert set(copies) == set(routed.fronting.expected("clicks"))
+    duplicates = sum(c - 1 for c in copies.values())
+    # At least once: what the killed router wrote after its last checkpoint comes again, at
+    # most one checkpoint interval (5 s) of traffic plus the time to notice the kill.
+    clicks_share = len(copies) / total
+    assert duplicates <= KAFKA_RATE * (5 + 3) * clicks_share + 10, duplicates
+    print(f"kafka duplicates after SIGKILL: {duplicates} of {len(copies)}")
+
+
+def test_elasticsearch_outage_stalls_only_its_output_then_it_catches_up(routed: Routed) -> None:
+    pidfile = PidFile(routed.stack.state_dir / "run" / "elasticsearch.pid")
+    before = len(routed.fronting.events)
+    assert stop(pidfile, signal.SIGTERM, timeout=60)
+    try:
+        routed.send(600, start=100_000)
+        routed.refresh()
+        clicks = set(routed.fronting.expected("clicks"))
+        wait_for(
+            "the Kafka output while Elasticsearch is down",
+            lambda: clicks <= {g for g, _ in routed.kafka_output()},
+            timeout=90,
+        )
+    finally:
+        checked(routed.stack.keystone("stack", "up", timeout=300))
+    assert len(routed.fronting.events) == before + 600
+    search = {g for g in routed.fronting.expected("search") if not _text_amount(routed, g)}
+    wait_for("elasticsearch after the outage", lambda: search <= set(routed.es_output()), 240)
+    assert set(routed.es_output()) == search
+
+
+def test_sigterm_stops_the_router_gracefully(routed: Routed) -> None:
+    assert routed.router is not None and routed.router.poll() is None
+    routed.router.send_signal(signal.SIGTERM)
+    assert routed.router.wait(timeout=90) == 0
+    target = routed.stack.state_dir / "prometheus" / "targets" / f"router-{STREAM}.json"
+    assert not target.exists()
+    assert not Path(f"/proc/{routed.router.pid}").exists() or _zombie(routed.router.pid)
+
+
+def _zombie(pid: int) -> bool:
+    return Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
