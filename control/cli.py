@@ -18,7 +18,7 @@ from contracts.settings import Settings
 from contracts.spec import load_spec
 from control.provisioner import ensure_topics
 from control.store import Store
-from control.validation import check_language
+from control.validation import check_spec
 from ingest_proxy import cli as proxy_cli
 from stack import cli as stack_cli
 
@@ -69,7 +69,7 @@ def stream_create(
 ) -> None:
     """Validate a stream spec, create its topics and register it (again: update it)."""
     spec = load_spec(file.read())
-    check_language(spec)
+    check_spec(spec)
     created = ensure_topics(ctx.obj, spec)
     Store.connect(ctx.obj).put_stream(spec)
     if as_json:

@@ -1,14 +1,22 @@
 """Checks of a stream spec beyond its model, without I/O: that every output's filter and
-projection parse. (Control runs these before it stores or deploys anything.)"""
+projection parse, and that each sink accepts its config. (Control runs these before it stores
+or deploys anything.)"""
 
 from __future__ import annotations
 
 from contracts.errors import ExpressionError, InvalidSpec
 from contracts.spec import StreamSpec
 from router.lang.parser import parse_filter, parse_projection
+from router.sinks.registry import validate_sinks
 
 
-def check_language(spec: StreamSpec) -> None:
+def check_spec(spec: StreamSpec) -> None:
+    problems = language_problems(spec) + validate_sinks(spec)
+    if problems:
+        raise InvalidSpec("the stream spec is not valid", problems=problems)
+
+
+def language_problems(spec: StreamSpec) -> list[dict]:
     problems = []
     for index, output in enumerate(spec.outputs):
         checks = [("projection", lambda o=output: parse_projection(o.projection))]
@@ -25,5 +33,4 @@ def check_language(spec: StreamSpec) -> None:
                         "column": e.details["column"],
                     }
                 )
-    if problems:
-        raise InvalidSpec("the stream spec is not valid", problems=problems)
+    return problems

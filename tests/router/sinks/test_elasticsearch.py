@@ -1,0 +1,35 @@
+"""The Elasticsearch sink's pure parts: which answers are retried, and the bulk lines."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+from pyspark.sql import Row
+
+from router.sinks.elasticsearch import RetryPolicy, _doc, _reason
+
+
+def test_429_and_5xx_are_retried_other_4xx_are_not() -> None:
+    policy = RetryPolicy()
+    assert [s for s in (200, 400, 404, 409, 429, 500, 503) if policy.retries(s)] == [429, 500, 503]
+
+
+def test_backoff_grows_to_its_cap() -> None:
+    delays = list(itertools.islice(RetryPolicy(first=1, most=8).delays(), 6))
+    assert all(0.5 * d <= delays[i] for i, d in enumerate([1, 2, 4, 8, 8, 8]))
+    assert max(delays) <= 8
+
+
+def test_a_document_is_indexed_by_guid_in_its_days_index_on_one_line() -> None:
+    row = Row(guid="g-1", timestamp=1_700_000_000_000, record='{\n "a": 1\n}')
+    action, source, end = _doc("plays-search-", row).lines.split(b"\n")
+    assert json.loads(action) == {"index": {"_index": "plays-search-2023.11.14", "_id": "g-1"}}
+    assert json.loads(source) == {"a": 1} and end == b""
+
+
+def test_a_refusal_keeps_elasticsearchs_reason() -> None:
+    result = {"status": 400, "error": {"type": "mapper_parsing_exception", "reason": "bad"}}
+    assert _reason(result) == (
+        "elasticsearch refused the document (400): mapper_parsing_exception: bad"
+    )

@@ -1,0 +1,73 @@
+"""The router's pure decisions: how many task slots it asks for, which outputs run under
+Real-time Mode, and how lag and latency are counted."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from contracts.errors import InvalidSpec
+from contracts.settings import Settings
+from contracts.spec import load_spec
+from router.job import router_master, runs_realtime
+from router.metrics import LATENCY_BUCKETS, LatencyHistogram, lag_of, latency_counts
+
+SPEC = {
+    "name": "plays",
+    "owner": "team",
+    "partitions": 4,
+    "outputs": [
+        {"name": "kk", "sink": {"type": "kafka"}},
+        {"name": "ff", "sink": {"type": "keystone", "stream": "other"}},
+        {"name": "slow", "sink": {"type": "kafka"}, "delivery": {"mode": "microbatch"}},
+        {"name": "es", "sink": {"type": "elasticsearch"}},
+        {"name": "hh", "sink": {"type": "hive"}},
+    ],
+}
+
+
+def test_only_realtime_outputs_spark_writes_itself_run_under_real_time_mode() -> None:
+    spec = load_spec(SPEC)
+    assert [o.name for o in spec.outputs if runs_realtime(o)] == ["kk", "ff"]
+
+
+@pytest.mark.parametrize(
+    ("master", "expected"),
+    [
+        ("local[2]", "local[10]"),  # 2 realtime queries x 4 partitions, and 2 for the rest
+        ("local[64]", "local[64]"),
+        ("spark://127.0.0.1:7077", "spark://127.0.0.1:7077"),
+    ],
+)
+def test_a_local_master_gets_a_task_thread_per_realtime_partition(
+    master: str, expected: str
+) -> None:
+    assert router_master(Settings(spark_master=master), load_spec(SPEC)) == expected
+
+
+def test_real_time_mode_checkpoints_no_more_often_than_spark_allows() -> None:
+    output = {"name": "kk", "sink": {"type": "kafka"}, "delivery": {"trigger": "2 seconds"}}
+    with pytest.raises(InvalidSpec) as caught:
+        load_spec({"name": "plays", "owner": "team", "outputs": [output]})
+    assert "5 seconds" in caught.value.details["problems"][0]["message"]
+
+
+def test_lag_sums_what_each_partition_has_left() -> None:
+    latest = json.dumps({"keystone.plays": {"0": 100, "1": 50}})
+    end = json.dumps({"keystone.plays": {"0": 90, "1": 50}})
+    assert lag_of(latest, end) == 10
+    assert lag_of(None, end) is None
+
+
+def test_latency_histogram_is_cumulative_like_prometheus_wants() -> None:
+    counts = latency_counts([0.001, 0.2, 7.0, 1000.0])
+    assert counts["le_0.005"] == 1 and counts["le_0.25"] == 2 and counts["le_10"] == 3
+    assert counts["latency_count"] == 4 and counts[f"le_{LATENCY_BUCKETS[-1]}"] == 3
+    histogram = LatencyHistogram()
+    histogram.add("plays", "kk", counts)
+    histogram.add("plays", "kk", counts)
+    [family] = histogram.collect()
+    samples = {(s.name, s.labels.get("le")): s.value for s in family.samples}
+    assert samples[("keystone_delivery_latency_seconds_bucket", "+Inf")] == 8
+    assert samples[("keystone_delivery_latency_seconds_count", None)] == 8
