@@ -24,9 +24,26 @@ def parse_schema(schema: dict[str, Any]) -> dict[str, Any]:
     if schema.get("type") != "record":
         raise ValueError("an event schema is an Avro record: {'type': 'record', 'fields': [...]}")
     try:
-        return _parse(schema, _write_hint=False)
+        parsed = _parse(schema, _write_hint=False)
     except Exception as e:  # fastavro raises several types for a malformed schema
         raise ValueError(f"not a valid Avro schema: {e}") from e
+    if _recursive(parsed, set()):
+        raise ValueError("recursive types (a record that contains itself) are not supported")
+    return parsed
+
+
+def _recursive(schema: Any, enclosing: set[str]) -> bool:
+    """True when a record refers to itself (or an enclosing record) by name."""
+    if isinstance(schema, str):
+        return schema in enclosing
+    if isinstance(schema, list):
+        return any(_recursive(b, enclosing) for b in schema)
+    if isinstance(schema, dict):
+        inner = enclosing | {schema["name"]} if schema.get("type") == "record" else enclosing
+        children = [f["type"] for f in schema.get("fields", [])]
+        children += [schema[k] for k in ("items", "values") if k in schema]
+        return any(_recursive(c, inner) for c in children)
+    return False
 
 
 def schema_problems(event: Any, parsed: dict[str, Any]) -> list[dict[str, str]]:
@@ -77,11 +94,22 @@ def _check(value: Any, schema: Any, path: str, named: dict, problems: list) -> N
 
 
 def _expand(schema: Any, named: dict) -> Any:
-    """The schema with named references replaced, so fastavro can judge it on its own."""
+    """The schema with every named reference replaced by its definition, however deep, so
+    fastavro can judge a part of it on its own."""
     if isinstance(schema, str):
-        return named.get(schema, schema)
+        return _expand(named[schema], named) if schema in named else schema
     if isinstance(schema, list):
         return [_expand(b, named) for b in schema]
+    if isinstance(schema, dict):
+        expanded = dict(schema)
+        if "fields" in schema:
+            expanded["fields"] = [
+                {**f, "type": _expand(f["type"], named)} for f in schema["fields"]
+            ]
+        for key in ("items", "values"):
+            if key in schema:
+                expanded[key] = _expand(schema[key], named)
+        return expanded
     return schema
 
 

@@ -23,6 +23,7 @@ from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
 from contracts import envelope
 from contracts.names import dead_letter_topic
+from contracts.schema import parse_schema
 from contracts.settings import Settings
 from contracts.spec import OutputSpec, StreamSpec
 from router.lang.parser import parse_filter, parse_projection
@@ -84,12 +85,14 @@ class Router:
         return starts
 
     def _source(self, starting: str, limited: bool) -> DataFrame:
+        schema = self.spec.avro_schema
         return fronting(
             self.spark,
             self.settings,
             self.spec.name,
             starting=starting,
             max_per_trigger=BATCH_LIMIT if limited else None,
+            schema=parse_schema(schema) if schema is not None else None,
         )
 
     def start_output(self, output: OutputSpec) -> StreamingQuery:

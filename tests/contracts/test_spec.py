@@ -103,3 +103,28 @@ def test_schema_problems_name_field_paths() -> None:
         "path": "user",
         "message": "expected an object, got an integer",
     }
+
+
+def test_named_types_are_found_however_deep_and_recursion_is_refused() -> None:
+    user = {"type": "record", "name": "User", "fields": [{"name": "id", "type": "long"}]}
+    schema = {
+        "type": "record",
+        "name": "Event",
+        "fields": [
+            {"name": "owner", "type": user},
+            {"name": "friends", "type": {"type": "array", "items": "User"}},
+        ],
+    }
+    parsed = parse_schema(schema)
+    assert schema_problems({"owner": {"id": 1}, "friends": [{"id": 2}]}, parsed) == []
+    assert (
+        schema_problems({"owner": {"id": 1}, "friends": [{"id": "x"}]}, parsed)[0]["path"]
+        == "friends"
+    )
+    node = {
+        "type": "record",
+        "name": "Node",
+        "fields": [{"name": "next", "type": ["null", "Node"]}],
+    }
+    with pytest.raises(ValueError, match="recursive"):
+        parse_schema(node)

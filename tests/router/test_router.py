@@ -39,6 +39,26 @@ SPEC = {
     "owner": "team-router",
     "partitions": 3,
     "producers": ["rt_app"],
+    "schema": {
+        "type": "record",
+        "name": "Event",
+        "fields": [
+            {"name": "n", "type": "long"},
+            {"name": "kind", "type": "string"},
+            {
+                "name": "user",
+                "type": {
+                    "type": "record",
+                    "name": "User",
+                    "fields": [
+                        {"name": "id", "type": "long"},
+                        {"name": "country", "type": ["null", "string"]},
+                    ],
+                },
+            },
+            {"name": "amount", "type": ["long", "string"]},
+        ],
+    },
     "outputs": [
         {
             "name": "clicks",
@@ -78,6 +98,11 @@ MALFORMED = [
     (b"[1, 2, 3]", {"ks_guid": "bad-2", "ks_ts": "1"}, "not a JSON object"),
     (b'{"n": 1}', {"ks_ts": "1"}, "no ks_guid header"),
     (b'{"n": 2}', {"ks_guid": "bad-4", "ks_ts": "yesterday"}, "no ks_ts header"),
+    (
+        b'{"n": 3, "kind": "view", "user": {"id": "me"}, "amount": 1}',
+        {"ks_guid": "bad-5", "ks_ts": "1"},
+        "does not match the stream's schema at user.id",
+    ),
 ]
 KAFKA_RATE = 100  # events per second while the router is killed
 

@@ -32,7 +32,7 @@ from router.lang.ast import (
 from router.lang.evaluate import matches, project
 from router.lang.parser import parse_filter
 from router.lang.spark import compile_filter, compile_projection
-from tests.router.lang.conftest import frame
+from tests.router.conftest import frame
 
 NAMES = ["a", "b", "c"]  # few names, so that paths often exist (and often do not)
 TEXT = st.text(alphabet="ab%_\\\né 'x", max_size=4)

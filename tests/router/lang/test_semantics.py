@@ -12,7 +12,7 @@ from router.lang.ast import METADATA
 from router.lang.evaluate import matches, project
 from router.lang.parser import parse_filter, parse_projection
 from router.lang.spark import compile_filter, compile_projection
-from tests.router.lang.conftest import frame
+from tests.router.conftest import frame
 
 EVENT = {
     "country": "US",

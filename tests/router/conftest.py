@@ -1,4 +1,4 @@
-"""A plain local Spark session (no stack needed) for the language's backend tests."""
+"""A plain local Spark session (no stack needed) for the router's Column-level tests."""
 
 from __future__ import annotations
 
