@@ -16,6 +16,7 @@ lint:
 bench: bootstrap
 	.venv/bin/keystone stack up
 	.venv/bin/python -m loadtest.proxy_bench --write-docs
+	.venv/bin/python -m loadtest.router_bench --write-docs
 
 down:
 	.venv/bin/keystone stack down

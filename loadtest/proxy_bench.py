@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import platform
 import re
 import shutil
@@ -34,33 +33,15 @@ from rich.table import Table
 from contracts import envelope
 from contracts.errors import StackError
 from contracts.names import fronting_topic
-from contracts.settings import CHECKOUT, Settings
+from contracts.settings import Settings
 from contracts.spec import StreamSpec
 from control.provisioner import ensure_topics
 from control.store import Store
+from loadtest.bench import DOCS, machine, make_event, write_section
 
 console = Console()
-DOCS = CHECKOUT / "docs" / "benchmarks.md"
 CONNECTIONS = {1: 32, 10: 16, 100: 8}
-
-
-def make_event(seq: int) -> bytes:
-    """A realistic 1 KB event: nested fields, varied types, and a text payload."""
-    event = {
-        "event": "playback_start",
-        "seq": seq,
-        "country": "US",
-        "device": {"type": "tv", "model": "acme-4k", "os": "tvos 17.2"},
-        "user": {"id": 1000 + seq % 5000, "profile": "kids" if seq % 7 == 0 else "main"},
-        "title": "The Long Night, Part 2",
-        "bitrate_kbps": 5800,
-        "cdn": "oca-lax-17",
-        "latency_ms": 42.5,
-        "muted": False,
-    }
-    pad = 1024 - len(json.dumps(event, separators=(",", ":"))) - len(',"notes":""')
-    event["notes"] = "x" * pad
-    return json.dumps(event, separators=(",", ":")).encode()
+COMMAND = "python -m loadtest.proxy_bench --write-docs"
 
 
 @dataclass
@@ -222,28 +203,6 @@ def server_p99_ms(before: dict[float, float], after: dict[float, float]) -> floa
     return 1000 * next(le for le in sorted(delta) if delta[le] >= 0.99 * total)
 
 
-def machine() -> str:
-    cpu = next(
-        (
-            line.split(":", 1)[1].strip()
-            for line in Path("/proc/cpuinfo").read_text().splitlines()
-            if line.startswith("model name")
-        ),
-        platform.processor(),
-    )
-    memory = (
-        int(
-            next(
-                line.split()[1]
-                for line in Path("/proc/meminfo").read_text().splitlines()
-                if line.startswith("MemTotal")
-            )
-        )
-        / 1024**2
-    )
-    return f"{os.cpu_count()} cores ({cpu}), {memory:.0f} GiB, {platform.platform()}"
-
-
 def markdown(results: list[Result], command: str, workers: int) -> str:
     raw = results[0].events_per_second
     rows = "\n".join(
@@ -263,18 +222,6 @@ def markdown(results: list[Result], command: str, workers: int) -> str:
         "| run | events/s | requests/s | p50 ms | p99 ms | server p99 ≤ ms | of raw | errors |\n"
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n" + rows + "\n"
     )
-
-
-def write_docs(section: str) -> None:
-    begin, end = "<!-- proxy-bench:begin -->", "<!-- proxy-bench:end -->"
-    text = DOCS.read_text() if DOCS.exists() else "# Benchmarks\n"
-    block = f"{begin}\n{section}{end}"
-    text = (
-        re.sub(f"{begin}.*?{end}", block, text, flags=re.S)
-        if begin in text
-        else (f"{text.rstrip()}\n\n## Ingest proxy\n\n{block}\n")
-    )
-    DOCS.write_text(text)
 
 
 def main() -> None:
@@ -322,6 +269,7 @@ def main() -> None:
             "" if r.requests_per_second is None else f"{r.requests_per_second:,.0f}",
             "" if r.p50_ms is None else f"{r.p50_ms:.1f}",
             "" if r.p99_ms is None else f"{r.p99_ms:.1f}",
+            "" if r.server_p99_ms is None else f"{r.server_p99_ms:.0f}",
             f"{r.events_per_second / results[0].events_per_second:.2f}",
             str(r.errors),
         )
@@ -330,8 +278,12 @@ def main() -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps([asdict(r) for r in results], indent=2))
     if args.write_docs:
-        write_docs(
-            markdown(results, "python -m loadtest.proxy_bench --write-docs", settings.proxy_workers)
+        write_section(
+            "proxy-bench",
+            "Ingest proxy",
+            markdown(
+                results, "python -m loadtest.proxy_bench --write-docs", settings.proxy_workers
+            ),
         )
         console.print(f"wrote {DOCS}")
 

@@ -46,36 +46,52 @@ def fronting(
     return envelope(reader.load(), schema)
 
 
-def header(name: str) -> Column:
-    """The first header of that name as text, null when absent."""
-    found = F.filter("headers", lambda h: h["key"] == F.lit(name))
-    return F.get(found, 0)["value"].cast("string")
+JSON_SPACE = " \t\n\r"
 
 
 def envelope(frame: DataFrame, schema: dict[str, Any] | None = None) -> DataFrame:
-    payload = F.try_parse_json(F.col("value").cast("string"))
-    timestamp = header(headers.TIMESTAMP).try_cast("long")
-    problem = (
-        F.when(payload.isNull(), "not JSON")
-        .when(~F.schema_of_variant(payload).startswith("OBJECT"), "not a JSON object")
-        .when(header(headers.GUID).isNull(), f"no {headers.GUID} header")
-        .when(timestamp.isNull(), f"no {headers.TIMESTAMP} header of epoch milliseconds")
-    )
-    if schema is not None:
-        mismatch = schema_problem(payload, schema)
-        problem = problem.when(mismatch.isNotNull(), mismatch)
-    return frame.select(
+    # One pass over the headers into a map (reversed, so that with the session's LAST_WIN
+    # policy the first of a repeated header wins), and the text read once.
+    text = F.col("value").cast("string")
+    entries = F.coalesce("headers", F.array().cast("array<struct<key:string,value:binary>>"))
+    read = frame.select(
         "key",
         "value",
         "headers",
         "topic",
         "partition",
         "offset",
-        payload.alias("payload"),
-        header(headers.GUID).alias("guid"),
+        F.try_parse_json(text).alias("payload"),
+        # An object parses and starts with '{' (cheaper than asking the variant its schema).
+        F.ltrim(text, F.lit(JSON_SPACE)).startswith("{").alias("is_object"),
+        F.map_from_entries(F.reverse(entries)).alias("meta"),
+    )
+
+    def meta(name: str) -> Column:
+        return F.col("meta")[name].cast("string")
+
+    payload, timestamp = F.col("payload"), meta(headers.TIMESTAMP).try_cast("long")
+    problem = (
+        F.when(payload.isNull(), "not JSON")
+        .when(~F.col("is_object"), "not a JSON object")
+        .when(meta(headers.GUID).isNull(), f"no {headers.GUID} header")
+        .when(timestamp.isNull(), f"no {headers.TIMESTAMP} header of epoch milliseconds")
+    )
+    if schema is not None:
+        mismatch = schema_problem(payload, schema)
+        problem = problem.when(mismatch.isNotNull(), mismatch)
+    return read.select(
+        "key",
+        "value",
+        "headers",
+        "topic",
+        "partition",
+        "offset",
+        "payload",
+        meta(headers.GUID).alias("guid"),
         timestamp.alias("timestamp"),
-        header(headers.HOST).alias("host"),
-        header(headers.APP).alias("app"),
-        F.coalesce(header(headers.HOPS).try_cast("int"), F.lit(0)).alias("hops"),
+        meta(headers.HOST).alias("host"),
+        meta(headers.APP).alias("app"),
+        F.coalesce(meta(headers.HOPS).try_cast("int"), F.lit(0)).alias("hops"),
         problem.alias("problem"),
     )

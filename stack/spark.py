@@ -35,6 +35,9 @@ def spark_conf(settings: Settings, app_name: str, master: str | None = None) -> 
         "spark.sql.shuffle.partitions": "4",
         # The proxy accepts a repeated key and Python reads the last; Spark then reads the same.
         "spark.sql.variant.allowDuplicateKeys": "true",
+        # The router reads an event's headers into a map, where the first of a repeated header
+        # must win (the map is built reversed; see router.source).
+        "spark.sql.mapKeyDedupPolicy": "LAST_WIN",
     }
 
 

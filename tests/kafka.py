@@ -1,4 +1,5 @@
-"""Kafka helpers for tests: produce with acknowledgement, and read a topic back whole."""
+"""Kafka helpers for tests: produce with acknowledgement, consume; `read_topic` reads a topic
+back whole."""
 
 from __future__ import annotations
 
@@ -6,12 +7,9 @@ import time
 import uuid
 
 from confluent_kafka import (
-    OFFSET_BEGINNING,
     Consumer,
-    KafkaError,
     Message,
     Producer,
-    TopicPartition,
 )
 
 
@@ -41,31 +39,3 @@ def consume_all(bootstrap: str, topic: str, expected: int, timeout: float = 60) 
     finally:
         consumer.close()
     return messages
-
-
-def read_topic(bootstrap: str, topic: str, timeout: float = 60) -> list[Message]:
-    """Everything the topic holds now: reads each partition from the start to its end."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"test-{uuid.uuid4()}",
-            "enable.partition.eof": True,
-            "enable.auto.commit": False,
-        }
-    )
-    try:
-        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
-        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
-        messages, at_end, deadline = [], set(), time.monotonic() + timeout
-        while len(at_end) < len(partitions):
-            assert time.monotonic() < deadline, f"{topic} not read to its end in {timeout} s"
-            message = consumer.poll(1.0)
-            if message is None:
-                continue
-            if message.error() is None:
-                messages.append(message)
-            elif message.error().code() == KafkaError._PARTITION_EOF:
-                at_end.add(message.partition())
-        return messages
-    finally:
-        consumer.close()

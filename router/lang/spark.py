@@ -100,15 +100,27 @@ def compile_filter(expr: Expr | None, payload: Column, metadata: Mapping[str, Co
     return F.coalesce(_truth(expr, payload, metadata), F.lit(False))
 
 
+def _kinds(operand: Operand) -> set[str]:
+    """The JSON types the operand can have, among those that compare: a constant has one."""
+    if isinstance(operand, Const):
+        return {json_type(operand.value)} & set(COMPARABLE)
+    return set(COMPARABLE)
+
+
+def _is(operand: Operand, typed: Typed, kind: str) -> Column:
+    # A constant's type is known here; asking Spark would only add a trivially true test.
+    return F.lit(True) if isinstance(operand, Const) else typed.kind == kind
+
+
 def _truth(expr: Expr, payload: Column, metadata: Mapping[str, Column]) -> Column:
     if isinstance(expr, Compare):
         left = _typed(expr.left, payload, metadata)
         right = _typed(expr.right, payload, metadata)
-        result = None  # same JSON type on both sides, else unknown (null)
-        for kind in COMPARABLE:
-            same = (left.kind == kind) & (right.kind == kind)
+        result = F.lit(None).cast("boolean")  # same JSON type on both sides, else unknown
+        for kind in sorted(_kinds(expr.left) & _kinds(expr.right)):
+            same = _is(expr.left, left, kind) & _is(expr.right, right, kind)
             value = COMPARISONS[expr.op](left.reading(kind), right.reading(kind))
-            result = F.when(same, value) if result is None else result.when(same, value)
+            result = F.when(same, value).otherwise(result)
         return result
     if isinstance(expr, IsNull):
         return _typed(expr.operand, payload, metadata).kind.isin("null", "missing")

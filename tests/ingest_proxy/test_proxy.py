@@ -21,9 +21,9 @@ from hypothesis.errors import Unsatisfiable
 from contracts import envelope
 from contracts.names import fronting_topic
 from ingest_proxy.client import DirectProducer, ProxyClient, SendFailed
+from loadtest.topics import read_topic
 from stack.processes import PidFile, stop
 from tests.conftest import Stack, checked
-from tests.kafka import read_topic
 
 SCHEMA = {
     "type": "record",

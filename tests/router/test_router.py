@@ -27,11 +27,12 @@ import pytest
 from contracts import envelope
 from contracts.settings import CHECKOUT
 from ingest_proxy.client import DirectProducer
+from loadtest.topics import read_topic
 from router.lang.evaluate import matches, project
 from router.lang.parser import parse_filter, parse_projection
 from stack.processes import PidFile, stop
 from tests.conftest import Stack, checked
-from tests.kafka import produce, read_topic
+from tests.kafka import produce
 
 STREAM, TARGET = "rt_main", "rt_copy"
 SPEC = {

@@ -1,0 +1,277 @@
+"""Benchmark of the router against its floor, on the running stack.
+
+    python -m loadtest.router_bench [--events 500000] [--seconds 30] [--write-docs]
+
+1. throughput: 1 KB events preloaded on a fronting topic, read from the start by
+   (a) the router's own output query (micro-batch, Kafka sink, a filter keeping half, a
+       projection of five fields), built by `router.job.Router` exactly as the router runs it;
+   (b) a minimal hand-written Spark job doing the same work (from_json with a fixed schema,
+       the filter, to_json of the five fields, the guid from the headers as key): the floor.
+   Both run in this one Spark application, alternately, with the same batch size; events/s is
+   input rows over the time Spark spent in their batches, as query progress reports it, leaving
+   out each query's first batch (start-up and code generation); the median of the rounds.
+2. latency: a steady 5,000 events/s produced to a fronting topic while a router output copies
+   them to a sink topic, under Real-time Mode and in 1-second micro-batches; latency is the sink
+   record's Kafka timestamp minus the event's ingest time (`ks_ts`), p50 and p99.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import time
+import uuid
+from dataclasses import asdict, dataclass
+
+from confluent_kafka import Producer
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.streaming import StreamingQuery
+from rich.console import Console
+from rich.progress import Progress
+from rich.table import Table
+
+from contracts import envelope
+from contracts.names import fronting_topic, output_topic
+from contracts.settings import Settings
+from contracts.spec import StreamSpec, load_spec
+from control.provisioner import create_topics, ensure_topics
+from loadtest.bench import machine, make_event, write_section
+from loadtest.topics import read_topic
+from router.job import BATCH_LIMIT, Router, router_master
+from router.metrics import RouterMetrics
+from stack.spark import spark_session
+
+console = Console()
+COMMAND = "python -m loadtest.router_bench --write-docs"
+FILTER = "variant = 'a'"
+PROJECTION = ["guid", "timestamp", "user.id as user_id", "device.type as device", "title"]
+PARTITIONS = 6
+
+
+@dataclass
+class Result:
+    name: str
+    events_per_second: float | None = None
+    p50_ms: float | None = None
+    p99_ms: float | None = None
+    events: int = 0
+
+
+def spec(name: str, mode: str, trigger: str) -> StreamSpec:
+    return load_spec(
+        {
+            "name": name,
+            "owner": "bench",
+            "partitions": PARTITIONS,
+            "outputs": [
+                {
+                    "name": "out",
+                    "filter": FILTER,
+                    "projection": PROJECTION,
+                    "sink": {"type": "kafka"},
+                    "delivery": {"mode": mode, "trigger": trigger},
+                    "start": "earliest",
+                }
+            ],
+        }
+    )
+
+
+def produce(settings: Settings, stream: str, count: int, rate: float | None = None) -> None:
+    """`count` 1 KB events with the proxy's headers; at `rate` per second when given."""
+    producer = Producer(
+        {"bootstrap.servers": settings.kafka_bootstrap, "linger.ms": 5, "acks": "all"}
+    )
+    topic, tick = fronting_topic(stream), 0.01
+    started = time.monotonic()
+    for seq in range(count):
+        if rate is not None and seq % max(1, int(rate * tick)) == 0:
+            due = started + seq / rate
+            time.sleep(max(0.0, due - time.monotonic()))
+        guid = str(uuid.uuid4()).encode()
+        common = envelope.common_headers(int(time.time() * 1000), platform.node(), "bench", stream)
+        while True:
+            try:
+                producer.produce(
+                    topic, make_event(seq), guid, headers=envelope.event_headers(guid, common)
+                )
+                break
+            except BufferError:
+                producer.poll(0.01)
+        producer.poll(0)
+    assert producer.flush(60) == 0, "events not acknowledged"
+
+
+def handwritten(
+    spark: SparkSession, settings: Settings, stream: str, checkpoint: str
+) -> StreamingQuery:
+    """The same work written by hand, with a fixed schema instead of the filter language."""
+    fields = "variant STRING, user STRUCT<id: BIGINT>, device STRUCT<type: STRING>, title STRING"
+    source = (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", settings.kafka_bootstrap)
+        .option("subscribe", fronting_topic(stream))
+        .option("includeHeaders", "true")
+        .option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", BATCH_LIMIT)
+        .load()
+    )
+    event = F.from_json(F.col("value").cast("string"), fields)
+    meta = F.map_from_entries(F.reverse("headers"))
+    out = source.select(
+        event.alias("e"),
+        meta[envelope.GUID].cast("string").alias("guid"),
+        meta[envelope.TIMESTAMP].cast("string").cast("long").alias("timestamp"),
+    )
+    records = out.where(F.col("e.variant") == "a").select(
+        F.col("guid").cast("binary").alias("key"),
+        F.to_json(
+            F.struct(
+                "guid",
+                "timestamp",
+                F.col("e.user.id").alias("user_id"),
+                F.col("e.device.type").alias("device"),
+                F.col("e.title").alias("title"),
+            )
+        ).alias("value"),
+    )
+    return (
+        records.writeStream.format("kafka")
+        .option("kafka.bootstrap.servers", settings.kafka_bootstrap)
+        .option("topic", f"{stream}.handwritten")
+        .option("checkpointLocation", checkpoint)
+        .trigger(processingTime="1 second")
+        .start()
+    )
+
+
+def rate_of(query: StreamingQuery, events: int, progress: Progress, label: str) -> float:
+    """Waits until the query has read `events` rows; their rows over Spark's time in batches."""
+    task = progress.add_task(label, total=events)
+    seen: dict[int, dict] = {}
+    while sum(p["numInputRows"] for p in seen.values()) < events:
+        if query.exception() is not None:
+            raise RuntimeError(str(query.exception()))
+        for p in query.recentProgress:
+            seen[p["batchId"]] = p
+        progress.update(task, completed=sum(p["numInputRows"] for p in seen.values()))
+        time.sleep(0.5)
+    query.stop()
+    # The first batch also compiles the query's code: steady state is what is compared.
+    batches = [p for p in seen.values() if p["numInputRows"] and p["batchId"] > 0]
+    busy = sum(p["durationMs"]["triggerExecution"] for p in batches) / 1000
+    return sum(p["numInputRows"] for p in batches) / busy
+
+
+def throughput(spark: SparkSession, settings: Settings, events: int, rounds: int) -> list[Result]:
+    name = f"bench_tp_{uuid.uuid4().hex[:6]}"
+    stream = spec(name, "microbatch", "1 second")
+    ensure_topics(settings, stream)
+    with console.status(f"producing {events:,} events of 1 KB…"):
+        produce(settings, name, events)
+    router, floor = [], []
+    with Progress(console=console) as progress:
+        for round_ in range(rounds):
+            # A fresh state folder, so fresh checkpoints: each round reads the whole topic.
+            fresh = settings.model_copy(
+                update={"state_dir": settings.state_dir / "bench" / uuid.uuid4().hex}
+            )
+            query = Router(spark, fresh, stream, RouterMetrics(name)).start_output(
+                stream.outputs[0]
+            )
+            router.append(rate_of(query, events, progress, f"router, round {round_ + 1}"))
+            query = handwritten(spark, settings, name, str(fresh.checkpoints_dir / "handwritten"))
+            floor.append(rate_of(query, events, progress, f"hand-written, round {round_ + 1}"))
+    return [
+        Result("router, micro-batch: filter ½, 5 fields", statistics.median(router), events=events),
+        Result("hand-written Spark job, same work", statistics.median(floor), events=events),
+    ]
+
+
+def latency(
+    spark: SparkSession, settings: Settings, mode: str, trigger: str, rate: int, seconds: int
+) -> Result:
+    name = f"bench_lat_{uuid.uuid4().hex[:6]}"
+    stream = spec(name, mode, trigger)
+    ensure_topics(settings, stream)
+    create_topics(settings, {output_topic(name, "out"): PARTITIONS})
+    job = Router(spark, settings, stream, RouterMetrics(name))
+    query = job.start_output(stream.outputs[0])
+    with console.status(f"{mode}: waiting for the query to run…"):
+        while not query.recentProgress and query.isActive:
+            time.sleep(0.5)
+        time.sleep(5)  # past the first batch's start-up
+    with console.status(f"{mode}: {rate:,} events/s for {seconds} s…"):
+        produce(settings, name, rate * seconds, rate)
+        time.sleep(float(trigger.split()[0]) + 10)  # let the last batch or epoch commit
+    query.stop()
+    latencies = []
+    for message in read_topic(settings.kafka_bootstrap, output_topic(name, "out")):
+        record = json.loads(message.value())
+        latencies.append(message.timestamp()[1] - record["timestamp"])
+    latencies.sort()
+    return Result(
+        f"latency, {mode} (trigger {trigger}) at {rate:,}/s",
+        p50_ms=latencies[len(latencies) // 2],
+        p99_ms=latencies[int(len(latencies) * 0.99)],
+        events=len(latencies),
+    )
+
+
+def markdown(results: list[Result]) -> str:
+    def cell(value: float | None, form: str) -> str:
+        return "" if value is None else format(value, form)
+
+    rows = "\n".join(
+        f"| {r.name} | {cell(r.events_per_second, ',.0f')} | {cell(r.p50_ms, '.0f')} | "
+        f"{cell(r.p99_ms, '.0f')} | {r.events:,} |"
+        for r in results
+    )
+    share = results[0].events_per_second / results[1].events_per_second
+    return (
+        f"Command: `{COMMAND}`, {time.strftime('%Y-%m-%d')}; Kafka, Spark (`local[8]`) and the "
+        f"producer on the same machine.\nMachine: {machine()}.\n\n"
+        "| run | events/s | p50 ms | p99 ms | events |\n| --- | ---: | ---: | ---: | ---: |\n"
+        f"{rows}\n\nRouter over hand-written: {share:.2f}.\n"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--events", type=int, default=500_000, help="events for throughput")
+    parser.add_argument("--rounds", type=int, default=2, help="throughput runs of each job")
+    parser.add_argument("--rate", type=int, default=5_000, help="events/s for latency")
+    parser.add_argument("--seconds", type=int, default=30, help="seconds of latency load")
+    parser.add_argument("--write-docs", action="store_true")
+    args = parser.parse_args()
+    settings = Settings()
+    master = router_master(settings, spec("bench_sizing", "realtime", "10 seconds"))
+    spark = spark_session(settings, "keystone-router-bench", master)
+    results = throughput(spark, settings, args.events, args.rounds)
+    results.append(latency(spark, settings, "realtime", "10 seconds", args.rate, args.seconds))
+    results.append(latency(spark, settings, "microbatch", "1 second", args.rate, args.seconds))
+    spark.stop()
+
+    table = Table("run", "events/s", "p50 ms", "p99 ms", "events")
+    for r in results:
+        table.add_row(
+            r.name,
+            "" if r.events_per_second is None else f"{r.events_per_second:,.0f}",
+            "" if r.p50_ms is None else f"{r.p50_ms:.0f}",
+            "" if r.p99_ms is None else f"{r.p99_ms:.0f}",
+            f"{r.events:,}",
+        )
+    console.print(table)
+    out = settings.state_dir / "bench" / "router.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps([asdict(r) for r in results], indent=2))
+    if args.write_docs:
+        write_section("router-bench", "Router", markdown(results))
+        console.print("wrote docs/benchmarks.md")
+
+
+if __name__ == "__main__":
+    main()
