@@ -35,6 +35,7 @@ from tests.conftest import Stack, checked
 from tests.kafka import produce
 
 STREAM, TARGET = "rt_main", "rt_copy"
+CHECKPOINT_SECONDS = 5  # the Kafka output's Real-time Mode checkpoint interval
 SPEC = {
     "name": STREAM,
     "owner": "team-router",
@@ -66,6 +67,7 @@ SPEC = {
             "filter": "kind = 'click' and user.country in ('US', 'CA')",
             "projection": ["guid", "timestamp", "app", "user.id as uid", "n"],
             "sink": {"type": "kafka"},
+            "delivery": {"mode": "realtime", "trigger": f"{CHECKPOINT_SECONDS} seconds"},
             "start": "earliest",
         },
         {
@@ -397,10 +399,10 @@ def test_sigkill_mid_stream_then_restart_loses_nothing_and_duplicates_only_in_ka
     copies = Counter(g for g, _ in routed.kafka_output())
     assert set(copies) == set(routed.fronting.expected("clicks"))
     duplicates = sum(c - 1 for c in copies.values())
-    # At least once: what the killed router wrote after its last checkpoint comes again, at
-    # most one checkpoint interval (5 s) of traffic plus the time to notice the kill.
+    # At least once: what the killed router wrote after its last checkpoint comes again: at
+    # most one checkpoint interval of traffic, plus the 3 s before the restart.
     clicks_share = len(copies) / total
-    assert duplicates <= KAFKA_RATE * (5 + 3) * clicks_share + 10, duplicates
+    assert duplicates <= KAFKA_RATE * (CHECKPOINT_SECONDS + 3) * clicks_share + 10, duplicates
     print(f"kafka duplicates after SIGKILL: {duplicates} of {len(copies)}")
 
 
