@@ -31,7 +31,10 @@ class StackError(KeystoneError):
 
 
 class SinkError(KeystoneError):
-    """A sink cannot be prepared or written as its output asks (the router logs and retries)."""
+    """A sink cannot be prepared or written as its output asks: the service behind it is away
+    or refuses (the router logs and retries; control answers 503)."""
+
+    status = 503
 
 
 class BadRequest(KeystoneError):

@@ -9,3 +9,8 @@ ROUTER_UP = "keystone_router_up"  # {stream}
 
 INGEST_RESULTS = ("accepted", "rejected", "failed")
 ROUTER_STAGES = ("in", "matched", "delivered", "dead_letter")
+
+# The control service's own (its fleet of routers and its API).
+CONTROL_ROUTERS = "keystone_control_routers"  # {state} routers in each state
+CONTROL_ROUTER_RESTARTS = "keystone_control_router_restarts"  # {stream} gauge: restarts so far
+CONTROL_REQUESTS = "keystone_control_requests_total"  # {method, route, status}

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field, model_validator
+from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 CHECKOUT = Path(__file__).resolve().parent.parent
@@ -23,6 +23,7 @@ ADDRESS_SETTING: dict[str, str] = {
     "elasticsearch": "elasticsearch_url",
     "prometheus": "prometheus_url",
     "ingest_proxy": "proxy_url",
+    "control": "control_url",
 }
 
 
@@ -57,6 +58,7 @@ class Settings(BaseSettings):
     metastore_uri: str = ""
     prometheus_url: str = ""
     proxy_url: str = ""
+    control_url: str = ""
     warehouse_dir: str = Field("", description="Hive warehouse; default <state_dir>/warehouse.")
 
     spark_master: str = Field("local[*]", description="Any spark://, k8s:// or yarn master.")
@@ -81,6 +83,22 @@ class Settings(BaseSettings):
     )
     scrape_interval_seconds: int = 5
 
+    # The control service.
+    control_port: int = 18081
+    admin_token: SecretStr = Field(
+        SecretStr(""),
+        description="The admin's bearer token; default: generated once into "
+        "<state_dir>/conf/control/admin-token (readable by its owner only).",
+    )
+    token: SecretStr = Field(
+        SecretStr(""),
+        description="The token the `keystone` command sends to control; default: the admin "
+        "token from the state directory, when it can be read.",
+    )
+    router_stop_timeout_seconds: float = Field(
+        60.0, description="How long a router has to stop gracefully before it is killed."
+    )
+
     kafka_heap: str = "1g"
     elasticsearch_heap: str = "1g"
     metastore_heap: str = "512m"
@@ -98,6 +116,7 @@ class Settings(BaseSettings):
             "metastore_uri": f"thrift://{host}:{self.metastore_port}",
             "prometheus_url": f"http://{host}:{self.prometheus_port}",
             "proxy_url": f"http://{host}:{self.proxy_port}",
+            "control_url": f"http://{host}:{self.control_port}",
             "warehouse_dir": (self.state_dir / "warehouse").as_uri(),
         }
         for name, value in defaults.items():
@@ -108,7 +127,13 @@ class Settings(BaseSettings):
     def to_env(self) -> dict[str, str]:
         """KEYSTONE_* variables that give a child process these same settings."""
         names = self.model_fields_set | {"state_dir", "cache_dir"}
-        return {f"KEYSTONE_{name.upper()}": str(getattr(self, name)) for name in sorted(names)}
+        env = {}
+        for name in sorted(names):
+            value = getattr(self, name)
+            env[f"KEYSTONE_{name.upper()}"] = (
+                value.get_secret_value() if isinstance(value, SecretStr) else str(value)
+            )
+        return env
 
     def is_embedded(self, service: str) -> bool:
         """True when the stack runs this service itself (its address was not set)."""
@@ -133,6 +158,19 @@ class Settings(BaseSettings):
     @property
     def checkpoints_dir(self) -> Path:
         return self.state_dir / "checkpoints"
+
+    @property
+    def admin_token_file(self) -> Path:
+        return self.conf_dir / "control" / "admin-token"
+
+    @property
+    def routers_run_dir(self) -> Path:
+        """The fleet's record of each router process it runs (pid files)."""
+        return self.run_dir / "routers"
+
+    @property
+    def routers_logs_dir(self) -> Path:
+        return self.logs_dir / "routers"
 
     @property
     def prometheus_targets_dir(self) -> Path:

@@ -1,44 +1,26 @@
-"""Creates what a stream needs outside Redis, idempotently: for now its Kafka topics."""
+"""Creates what a stream needs outside Redis, idempotently: its fronting and dead-letter topics,
+and whatever each output's sink writes to that needs no Spark (a Kafka output's topic, an
+Elasticsearch index template, the Hive database). Routers' Prometheus targets are the fleet's."""
 
 from __future__ import annotations
 
-from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient, NewTopic
-
-from contracts.errors import Unavailable
 from contracts.names import dead_letter_topic, fronting_topic
 from contracts.settings import Settings
 from contracts.spec import StreamSpec
+from router.sinks.base import Route
+from router.sinks.registry import sink_for
+from router.topics import create_topics
+
+
+def provision(settings: Settings, spec: StreamSpec) -> list[str]:
+    """Everything the stream and its outputs write to; returns what was created now."""
+    created = [f"topic {t}" for t in ensure_topics(settings, spec)]
+    for output in spec.outputs:
+        created += sink_for(Route(settings, spec, output)).provision()
+    return created
 
 
 def ensure_topics(settings: Settings, spec: StreamSpec) -> list[str]:
     """Creates the fronting and dead-letter topics if missing; returns the ones it created."""
     wanted = [fronting_topic(spec.name), dead_letter_topic(spec.name)]
     return create_topics(settings, dict.fromkeys(wanted, spec.partitions))
-
-
-def create_topics(settings: Settings, partitions: dict[str, int]) -> list[str]:
-    """Creates each topic with its partition count unless it exists; returns those created."""
-    admin = AdminClient({"bootstrap.servers": settings.kafka_bootstrap})
-    futures = admin.create_topics(
-        [NewTopic(t, n, settings.kafka_replication) for t, n in partitions.items()],
-        request_timeout=15,
-    )
-    created = []
-    for topic, future in futures.items():
-        try:
-            future.result(timeout=30)
-            created.append(topic)
-        except KafkaException as e:
-            if e.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                raise Unavailable(f"creating topic {topic} failed: {e}", retry_after=5) from e
-    return created
-
-
-def missing_topics(settings: Settings, topics: list[str]) -> list[str]:
-    admin = AdminClient({"bootstrap.servers": settings.kafka_bootstrap})
-    try:
-        existing = admin.list_topics(timeout=15).topics
-    except KafkaException as e:
-        raise Unavailable(f"Kafka at {settings.kafka_bootstrap} did not answer: {e}", 5) from e
-    return [t for t in topics if t not in existing]

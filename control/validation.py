@@ -34,3 +34,49 @@ def language_problems(spec: StreamSpec) -> list[dict]:
                     }
                 )
     return problems
+
+
+def route_problems(spec: StreamSpec, streams: dict[str, StreamSpec], admin: bool) -> list[dict]:
+    """Keystone sinks against the other streams: each target must exist and belong to the same
+    owner (the admin may join owners), and no chain of them may lead back to where it began.
+    `streams` is every stream as stored; `spec` replaces its own entry."""
+    graph = {name: _targets(s) for name, s in streams.items()}
+    graph[spec.name] = _targets(spec)
+    problems = []
+    for index, output in enumerate(spec.outputs):
+        if output.sink.type != "keystone":
+            continue
+        field = f"outputs.{index}.sink.stream"
+        target = streams.get(output.sink.stream)
+        if target is None or not (admin or target.owner == spec.owner):
+            problems.append(
+                {
+                    "field": field,
+                    "message": f"no stream {output.sink.stream!r} of owner "
+                    f"{spec.owner!r} to deliver to: create it first",
+                }
+            )
+            continue
+        cycle = _path(graph, output.sink.stream, spec.name)
+        if cycle is not None:
+            loop = " -> ".join([spec.name, *cycle])
+            problems.append({"field": field, "message": f"this would make a cycle: {loop}"})
+    return problems
+
+
+def _targets(spec: StreamSpec) -> set[str]:
+    return {o.sink.stream for o in spec.outputs if o.sink.type == "keystone"}
+
+
+def _path(graph: dict[str, set[str]], start: str, goal: str) -> list[str] | None:
+    """A path of keystone sinks from `start` to `goal`, if there is one (depth first)."""
+    stack, seen = [(start, [start])], set()
+    while stack:
+        node, path = stack.pop()
+        if node == goal:
+            return path
+        if node in seen:
+            continue
+        seen.add(node)
+        stack.extend((nxt, [*path, nxt]) for nxt in sorted(graph.get(node, ())))
+    return None

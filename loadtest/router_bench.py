@@ -39,11 +39,12 @@ from contracts import envelope
 from contracts.names import fronting_topic, output_topic
 from contracts.settings import Settings
 from contracts.spec import StreamSpec, load_spec
-from control.provisioner import create_topics, ensure_topics
+from control.provisioner import ensure_topics
 from loadtest.bench import machine, make_event, write_section
 from loadtest.topics import read_topic
 from router.job import BATCH_LIMIT, Router, router_master
 from router.metrics import RouterMetrics
+from router.topics import create_topics
 from stack.spark import spark_session
 
 console = Console()

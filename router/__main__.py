@@ -2,7 +2,8 @@
 
 The spec comes from Redis (where control keeps it); the Spark application is launched by
 pyspark through spark-submit with the master from settings and the Kafka connector jars. The
-driver serves its metrics on a free loopback port registered with Prometheus.
+driver serves its metrics on loopback, on the port the fleet chose and registered with
+Prometheus (any free port when run by hand). Control's fleet runs it for every stream.
 """
 
 from __future__ import annotations
@@ -26,6 +27,9 @@ log = logging.getLogger("router")
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m router", description=__doc__)
     parser.add_argument("--stream", required=True, help="the stream whose outputs to run")
+    parser.add_argument(
+        "--metrics-port", type=int, default=0, help="where to serve /metrics (default: any)"
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -48,12 +52,12 @@ def main(argv: list[str] | None = None) -> int:
     master = router_master(settings, spec)
     spark = spark_session(settings, f"keystone-router-{spec.name}", master)
     metrics = RouterMetrics(spec.name)
-    port = metrics.serve(settings)
+    port = metrics.serve(settings, args.metrics_port)
     log.info("router for %s on %s; metrics on port %d", spec.name, master, port)
     try:
         Router(spark, settings, spec, metrics).run(stop)
     finally:
-        metrics.close(settings)
+        metrics.close()
         spark.stop()
     log.info("router for %s stopped", spec.name)
     return 0

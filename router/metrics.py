@@ -1,4 +1,4 @@
-"""The router's Prometheus metrics, served by the driver and registered as a scrape target.
+"""The router's Prometheus metrics, served by the driver (the fleet registers it with Prometheus).
 
 Counts come from where Spark knows them, with no Python on the per-event path: each output's
 query observes its `in` and `matched` counts and a latency histogram (aggregate columns Spark
@@ -22,7 +22,6 @@ from pyspark.sql.streaming import StreamingQueryListener
 from contracts import metrics as names
 from contracts.settings import Settings
 from router.sinks.base import Outcome
-from stack.targets import remove_target, write_target
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
 STREAM_LEVEL = "_stream"  # the output label of what the stream itself dead-letters
@@ -116,22 +115,15 @@ class RouterMetrics:
         self.count(output, "dead_letter", outcome.dead_lettered)
         self.latency.add(self.stream, output, outcome.latency)
 
-    def serve(self, settings: Settings) -> int:
-        """Serves /metrics on a free loopback port and registers it with Prometheus."""
-        self._server, _ = start_http_server(0, addr=settings.bind_host, registry=self.registry)
-        port = self._server.server_port
-        write_target(
-            settings,
-            f"router-{self.stream}",
-            [f"{settings.bind_host}:{port}"],
-            {"job": "keystone_router", "stream": self.stream},
-        )
+    def serve(self, settings: Settings, port: int = 0) -> int:
+        """Serves /metrics on loopback (`port`, or any free one); returns the port. The fleet
+        registers it with Prometheus."""
+        self._server, _ = start_http_server(port, addr=settings.bind_host, registry=self.registry)
         self.up.labels(self.stream).set(1)
-        return port
+        return self._server.server_port
 
-    def close(self, settings: Settings) -> None:
+    def close(self) -> None:
         self.up.labels(self.stream).set(0)
-        remove_target(settings, f"router-{self.stream}")
         if self._server is not None:
             self._server.shutdown()
 

@@ -156,6 +156,7 @@ def down(settings: Settings, purge: bool, progress: Progress) -> None:
     for service in reversed(all_services(settings)):
         if service.embedded:
             stopped = stop(service.pidfile, service.stop_signal, service.stop_timeout)
+            service.after_stop()
             progress(service.name, "stopped" if stopped else "not running")
     if purge and settings.state_dir.exists():
         for child in settings.state_dir.iterdir():

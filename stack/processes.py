@@ -22,7 +22,7 @@ class PidFile:
     def write(self, pid: int) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         # The start time tells a live process from a later one that reused the pid.
-        self.path.write_text(json.dumps({"pid": pid, "start": _start_time(pid)}))
+        self.path.write_text(json.dumps({"pid": pid, "start": process_start_time(pid)}))
 
     def running_pid(self) -> int | None:
         """The recorded pid if that very process still runs; a stale file is removed."""
@@ -31,7 +31,7 @@ class PidFile:
         except (FileNotFoundError, ValueError):
             return None
         pid, start = record.get("pid"), record.get("start")
-        if isinstance(pid, int) and start is not None and _start_time(pid) == start:
+        if isinstance(pid, int) and start is not None and process_start_time(pid) == start:
             return pid
         self.path.unlink(missing_ok=True)
         return None
@@ -40,7 +40,7 @@ class PidFile:
         self.path.unlink(missing_ok=True)
 
 
-def _start_time(pid: int) -> int | None:
+def process_start_time(pid: int) -> int | None:
     """The process' start time in clock ticks since boot (field 22 of /proc/<pid>/stat)."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
@@ -90,21 +90,28 @@ def exited(pid: int) -> bool:
     with contextlib.suppress(ChildProcessError):  # not our child: its parent or init reaps it
         if os.waitpid(pid, os.WNOHANG)[0] == pid:
             return True
-    return _start_time(pid) is None
+    return process_start_time(pid) is None
 
 
-def stop(pidfile: PidFile, sig: signal.Signals, timeout: float) -> bool:
-    """`sig` to the recorded process group, SIGKILL after `timeout`; False if none ran."""
+def stop(pidfile: PidFile, sig: signal.Signals, timeout: float, group: bool = True) -> bool:
+    """`sig` to the recorded process group (or, not `group`, to the recorded process alone,
+    which then stops its children itself), SIGKILL to the group after `timeout` and to whatever
+    of it is left once the process is gone; False if none ran."""
     pid = pidfile.running_pid()
     if pid is None:
         return False
-    _signal_group(pid, sig)
+    if group:
+        _signal_group(pid, sig)
+    else:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
     deadline = time.monotonic() + timeout
     while not exited(pid):
         if time.monotonic() > deadline:
             _signal_group(pid, signal.SIGKILL)
             deadline = time.monotonic() + 10
         time.sleep(0.2)
+    _signal_group(pid, signal.SIGKILL)
     pidfile.remove()
     return True
 

@@ -31,7 +31,7 @@ from confluent_kafka.admin import AdminClient
 from contracts.errors import StackError
 from contracts.settings import Settings
 from stack import jars, targets
-from stack.processes import PidFile, tcp_accepts
+from stack.processes import PidFile, stop, tcp_accepts
 
 
 class Service(ABC):
@@ -86,6 +86,9 @@ class Service(ABC):
 
     def on_healthy(self) -> None:  # noqa: B027 - an optional hook
         """Runs once the service answers, before the services that need it start."""
+
+    def after_stop(self) -> None:  # noqa: B027 - an optional hook
+        """Runs once `down` has stopped the service."""
 
     @property
     def data(self) -> Path:
@@ -597,6 +600,69 @@ class IngestProxy(Service):
         return _get(f"{self.address}/readyz") is not None
 
 
+class Control(Service):
+    """The control service (FastAPI under uvicorn): the API, the web UI and the router fleet.
+    The routers it runs outlive a restart of it; `down` stops them after it."""
+
+    name = "control"
+    needs = ("kafka", "redis", "elasticsearch", "metastore", "prometheus")
+    binary = "python3"
+    start_timeout = 60.0
+
+    @property
+    def address(self) -> str:
+        return self.settings.control_url
+
+    @property
+    def ports(self) -> list[int]:
+        return [self.settings.control_port]
+
+    @property
+    def env(self) -> dict[str, str]:
+        return self.settings.to_env()
+
+    def check_installed(self) -> None:
+        """Control runs on this very Python."""
+
+    def prepare(self) -> None:
+        self._dirs()
+        s = self.settings
+        targets.write_target(
+            s, "control", [f"{s.bind_host}:{s.control_port}"], {"component": "control"}
+        )
+
+    def argv(self) -> list[str]:
+        s = self.settings
+        return [
+            sys.executable,
+            "-m",
+            "uvicorn",
+            "control.app:app_from_env",
+            "--factory",
+            "--host",
+            s.bind_host,
+            "--port",
+            str(s.control_port),
+            "--no-access-log",
+            "--log-level",
+            "warning",
+        ]
+
+    def healthy(self) -> bool:
+        return _get(f"{self.address}/readyz") is not None
+
+    def after_stop(self) -> None:
+        """Stops every router the fleet started, gracefully (their Python process first,
+        which stops its queries and its JVM)."""
+        for record in sorted(self.settings.routers_run_dir.glob("*.json")):
+            stop(
+                PidFile(record),
+                signal.SIGTERM,
+                self.settings.router_stop_timeout_seconds,
+                group=False,
+            )
+
+
 SERVICES: tuple[type[Service], ...] = (
     Postgres,
     Metastore,
@@ -605,6 +671,7 @@ SERVICES: tuple[type[Service], ...] = (
     Elasticsearch,
     Prometheus,
     IngestProxy,
+    Control,
 )
 
 

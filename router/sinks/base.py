@@ -70,9 +70,14 @@ class Sink(ABC):
         """What is wrong with this output's sink config, beyond its model; no I/O."""
         return []
 
-    @abstractmethod
+    def provision(self) -> list[str]:
+        """Creates (or checks) what the sink writes to that needs no Spark, idempotently:
+        control runs it when it deploys the output. Returns what it made, for the owner."""
+        return []
+
     def prepare(self, spark: SparkSession) -> None:
-        """Creates (or checks) what the sink writes to; idempotent."""
+        """Everything the query needs before it starts, idempotent (the router runs it)."""
+        self.provision()
 
     def frame(self, routed: DataFrame) -> DataFrame:
         """The frame the streaming query writes."""

@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 
 import httpx
 import orjson
-from pyspark.sql import DataFrame, Row, SparkSession
+from pyspark.sql import DataFrame, Row
 
 from contracts.errors import SinkError
 from contracts.names import dead_letter_topic, index_prefix
@@ -156,16 +156,17 @@ class ElasticsearchSink(BatchSink):
     def prefix(self) -> str:
         return index_prefix(self.route.stream.name, self.route.output.name)
 
-    def prepare(self, spark: SparkSession) -> None:
+    def provision(self) -> list[str]:
         # One shard per daily index, and no replicas on a single node (the embedded one).
         replicas = 0 if self.route.settings.is_embedded("elasticsearch") else 1
+        name = self.prefix.rstrip("-")
         template = {
             "index_patterns": [f"{self.prefix}*"],
             "settings": {"number_of_shards": 1, "number_of_replicas": replicas},
         }
         try:
             response = httpx.put(
-                f"{self.route.settings.elasticsearch_url}/_template/{self.prefix.rstrip('-')}",
+                f"{self.route.settings.elasticsearch_url}/_template/{name}",
                 json=template,
                 timeout=30,
             )
@@ -173,6 +174,7 @@ class ElasticsearchSink(BatchSink):
             raise SinkError(f"Elasticsearch unreachable: {e}") from e
         if response.status_code >= 300:
             raise SinkError(f"index template refused ({response.status_code}): {response.text}")
+        return [f"index template {name}"]
 
     def write_batch(self, frame: DataFrame, batch_id: int) -> Outcome:
         route = self.route

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from contracts.names import output_topic
-from control.provisioner import create_topics
 from router.sinks.base import RecordSink
+from router.topics import create_topics
 
 
 class KafkaSink(RecordSink):
@@ -18,8 +18,9 @@ class KafkaSink(RecordSink):
         route = self.route
         return route.output.sink.topic or output_topic(route.stream.name, route.output.name)
 
-    def prepare(self, spark: SparkSession) -> None:
-        create_topics(self.route.settings, {self.topic: self.route.stream.partitions})
+    def provision(self) -> list[str]:
+        created = create_topics(self.route.settings, {self.topic: self.route.stream.partitions})
+        return [f"topic {t}" for t in created]
 
     def frame(self, routed: DataFrame) -> DataFrame:
         return routed.select(

@@ -6,15 +6,15 @@ The event keeps its guid, ingest time and producing app; `ks_stream` names the n
 
 from __future__ import annotations
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from contracts import envelope
 from contracts.errors import SinkError
 from contracts.names import fronting_topic
 from contracts.spec import OutputSpec, StreamSpec
-from control.provisioner import missing_topics
 from router.sinks.base import RecordSink
+from router.topics import missing_topics
 
 
 class KeystoneSink(RecordSink):
@@ -30,13 +30,14 @@ class KeystoneSink(RecordSink):
     def topic(self) -> str:
         return fronting_topic(self.route.output.sink.stream)
 
-    def prepare(self, spark: SparkSession) -> None:
+    def provision(self) -> list[str]:
         # The target stream is control's to provision; writing would auto-create it wrongly.
         if missing_topics(self.route.settings, [self.topic]):
             raise SinkError(
                 f"output {self.route.name} delivers to stream "
                 f"{self.route.output.sink.stream!r}, whose topic {self.topic} does not exist"
             )
+        return []
 
     def frame(self, routed: DataFrame) -> DataFrame:
         replaced = (envelope.HOPS, envelope.STREAM)

@@ -1,9 +1,11 @@
 """The router job end to end on the real stack: one stream, four outputs (one per sink type,
 different filters and projections), known events produced to the fronting topic, and every sink
 read back and compared with what the Python evaluator says it should hold. Then faults: the
-router killed with SIGKILL mid-stream and restarted, Elasticsearch stopped for a while.
+router killed with SIGKILL mid-stream (control's fleet starts it again), Elasticsearch stopped
+for a while; last, the stream deleted, which stops its router gracefully.
 
-The tests run in order against one router and one growing set of events.
+The stream is created through control, whose fleet runs its router, as in production. The tests
+run in order against one router and one growing set of events.
 """
 
 from __future__ import annotations
@@ -11,8 +13,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 from collections import Counter
@@ -25,7 +25,6 @@ import httpx
 import pytest
 
 from contracts import envelope
-from contracts.settings import CHECKOUT
 from ingest_proxy.client import DirectProducer
 from loadtest.topics import read_topic
 from router.lang.evaluate import matches, project
@@ -33,6 +32,7 @@ from router.lang.parser import parse_filter, parse_projection
 from stack.processes import PidFile, stop
 from tests.conftest import Stack, checked
 from tests.kafka import produce
+from tests.processes import alive, groups_alive
 
 STREAM, TARGET = "rt_main", "rt_copy"
 CHECKPOINT_SECONDS = 5  # the Kafka output's Real-time Mode checkpoint interval
@@ -141,8 +141,6 @@ class Fronting:
 class Routed:
     stack: Stack
     fronting: Fronting
-    router: subprocess.Popen | None = None
-    starts: int = 0
     producer: DirectProducer | None = None
 
     @property
@@ -153,22 +151,23 @@ class Routed:
     def es(self) -> str:
         return self.stack.address("elasticsearch")
 
-    def start_router(self) -> None:
-        self.starts += 1
-        log = (self.stack.state_dir / "logs" / f"router-test-{self.starts}.log").open("w")
-        self.router = subprocess.Popen(
-            [sys.executable, "-m", "router", "--stream", STREAM],
-            env=self.stack.env,
-            cwd=CHECKOUT,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # its own process group: SIGKILL reaches the JVM too
-        )
+    @property
+    def record(self) -> Path:
+        return self.stack.state_dir / "run" / "routers" / f"{STREAM}.json"
 
-    def kill_router(self) -> None:
-        assert self.router is not None
-        os.killpg(self.router.pid, signal.SIGKILL)
-        self.router.wait(timeout=30)
+    def router_pid(self) -> int | None:
+        """The running router's pid, from the fleet's record of it."""
+        return PidFile(self.record).running_pid()
+
+    def router(self) -> dict:
+        shown = checked(self.stack.keystone("stream", "show", STREAM, "--json"))
+        return json.loads(shown.stdout)["status"]["router"]
+
+    def kill_router(self) -> int:
+        pid = self.router_pid()
+        assert pid is not None
+        os.killpg(pid, signal.SIGKILL)  # the router and its JVM
+        return pid
 
     def send(self, count: int, start: int) -> None:
         if self.producer is None:
@@ -266,6 +265,7 @@ def routed(stack: Stack) -> Iterator[Routed]:
     spec_file.write_text(json.dumps(SPEC))
     target_file = stack.state_dir / "rt_target.json"
     target_file.write_text(json.dumps({"name": TARGET, "owner": "team-router", "partitions": 2}))
+    checked(stack.keystone("app", "create", "rt_app"))  # it produces straight to Kafka
     checked(stack.keystone("stream", "create", "-f", str(target_file)))
     checked(stack.keystone("stream", "create", "-f", str(spec_file)))
     es = stack.address("elasticsearch")
@@ -275,8 +275,8 @@ def routed(stack: Stack) -> Iterator[Routed]:
         assert httpx.put(f"{es}/{index}", json=MAPPING, timeout=30).status_code == 200
     handle = Routed(stack, Fronting())
     yield handle
-    if handle.router is not None and handle.router.poll() is None:
-        os.killpg(handle.router.pid, signal.SIGKILL)
+    for stream in (STREAM, TARGET):  # no router left running for the modules after this one
+        stack.keystone("stream", "delete", stream)
 
 
 def test_four_outputs_hold_exactly_what_the_python_evaluator_expects(routed: Routed) -> None:
@@ -286,7 +286,6 @@ def test_four_outputs_hold_exactly_what_the_python_evaluator_expects(routed: Rou
         f"keystone.{STREAM}",
         [(value, headers) for value, headers, _ in MALFORMED],
     )
-    routed.start_router()
     routed.refresh()
     assert len(routed.fronting.events) == 1500
     wait_for("realtime outputs", lambda: realtime_outputs_caught_up(routed), timeout=240)
@@ -377,13 +376,18 @@ def test_sigkill_mid_stream_then_restart_loses_nothing_and_duplicates_only_in_ka
     thread.start()
     try:
         time.sleep(12)
-        routed.kill_router()
-        time.sleep(3)
-        routed.start_router()
+        killed = routed.kill_router()
+        wait_for(
+            "the fleet to start the router again",
+            lambda: routed.router_pid() not in (None, killed),
+            timeout=30,
+        )
         time.sleep(10)
     finally:
         sending.clear()
         thread.join(timeout=60)
+    router = routed.router()
+    assert router["restarts"] == 1 and router["last_error"].startswith("exited with -9")
     routed.refresh()
     total = len(routed.fronting.events)
     assert total == sent[0] > 2500
@@ -400,7 +404,8 @@ def test_sigkill_mid_stream_then_restart_loses_nothing_and_duplicates_only_in_ka
     assert set(copies) == set(routed.fronting.expected("clicks"))
     duplicates = sum(c - 1 for c in copies.values())
     # At least once: what the killed router wrote after its last checkpoint comes again: at
-    # most one checkpoint interval of traffic, plus the 3 s before the restart.
+    # most one checkpoint interval of traffic, plus the 3 s the fleet takes to notice (1 s) and
+    # to start it again (a 1 s backoff).
     clicks_share = len(copies) / total
     assert duplicates <= KAFKA_RATE * (CHECKPOINT_SECONDS + 3) * clicks_share + 10, duplicates
     print(f"kafka duplicates after SIGKILL: {duplicates} of {len(copies)}")
@@ -427,14 +432,19 @@ def test_elasticsearch_outage_stalls_only_its_output_then_it_catches_up(routed: 
     assert set(routed.es_output()) == search
 
 
-def test_sigterm_stops_the_router_gracefully(routed: Routed) -> None:
-    assert routed.router is not None and routed.router.poll() is None
-    routed.router.send_signal(signal.SIGTERM)
-    assert routed.router.wait(timeout=90) == 0
-    target = routed.stack.state_dir / "prometheus" / "targets" / f"router-{STREAM}.json"
-    assert not target.exists()
-    assert not Path(f"/proc/{routed.router.pid}").exists() or _zombie(routed.router.pid)
-
-
-def _zombie(pid: int) -> bool:
-    return Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
+def test_deleting_the_stream_stops_its_router_gracefully(routed: Routed) -> None:
+    pid = routed.router_pid()
+    assert pid is not None
+    checked(routed.stack.keystone("stream", "delete", STREAM))
+    wait_for("the router to stop", lambda: not alive(pid), timeout=90)
+    assert groups_alive([pid]) == []  # its JVM and Python workers too
+    log = routed.stack.state_dir / "logs" / "routers" / f"{STREAM}.log"
+    assert log.read_text().rstrip().endswith(f"router for {STREAM} stopped")  # SIGTERM path
+    state = routed.stack.state_dir
+    wait_for(
+        "the fleet to undeploy it",
+        lambda: not (state / "prometheus" / "targets" / f"router-{STREAM}.json").exists(),
+        timeout=30,
+    )
+    assert not (state / "checkpoints" / STREAM).exists()
+    assert not routed.record.exists()

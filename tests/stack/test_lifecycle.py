@@ -6,46 +6,10 @@ import json
 import shutil
 import socket
 import uuid
-from pathlib import Path
 
 from tests.conftest import Stack, checked, private_state_dir, stack_env
 from tests.kafka import consume_all, produce
-
-
-def processes_mentioning(text: str) -> list[int]:
-    """Pids whose command line mentions `text` (a state directory, say)."""
-    found = []
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            if text.encode() in cmdline.read_bytes():
-                found.append(int(cmdline.parent.name))
-        except OSError:
-            continue  # the process ended while we looked
-    return found
-
-
-def groups_alive(leaders: list[int]) -> list[int]:
-    """Live processes in the process groups these leaders started (children like uvicorn's
-    workers included, whose command lines mention nothing of the stack)."""
-    found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            text = stat.read_text()
-        except OSError:
-            continue
-        fields = text[text.rindex(")") + 2 :].split()
-        if fields[0] != "Z" and int(fields[2]) in leaders:  # state, ppid, pgrp
-            found.append(int(stat.parent.name))
-    return found
-
-
-def alive(pid: int) -> bool:
-    """Running, not merely a zombie left for init to reap (it has ended)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat[stat.rindex(")") + 2] != "Z"
+from tests.processes import alive, groups_alive, processes_mentioning
 
 
 def test_down_stops_everything_and_up_keeps_the_data(stack: Stack) -> None:

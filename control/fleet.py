@@ -1,0 +1,325 @@
+"""The fleet: one router application per stream that has outputs, started with spark-submit
+(`python -m router`, whose Spark session pyspark launches through spark-submit, with the master
+from settings), watched, restarted with backoff when it dies, redeployed when its spec changes,
+and stopped gracefully when its stream is deleted.
+
+One control process at a time runs the fleet (a lease in Redis). Routers run in sessions of
+their own and are recorded by pid file under `<state>/run/routers/`, so a restarted control
+service adopts the routers it finds running instead of starting second ones. What the fleet
+knows of each router (state, restarts, last error) is kept in Redis for the API.
+
+Every step is non-blocking: a router asked to stop is looked at again on the next pass, so a
+slow stop never delays another stream's restart.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import shutil
+import signal
+import socket
+import sys
+import threading
+import time
+import uuid
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import httpx
+
+from contracts import metrics as names
+from contracts.errors import KeystoneError
+from contracts.settings import CHECKOUT, Settings
+from contracts.spec import StreamSpec
+from control.store import RouterState, Store
+from stack.processes import PidFile, port_in_use, process_start_time, spawn
+from stack.targets import remove_target, write_target
+
+log = logging.getLogger(__name__)
+
+LEASE = "fleet:leader"
+LEASE_SECONDS = 15.0
+PASS_SECONDS = 1.0
+HEALTHY_AFTER = 60.0  # a router up this long has recovered: its failure count starts again
+FAILED_AFTER = 3  # deaths in a row that make a router "failed" (still retried, slowly)
+MAX_BACKOFF = 300.0
+
+
+def fingerprint(spec: StreamSpec) -> str:
+    """What the router runs: the spec without its producers, which only the proxy reads."""
+    data = json.loads(spec.to_json())
+    data.pop("producers", None)
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """A router process the fleet started; stored as its pid file (`pid` and `start` are what
+    `stack.processes.PidFile` reads, so `keystone stack down` can stop it too)."""
+
+    stream: str
+    pid: int
+    start: int
+    port: int
+    fingerprint: str
+    started: float
+
+    @staticmethod
+    def path(settings: Settings, stream: str) -> Path:
+        return settings.routers_run_dir / f"{stream}.json"
+
+    def save(self, settings: Settings) -> None:
+        path = self.path(settings, self.stream)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        staging = path.with_suffix(".tmp")
+        staging.write_text(json.dumps(asdict(self)))
+        os.replace(staging, path)
+
+    @classmethod
+    def load_all(cls, settings: Settings) -> dict[str, Deployment]:
+        found = {}
+        for path in sorted(settings.routers_run_dir.glob("*.json")):
+            try:
+                found[path.stem] = cls(**json.loads(path.read_text()))
+            except (ValueError, TypeError):
+                log.warning("ignoring unreadable router record %s", path)
+        return found
+
+    def alive(self) -> bool:
+        return process_start_time(self.pid) == self.start
+
+    def remove(self, settings: Settings) -> None:
+        self.path(settings, self.stream).unlink(missing_ok=True)
+
+
+def router_log(settings: Settings, stream: str) -> Path:
+    return settings.routers_logs_dir / f"{stream}.log"
+
+
+def last_error(path: Path) -> str:
+    """The last error the router's current run logged, or the end of a traceback."""
+    try:
+        with path.open("rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - 65536))
+            text = f.read().decode(errors="replace")
+    except FileNotFoundError:
+        return ""
+    run = text.rsplit("\n=== ", 1)[-1].splitlines()
+    for line in reversed(run):
+        if (
+            " ERROR " in line
+            or line.startswith(("Traceback", "Exception"))
+            or (line and not line.startswith((" ", "\t")) and "Error:" in line)
+        ):
+            return line.strip()[:500]
+    return ""
+
+
+class Fleet:
+    def __init__(self, settings: Settings, store: Store) -> None:
+        self.settings = settings
+        self.store = store
+        self.holder = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.leading = False
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="fleet", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stops watching; the routers go on running (a restarted control adopts them)."""
+        self._stop.set()
+        self._thread.join()
+        if self.leading:
+            with contextlib.suppress(KeystoneError):
+                self.store.release_lease(LEASE, self.holder)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.leading = self.store.hold_lease(LEASE, self.holder, LEASE_SECONDS)
+                if self.leading:
+                    self.reconcile()
+            except KeystoneError as e:  # Redis away: nothing can be decided; try again soon
+                log.warning("fleet pass skipped: %s", e)
+            except Exception:  # the fleet's boundary: a bug in one pass must not end the fleet
+                log.exception("fleet pass failed")
+            self._stop.wait(PASS_SECONDS)
+
+    def reconcile(self) -> None:
+        """One pass: every stream's router brought one step closer to its spec."""
+        desired = {s.name: s for s in self.store.streams() if s.outputs}
+        running = Deployment.load_all(self.settings)
+        states = self.store.router_states()
+        for stream in sorted(set(desired) | set(running) | set(states)):
+            state = states.get(stream) or RouterState()
+            try:
+                self._step(stream, desired.get(stream), running.get(stream), state)
+            except KeystoneError as e:
+                log.warning("router %s: %s", stream, e)
+            except Exception:  # one stream's trouble must not hold back the others
+                log.exception("router %s: fleet step failed", stream)
+
+    def _step(
+        self,
+        stream: str,
+        spec: StreamSpec | None,
+        deployed: Deployment | None,
+        state: RouterState,
+    ) -> None:
+        now = time.time()
+        if deployed is not None and not deployed.alive():
+            self._ended(deployed, state, now)
+            deployed = None
+        if spec is None:
+            if deployed is not None:
+                self._stopping(deployed, state, now)
+                self.store.put_router_state(stream, state)
+            else:
+                self._undeploy(stream)
+            return
+        if deployed is not None:
+            if deployed.fingerprint != fingerprint(spec) or state.state == "stopping":
+                self._stopping(deployed, state, now)  # a redeploy begins with a stop
+            else:
+                self._watch(deployed, state, now)
+        elif now >= state.retry_at:
+            self._deploy(spec, state, now)
+        self.store.put_router_state(stream, state)
+
+    def _ended(self, deployed: Deployment, state: RouterState, now: float) -> None:
+        """The router's process is gone: asked to (a stop) or not (a failure, retried later)."""
+        code = _reap(deployed.pid)
+        _kill_group(deployed.pid)  # its JVM must not outlive it
+        deployed.remove(self.settings)
+        if state.state == "stopping":
+            log.info("router %s stopped (exit %s)", deployed.stream, code)
+            _enter(state, "pending", now)
+            state.retry_at = 0.0
+            return
+        ran = now - deployed.started
+        state.failures = state.failures + 1 if ran < HEALTHY_AFTER else 1
+        error = last_error(router_log(self.settings, deployed.stream))
+        why = f"exited with {code}" if code is not None else "its process ended"
+        state.last_error = f"{why}: {error}" if error else why
+        delay = min(MAX_BACKOFF, 2.0 ** (state.failures - 1))
+        state.retry_at = now + delay
+        _enter(state, "failed" if state.failures >= FAILED_AFTER else "restarting", now)
+        log.error(
+            "router %s ended after %.0f s (%s); starting it again in %.0f s",
+            deployed.stream,
+            ran,
+            state.last_error,
+            delay,
+        )
+
+    def _stopping(self, deployed: Deployment, state: RouterState, now: float) -> None:
+        if state.state != "stopping":
+            log.info("stopping router %s (pid %d)", deployed.stream, deployed.pid)
+            _enter(state, "stopping", now)
+            # The router's Python process only: it stops its queries and then its JVM.
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(deployed.pid, signal.SIGTERM)
+        elif now - state.since > self.settings.router_stop_timeout_seconds:
+            log.warning("router %s did not stop in time: killing it", deployed.stream)
+            _kill_group(deployed.pid)
+
+    def _watch(self, deployed: Deployment, state: RouterState, now: float) -> None:
+        up = _router_up(self.settings.bind_host, deployed.port, deployed.stream)
+        _enter(state, "running" if up else "starting", now)
+        error = last_error(router_log(self.settings, deployed.stream))
+        if error:
+            state.last_error = error
+        elif up and now - deployed.started > HEALTHY_AFTER:
+            state.failures, state.last_error = 0, ""  # recovered: why it died is history
+
+    def _deploy(self, spec: StreamSpec, state: RouterState, now: float) -> None:
+        settings = self.settings
+        self._forget_checkpoints(spec, state)
+        port = state.port
+        if not port or port_in_use(settings.bind_host, port):
+            port = _free_port(settings.bind_host)
+        log_path = router_log(settings, spec.name)
+        argv = [sys.executable, "-m", "router", "--stream", spec.name, "--metrics-port", str(port)]
+        record = Deployment.path(settings, spec.name)
+        pid = spawn(
+            argv,
+            log_path,
+            PidFile(record),
+            cwd=CHECKOUT,
+            env={**settings.to_env(), "PYTHONUNBUFFERED": "1"},
+        )
+        start = process_start_time(pid)
+        Deployment(spec.name, pid, start or 0, port, fingerprint(spec), now).save(settings)
+        write_target(
+            settings,
+            f"router-{spec.name}",
+            [f"{settings.bind_host}:{port}"],
+            {"job": "keystone_router", "stream": spec.name},
+        )
+        if state.state in ("restarting", "failed"):
+            state.restarts += 1
+        state.pid, state.port, state.started = pid, port, now
+        state.fingerprint = fingerprint(spec)
+        state.extra = {"outputs": {o.name: _sink_key(o) for o in spec.outputs}}
+        _enter(state, "starting", now)
+        log.info("router %s started (pid %d, metrics on port %d)", spec.name, pid, port)
+
+    def _forget_checkpoints(self, spec: StreamSpec, state: RouterState) -> None:
+        """An output that was removed, or whose sink changed, starts afresh next time (from its
+        `start`), rather than resuming another sink's progress."""
+        before: dict[str, str] = state.extra.get("outputs", {})
+        now = {o.name: _sink_key(o) for o in spec.outputs}
+        for output, sink in before.items():
+            if now.get(output) != sink:
+                shutil.rmtree(self.settings.checkpoints_dir / spec.name / output, True)
+
+    def _undeploy(self, stream: str) -> None:
+        """The stream (or its last output) is gone and so is its router: its target and
+        checkpoints go too, so a stream made again later starts afresh."""
+        remove_target(self.settings, f"router-{stream}")
+        shutil.rmtree(self.settings.checkpoints_dir / stream, ignore_errors=True)
+        self.store.delete_router_state(stream)
+        log.info("router %s undeployed", stream)
+
+
+def _sink_key(output) -> str:
+    return output.sink.model_dump_json()
+
+
+def _enter(state: RouterState, name: str, now: float) -> None:
+    if state.state != name:
+        state.state, state.since = name, now
+
+
+def _reap(pid: int) -> int | None:
+    """The exit code, when the router was this process' child (else its parent reaps it)."""
+    try:
+        done, status = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return None
+    return os.waitstatus_to_exitcode(status) if done == pid else None
+
+
+def _kill_group(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+
+
+def _free_port(host: str) -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def _router_up(host: str, port: int, stream: str) -> bool:
+    try:
+        text = httpx.get(f"http://{host}:{port}/metrics", timeout=1).text
+    except httpx.HTTPError:
+        return False
+    return f'{names.ROUTER_UP}{{stream="{stream}"}} 1.0' in text

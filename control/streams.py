@@ -1,0 +1,175 @@
+"""Streams, their outputs and their producers: every change checked, provisioned, stored and
+audited, in that order, for one caller.
+
+A change is a function from the stored spec (or None) to the new spec (or None to delete). It
+runs twice: once to check it and provision what the new spec writes to (idempotent, before the
+fleet can deploy it), and again inside the store's transaction, on the state as it is then, so
+two owners' concurrent changes cannot slip past each other's checks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from contracts.errors import Conflict, Forbidden, InvalidSpec, NotFound
+from contracts.settings import Settings
+from contracts.spec import OutputSpec, StreamSpec, load_spec
+from control.provisioner import provision
+from control.store import Store, audit
+from control.tenancy import Caller
+from control.validation import check_spec, route_problems
+
+
+@dataclass(frozen=True)
+class Applied:
+    spec: StreamSpec | None  # None once deleted
+    created: bool  # the stream did not exist before
+    provisioned: list[str]  # what was made outside Redis (topics, templates...)
+
+
+class Streams:
+    def __init__(self, settings: Settings, store: Store) -> None:
+        self.settings = settings
+        self.store = store
+
+    def list(self, caller: Caller) -> list[StreamSpec]:
+        return [s for s in self.store.streams() if caller.owns(s.owner)]
+
+    def get(self, caller: Caller, name: str) -> StreamSpec:
+        return caller.visible_stream(self.store.get_stream(name))
+
+    def create(self, caller: Caller, spec: StreamSpec) -> Applied:
+        def change(old: StreamSpec | None) -> StreamSpec:
+            if old is not None:
+                raise Conflict(f"stream {spec.name!r} already exists")
+            return self._checked(caller, spec)
+
+        return self._apply(caller, spec.name, change, "stream.create")
+
+    def put(self, caller: Caller, name: str, spec: StreamSpec) -> Applied:
+        """Creates the stream or replaces its spec."""
+        if spec.name != name:
+            raise InvalidSpec(
+                "the spec's name must be the stream's",
+                problems=[{"field": "name", "message": f"expected {name!r}"}],
+            )
+
+        def change(old: StreamSpec | None) -> StreamSpec:
+            if old is not None and not caller.owns(old.owner):
+                raise Forbidden(f"stream {name!r} belongs to another owner")
+            return self._checked(caller, spec)
+
+        return self._apply(caller, name, change, "stream.put")
+
+    def delete(self, caller: Caller, name: str) -> None:
+        def change(old: StreamSpec | None) -> None:
+            caller.visible_stream(self._existing(old, name))
+            feeding = sorted(
+                f"{s.name}.{o.name}"
+                for s in self.store.streams()
+                for o in s.outputs
+                if o.sink.type == "keystone" and o.sink.stream == name and s.name != name
+            )
+            if feeding:
+                raise Conflict(
+                    f"stream {name!r} receives events from {', '.join(feeding)}: "
+                    "remove those outputs first"
+                )
+            return None
+
+        self._apply(caller, name, change, "stream.delete")
+
+    def put_output(self, caller: Caller, stream: str, output: OutputSpec) -> Applied:
+        def change(old: StreamSpec | None) -> StreamSpec:
+            spec = caller.visible_stream(self._existing(old, stream))
+            outputs = [o for o in spec.outputs if o.name != output.name]
+            index = next((i for i, o in enumerate(spec.outputs) if o.name == output.name), None)
+            outputs.insert(len(outputs) if index is None else index, output)
+            return self._checked(caller, _replace(spec, outputs=outputs))
+
+        return self._apply(caller, stream, change, "output.put", output=output.name)
+
+    def delete_output(self, caller: Caller, stream: str, output: str) -> Applied:
+        def change(old: StreamSpec | None) -> StreamSpec:
+            spec = caller.visible_stream(self._existing(old, stream))
+            if spec.output(output) is None:
+                raise NotFound(f"stream {stream!r} has no output {output!r}")
+            return _replace(spec, outputs=[o for o in spec.outputs if o.name != output])
+
+        return self._apply(caller, stream, change, "output.delete", output=output)
+
+    def grant(self, caller: Caller, stream: str, app: str) -> Applied:
+        """Lets an app post to the stream (any registered app: the stream's owner decides)."""
+        self.store.get_app(app)
+
+        def change(old: StreamSpec | None) -> StreamSpec:
+            spec = caller.visible_stream(self._existing(old, stream))
+            producers = sorted({*spec.producers, app})
+            return _replace(spec, producers=producers)
+
+        return self._apply(caller, stream, change, "producer.grant", app=app)
+
+    def revoke(self, caller: Caller, stream: str, app: str) -> Applied:
+        def change(old: StreamSpec | None) -> StreamSpec:
+            spec = caller.visible_stream(self._existing(old, stream))
+            if app not in spec.producers:
+                raise NotFound(f"app {app!r} is not a producer of stream {stream!r}")
+            return _replace(spec, producers=[p for p in spec.producers if p != app])
+
+        return self._apply(caller, stream, change, "producer.revoke", app=app)
+
+    # Every change goes through here.
+
+    def _apply(
+        self,
+        caller: Caller,
+        name: str,
+        change: Callable[[StreamSpec | None], StreamSpec | None],
+        action: str,
+        **detail: str,
+    ) -> Applied:
+        before = self._stored(name)
+        draft = change(before)
+        provisioned = provision(self.settings, draft) if draft is not None else []
+        old, new = self.store.change_stream(
+            name, change, audit(caller.name, action, name, provisioned=provisioned, **detail)
+        )
+        return Applied(spec=new, created=old is None, provisioned=provisioned)
+
+    def _checked(self, caller: Caller, spec: StreamSpec) -> StreamSpec:
+        """The spec, if the caller may own it and it passes every check; else 403 or 422."""
+        if not caller.owns(spec.owner):
+            raise Forbidden(f"you may only own streams yourself: owner {caller.name!r}")
+        check_spec(spec)
+        known = {a.name for a in self.store.apps()}
+        problems = [
+            {"field": f"producers.{i}", "message": f"no app {p!r}: register it first"}
+            for i, p in enumerate(spec.producers)
+            if p not in known
+        ]
+        streams = {s.name: s for s in self.store.streams()}
+        problems += route_problems(spec, streams, caller.admin)
+        if problems:
+            raise InvalidSpec("the stream spec is not valid", problems=problems)
+        return spec
+
+    def _stored(self, name: str) -> StreamSpec | None:
+        try:
+            return self.store.get_stream(name)
+        except NotFound:
+            return None
+
+    @staticmethod
+    def _existing(spec: StreamSpec | None, name: str) -> StreamSpec:
+        if spec is None:
+            raise NotFound(f"no stream {name!r}")
+        return spec
+
+
+def _replace(spec: StreamSpec, **changes: list) -> StreamSpec:
+    """A changed copy, validated again as a whole (a frozen model's copy is not)."""
+    data = spec.model_dump(by_alias=True)
+    for key, items in changes.items():
+        data[key] = [i.model_dump(by_alias=True) if isinstance(i, OutputSpec) else i for i in items]
+    return load_spec(data)

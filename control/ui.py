@@ -1,0 +1,322 @@
+"""The web UI for stream owners, served by control under /ui/: the streams with their health,
+a stream's page (outputs, rates, its dashboard), and forms to create a stream and add an output,
+with a filter and projection editor that previews on recent events and shows errors inline.
+
+Pages call the same functions as the REST API. The token a user signs in with is kept in an
+HttpOnly, SameSite=Strict cookie scoped to /ui; forms that change anything also check that the
+request comes from this site (Origin), so another site cannot post them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+from urllib.parse import urlsplit
+
+from fastapi import APIRouter, Depends, Form, Request
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from fastapi.staticfiles import StaticFiles
+from fastapi.templating import Jinja2Templates
+from pydantic import ValidationError
+
+from contracts.errors import Forbidden, InvalidSpec, KeystoneError, Unauthorized
+from contracts.spec import OutputSpec, StreamSpec, field_errors
+from control.api import PlaneDep
+from control.models import PreviewRequest
+from control.plane import Plane
+from control.preview import preview
+from control.status import PrometheusError, query, stream_status
+from control.tenancy import Caller
+
+HERE = Path(__file__).parent / "web"
+COOKIE = "keystone_token"
+templates = Jinja2Templates(directory=HERE / "templates")
+router = APIRouter(prefix="/ui", include_in_schema=False)
+static = StaticFiles(directory=HERE / "static")
+
+
+class SignIn(Exception):
+    """The page needs a signed-in user: answered with a redirect to the sign-in page."""
+
+
+def ui_caller(request: Request) -> Caller:
+    plane: Plane = request.app.state.plane
+    token = request.cookies.get(COOKIE)
+    if not token:
+        raise SignIn
+    try:
+        return plane.auth.caller(f"Bearer {token}")
+    except Unauthorized as e:
+        raise SignIn from e
+
+
+def same_site(request: Request) -> None:
+    """Refuses a state-changing request that another site's page made."""
+    origin = request.headers.get("origin") or request.headers.get("referer")
+    if origin and urlsplit(origin).netloc != request.headers.get("host"):
+        raise Forbidden("this form was posted from another site")
+
+
+UICaller = Annotated[Caller, Depends(ui_caller)]
+
+
+def wants_page(request: Request) -> bool:
+    """A browser asking for a page (not the page's own scripts asking for JSON)."""
+    return request.url.path.startswith("/ui/") and "text/html" in request.headers.get("accept", "")
+
+
+def error_page(request: Request, error: KeystoneError) -> HTMLResponse:
+    titles = {401: "Sign in needed", 403: "Not allowed", 404: "Not found", 409: "Conflict"}
+    return page(
+        request,
+        "error.html",
+        None,
+        title=titles.get(error.status, "Something went wrong"),
+        message=error.message,
+        status=error.status,
+        status_code=error.status,
+    )
+
+
+def page(request: Request, name: str, who: Caller | None, **context: Any) -> HTMLResponse:
+    status = context.pop("status_code", 200)
+    return templates.TemplateResponse(request, name, {"who": who, **context}, status_code=status)
+
+
+@router.get("/login", response_class=HTMLResponse)
+def login_form(request: Request) -> HTMLResponse:
+    return page(request, "login.html", None, error=None)
+
+
+@router.post("/login", response_class=HTMLResponse, dependencies=[Depends(same_site)])
+def login(request: Request, plane: PlaneDep, token: Annotated[str, Form()]) -> Response:
+    try:
+        plane.auth.caller(f"Bearer {token.strip()}")
+    except Unauthorized:
+        return page(request, "login.html", None, error="That token is not valid.", status_code=401)
+    response = RedirectResponse("/ui/", status_code=303)
+    response.set_cookie(
+        COOKIE, token.strip(), httponly=True, samesite="strict", path="/ui", max_age=12 * 3600
+    )
+    return response
+
+
+@router.post("/logout", dependencies=[Depends(same_site)])
+def logout() -> Response:
+    response = RedirectResponse("/ui/login", status_code=303)
+    response.delete_cookie(COOKIE, path="/ui")
+    return response
+
+
+@router.get("/", response_class=HTMLResponse)
+def streams_page(request: Request, plane: PlaneDep, who: UICaller) -> HTMLResponse:
+    specs = plane.streams.list(who)
+    states = plane.store.router_states()
+    rates: dict[str, dict[str, float]] = {}
+    metrics_error = None
+    try:
+        for stage, promql in (
+            (
+                "accepted",
+                'sum by (stream) (rate(keystone_ingest_events_total{result="accepted"}[1m]))',
+            ),
+            (
+                "delivered",
+                'sum by (stream) (rate(keystone_router_events_total{stage="delivered"}[1m]))',
+            ),
+        ):
+            for sample in query(plane.settings, promql):
+                stream = sample["metric"].get("stream", "")
+                rates.setdefault(stream, {})[stage] = float(sample["value"][1])
+    except PrometheusError as e:
+        metrics_error = str(e)
+    rows = [
+        {"spec": s, "router": states.get(s.name), "rates": rates.get(s.name, {})} for s in specs
+    ]
+    return page(request, "streams.html", who, rows=rows, metrics_error=metrics_error)
+
+
+@router.get("/streams/new", response_class=HTMLResponse)
+def new_stream_form(request: Request, plane: PlaneDep, who: UICaller) -> HTMLResponse:
+    apps = [a.name for a in plane.accounts.apps(who)]
+    return page(request, "stream_new.html", who, form={}, problems={}, apps=apps, error=None)
+
+
+@router.post("/streams/new", response_class=HTMLResponse, dependencies=[Depends(same_site)])
+def create_stream(
+    request: Request,
+    plane: PlaneDep,
+    who: UICaller,
+    name: Annotated[str, Form()],
+    partitions: Annotated[str, Form()] = "6",
+    producers: Annotated[str, Form()] = "",
+    owner: Annotated[str, Form()] = "",
+) -> Response:
+    form = {"name": name, "partitions": partitions, "producers": producers, "owner": owner}
+    data = {
+        "name": name.strip(),
+        "owner": (owner.strip() if who.admin else who.name) or who.name,
+        "partitions": partitions.strip() or "6",
+        "producers": [p.strip() for p in producers.replace(",", " ").split() if p.strip()],
+    }
+    try:
+        spec = StreamSpec.model_validate(data)
+        plane.streams.create(who, spec)
+    except (ValidationError, KeystoneError) as e:
+        apps = [a.name for a in plane.accounts.apps(who)]
+        error, problems = _explain(e)
+        return page(
+            request,
+            "stream_new.html",
+            who,
+            form=form,
+            problems=problems,
+            apps=apps,
+            error=error,
+            status_code=422 if problems else _status(e),
+        )
+    return RedirectResponse(f"/ui/streams/{spec.name}", status_code=303)
+
+
+@router.get("/streams/{stream}", response_class=HTMLResponse)
+def stream_page(request: Request, stream: str, plane: PlaneDep, who: UICaller) -> HTMLResponse:
+    spec = plane.streams.get(who, stream)
+    return page(
+        request,
+        "stream.html",
+        who,
+        spec=spec,
+        status=_status_of(plane, spec),
+        form={
+            "sink": "kafka",
+            "mode": "realtime",
+            "trigger": "10 seconds",
+            "start": "latest",
+            "projection": "*",
+        },
+        problems={},
+        error=None,
+    )
+
+
+@router.get("/streams/{stream}/status")
+def stream_status_json(stream: str, plane: PlaneDep, who: UICaller) -> JSONResponse:
+    """The stream page refreshes its router and output figures from here."""
+    return JSONResponse(_status_of(plane, plane.streams.get(who, stream)))
+
+
+@router.post(
+    "/streams/{stream}/outputs", response_class=HTMLResponse, dependencies=[Depends(same_site)]
+)
+def add_output(
+    request: Request,
+    stream: str,
+    plane: PlaneDep,
+    who: UICaller,
+    name: Annotated[str, Form()],
+    sink: Annotated[str, Form()],
+    target: Annotated[str, Form()] = "",
+    filter: Annotated[str, Form()] = "",
+    projection: Annotated[str, Form()] = "*",
+    mode: Annotated[str, Form()] = "realtime",
+    trigger: Annotated[str, Form()] = "10 seconds",
+    start: Annotated[str, Form()] = "latest",
+) -> Response:
+    spec = plane.streams.get(who, stream)
+    form = {
+        "name": name,
+        "sink": sink,
+        "target": target,
+        "filter": filter,
+        "projection": projection,
+        "mode": mode,
+        "trigger": trigger,
+        "start": start,
+    }
+    sink_config: dict[str, Any] = {"type": sink}
+    if sink == "kafka" and target.strip():
+        sink_config["topic"] = target.strip()
+    elif sink == "keystone":
+        sink_config["stream"] = target.strip()
+    data = {
+        "name": name.strip(),
+        "filter": filter.strip() or None,
+        "projection": _projection(projection),
+        "sink": sink_config,
+        "delivery": {"mode": "microbatch" if sink == "hive" else mode, "trigger": trigger},
+        "start": start,
+    }
+    try:
+        output = OutputSpec.model_validate(data)
+        plane.streams.put_output(who, stream, output)
+    except (ValidationError, KeystoneError) as e:
+        index = next((i for i, o in enumerate(spec.outputs) if o.name == data["name"]), None)
+        error, problems = _explain(
+            e, prefix=f"outputs.{len(spec.outputs) if index is None else index}."
+        )
+        return page(
+            request,
+            "stream.html",
+            who,
+            spec=spec,
+            status=_status_of(plane, spec),
+            form=form,
+            problems=problems,
+            error=error,
+            status_code=422 if problems else _status(e),
+        )
+    return RedirectResponse(f"/ui/streams/{stream}#output-{output.name}", status_code=303)
+
+
+@router.post("/streams/{stream}/outputs/{output}/delete", dependencies=[Depends(same_site)])
+def delete_output(stream: str, output: str, plane: PlaneDep, who: UICaller) -> Response:
+    plane.streams.delete_output(who, stream, output)
+    return RedirectResponse(f"/ui/streams/{stream}", status_code=303)
+
+
+@router.post("/streams/{stream}/preview", dependencies=[Depends(same_site)])
+def preview_draft(
+    stream: str, body: PreviewRequest, plane: PlaneDep, who: UICaller
+) -> JSONResponse:
+    """The editor's preview: the draft's filter and projection over recent events; parse
+    errors come back as 422 with the field and column, for the editor to point at."""
+    spec = plane.streams.get(who, stream)
+    result = preview(
+        plane.settings, spec, body.filter or None, body.projection or ["*"], body.limit
+    )
+    return JSONResponse(result.__dict__)
+
+
+def _projection(text: str) -> list[str]:
+    items = [line.strip() for line in text.replace(",", "\n").splitlines() if line.strip()]
+    return items or ["*"]
+
+
+def _status_of(plane: Plane, spec: StreamSpec) -> dict[str, Any]:
+    return stream_status(plane.settings, spec, plane.store.router_state(spec.name)).to_dict()
+
+
+def _explain(error: Exception, prefix: str = "") -> tuple[str, dict[str, str]]:
+    """A form's error: the message, and per form field what is wrong with it."""
+    if isinstance(error, ValidationError):
+        problems = field_errors(error)
+        message = "Please correct the fields marked below."
+    elif isinstance(error, InvalidSpec):
+        problems = error.details.get("problems", [])
+        message = error.message
+    else:
+        return str(error), {}
+    by_field: dict[str, str] = {}
+    for problem in problems:
+        field = problem["field"].removeprefix(prefix)
+        key = field.split(".")[0]
+        if key == "delivery":
+            key = field.split(".")[1] if field.count(".") else "mode"
+        if key == "sink":
+            key = "target" if field.count(".") > 1 else "sink"
+        by_field.setdefault(key, problem["message"])
+    return message, by_field
+
+
+def _status(error: Exception) -> int:
+    return error.status if isinstance(error, KeystoneError) else 422
