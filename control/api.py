@@ -135,7 +135,9 @@ def preview_output(
     if existing is None and body.filter is None and body.projection is None:
         raise NotFound(f"stream {stream!r} has no output {output!r}: give a filter or projection")
     filter_text = body.filter if body.filter is not None else getattr(existing, "filter", None)
-    projection = body.projection or (existing.projection if existing else ["*"])
+    projection = body.projection
+    if projection is None:
+        projection = existing.projection if existing else ["*"]
     result = preview(plane.settings, spec, filter_text or None, projection, body.limit)
     return PreviewPublic(**result.__dict__)
 

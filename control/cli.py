@@ -39,8 +39,9 @@ app = typer.Typer(
 )
 streams = typer.Typer(help="Streams: their specs, routers and status.", no_args_is_help=True)
 outputs = typer.Typer(help="A stream's outputs: filter, projection, sink.", no_args_is_help=True)
-apps = typer.Typer(help="Producing apps, their keys and the streams they may post to.",
-                   no_args_is_help=True)
+apps = typer.Typer(
+    help="Producing apps, their keys and the streams they may post to.", no_args_is_help=True
+)
 owners = typer.Typer(help="Owners and their tokens (the admin's).", no_args_is_help=True)
 app.add_typer(stack_cli.app, name="stack")
 app.add_typer(streams, name="stream")
@@ -51,9 +52,7 @@ app.command()(stack_cli.sql)
 app.command()(proxy_cli.send)
 console = Console()
 JsonOption = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
-SpecFile = Annotated[
-    typer.FileText, typer.Option("-f", "--file", help="YAML or JSON; - for stdin")
-]
+SpecFile = Annotated[typer.FileText, typer.Option("-f", "--file", help="YAML or JSON; - for stdin")]
 STATE_STYLE = {"running": "green", "restarting": "red", "failed": "red", "none": "dim"}
 
 
@@ -154,8 +153,17 @@ def stream_show(ctx: typer.Context, name: str, as_json: JsonOption = False) -> N
         console.print(Text(f"last error: {router['last_error']}", style="red"))
     if status.get("metrics_error"):
         console.print(Text(f"rates unavailable: {status['metrics_error']}", style="yellow"))
-    table = Table("output", "sink", "in/s", "matched/s", "delivered/s", "delivered",
-                  "dead letters", "lag", "p99")
+    table = Table(
+        "output",
+        "sink",
+        "in/s",
+        "matched/s",
+        "delivered/s",
+        "delivered",
+        "dead letters",
+        "lag",
+        "p99",
+    )
     for o in status["outputs"]:
         rates, totals = o["rates"], o["totals"]
         table.add_row(

@@ -55,8 +55,7 @@ class ControlClient:
             answer = self._http.request(method, path, json=body, params=params or None)
         except httpx.TransportError as e:
             raise Unavailable(
-                f"control at {self.url} is unreachable ({e}): is the stack up? "
-                "(keystone stack up)",
+                f"control at {self.url} is unreachable ({e}): is the stack up? (keystone stack up)",
                 retry_after=2,
             ) from e
         if answer.status_code == 204:

@@ -79,7 +79,9 @@ class OwnerToken(BaseModel):
 
 class PreviewRequest(BaseModel):
     filter: str | None = Field(None, description="Default: the output's, if it exists.")
-    projection: list[str] | None = Field(None, description="Default: the output's, or *.")
+    projection: list[str] | None = Field(
+        None, min_length=1, description="Default: the output's, or *."
+    )
     limit: int = Field(20, ge=1, le=1000, description="How many of the newest events to read.")
 
 

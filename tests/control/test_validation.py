@@ -1,8 +1,8 @@
 import pytest
 
 from contracts.errors import InvalidSpec
-from contracts.spec import load_spec
-from control.validation import check_spec
+from contracts.spec import StreamSpec, load_spec
+from control.validation import check_spec, route_problems
 
 
 def spec(**output: object) -> dict:
@@ -42,3 +42,27 @@ def test_a_sink_checks_its_own_config() -> None:
     [problem] = caught.value.details["problems"]
     assert problem["field"] == "outputs.0.sink"
     assert "its own stream" in problem["message"]
+
+
+def stream(name: str, owner: str = "team-a", *targets: str) -> StreamSpec:
+    outputs = [{"name": f"to_{t}", "sink": {"type": "keystone", "stream": t}} for t in targets]
+    return load_spec({"name": name, "owner": owner, "outputs": outputs})
+
+
+def test_keystone_routes_must_reach_an_existing_stream_of_the_same_owner() -> None:
+    stored = {s.name: s for s in (stream("aa"), stream("bb", "team-b"))}
+    assert route_problems(stream("cc", "team-a", "aa"), stored, admin=False) == []
+    missing, foreign = route_problems(stream("cc", "team-a", "zz", "bb"), stored, admin=False)
+    assert missing["field"] == "outputs.0.sink.stream" and "'zz'" in missing["message"]
+    assert foreign["field"] == "outputs.1.sink.stream" and "'bb'" in foreign["message"]
+    assert route_problems(stream("cc", "team-a", "bb"), stored, admin=True) == []
+
+
+def test_a_route_that_closes_a_cycle_is_refused_with_the_loop() -> None:
+    stored = {s.name: s for s in (stream("aa", "team-a", "bb"), stream("bb", "team-a", "cc"))}
+    stored["cc"] = stream("cc")
+    [problem] = route_problems(stream("cc", "team-a", "aa"), stored, admin=False)
+    assert problem["message"] == "this would make a cycle: cc -> aa -> bb -> cc"
+    # Replacing a stream's spec drops its old routes from the graph.
+    assert route_problems(stream("bb"), stored, admin=False) == []
+    assert route_problems(stream("cc", "team-a", "bb"), {**stored, "bb": stream("bb")}, False) == []

@@ -1,0 +1,172 @@
+"""The fleet on the real stack: a stream created through the API gets its router (a Spark
+application) and its events arrive; a changed filter redeploys the router and takes effect; a
+restarted control service adopts the running router instead of starting a second one.
+
+(Killing a router and deleting a stream are proved in tests/router/test_router.py, whose
+router the fleet runs too.) The tests run in order against one stream.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import httpx
+import pytest
+from hmsclient.hmsclient import HMSClient
+
+from contracts.names import HIVE_DATABASE
+from ingest_proxy.client import ProxyClient
+from loadtest.topics import read_topic
+from router.lang.evaluate import matches, project
+from router.lang.parser import parse_filter, parse_projection
+from stack.processes import PidFile, stop
+from tests.conftest import Stack, checked
+from tests.control.conftest import Api, eventually, owner
+from tests.processes import processes_mentioning
+
+STREAM, OWNER, APP = "fleet_main", "team-fleet", "fleet-app"
+PICKED = {
+    "name": "picked",
+    "filter": "kind = 'a' and n >= 0",
+    "projection": ["guid", "n", "user.id as uid"],
+    "sink": {"type": "kafka"},
+    "delivery": {"mode": "realtime", "trigger": "5 seconds"},
+    "start": "earliest",
+}
+OUTPUTS = [
+    PICKED,
+    {
+        "name": "search",
+        "projection": ["n", "kind"],
+        "sink": {"type": "elasticsearch"},
+        "start": "earliest",
+    },
+    {
+        "name": "archive",
+        "sink": {"type": "hive"},
+        "delivery": {"mode": "microbatch", "trigger": "5 seconds"},
+        "start": "earliest",
+    },
+]
+
+
+def event(n: int) -> dict:
+    return {"n": n, "kind": "abc"[n % 3], "user": {"id": n % 7}}
+
+
+@dataclass
+class Fleet:
+    stack: Stack
+    api: Api
+    proxy: ProxyClient
+    sent: dict[str, dict] = field(default_factory=dict)  # guid -> event
+
+    def send(self, numbers: range) -> list[str]:
+        events = [event(n) for n in numbers]
+        guids = self.proxy.send(STREAM, events).guids
+        self.sent.update(zip(guids, events, strict=True))
+        return guids
+
+    def router(self) -> dict:
+        return self.api.ok("GET", f"/v1/streams/{STREAM}/status")["router"]
+
+    def pid(self) -> int | None:
+        return PidFile(self.stack.state_dir / "run" / "routers" / f"{STREAM}.json").running_pid()
+
+    def running(self) -> bool:
+        return self.router()["state"] == "running"
+
+    def picked(self) -> dict[str, list[dict]]:
+        """Every copy in the Kafka output, by guid."""
+        found: dict[str, list[dict]] = {}
+        for m in read_topic(self.stack.address("kafka"), f"{STREAM}.picked"):
+            found.setdefault(m.key().decode(), []).append(json.loads(m.value()))
+        return found
+
+    def expected(self, guids: list[str], output: dict) -> dict[str, dict]:
+        expr, projection = parse_filter(output["filter"]), parse_projection(output["projection"])
+        return {
+            g: project(projection, self.sent[g], {"guid": g})
+            for g in guids
+            if matches(expr, self.sent[g], {"guid": g})
+        }
+
+
+@pytest.fixture(scope="module")
+def fleet(stack: Stack, admin: Api) -> Iterator[Fleet]:
+    team = owner(admin, OWNER)
+    key = team.ok("POST", "/v1/apps", {"name": APP})["key"]
+    with ProxyClient(stack.address("ingest_proxy"), key) as proxy:
+        yield Fleet(stack, team, proxy)
+    team.call("DELETE", f"/v1/streams/{STREAM}")
+
+
+def test_a_stream_created_through_the_api_is_provisioned_deployed_and_delivers(
+    fleet: Fleet,
+) -> None:
+    spec = {"name": STREAM, "owner": OWNER, "partitions": 2, "producers": [APP], "outputs": OUTPUTS}
+    created = fleet.api.ok("POST", "/v1/streams", spec)
+    assert {
+        f"topic keystone.{STREAM}",
+        f"topic {STREAM}.picked",
+        f"index template {STREAM}-search",
+    } <= set(created["provisioned"])
+    es = fleet.stack.address("elasticsearch")
+    template = httpx.get(f"{es}/_template/{STREAM}-search", timeout=10).json()
+    assert template[f"{STREAM}-search"]["index_patterns"] == [f"{STREAM}-search-*"]
+    host, port = fleet.stack.address("metastore").removeprefix("thrift://").split(":")
+    with HMSClient(host=host, port=int(port)) as metastore:
+        assert metastore.get_database(HIVE_DATABASE).name == HIVE_DATABASE
+
+    eventually("the router to run", fleet.running, timeout=120)
+    guids = fleet.send(range(300))
+    wanted = fleet.expected(guids, PICKED)
+    assert 0 < len(wanted) < 300
+    eventually("the Kafka output", lambda: set(fleet.picked()) >= set(wanted), timeout=90)
+    assert {g: copies[0] for g, copies in fleet.picked().items()} == wanted
+
+    def searchable() -> int:
+        httpx.post(f"{es}/{STREAM}-search-*/_refresh", timeout=30)
+        return httpx.get(f"{es}/{STREAM}-search-*/_count", timeout=30).json().get("count", 0)
+
+    eventually("the Elasticsearch output", lambda: searchable() == 300, timeout=90)
+
+    def delivered() -> float | None:
+        outputs = fleet.api.ok("GET", f"/v1/streams/{STREAM}/status")["outputs"]
+        return {o["name"]: o["totals"].get("delivered") for o in outputs}["picked"]
+
+    eventually("the status to count them", lambda: delivered() == len(wanted), timeout=60)
+
+
+def test_changing_an_output_filter_redeploys_the_router_and_takes_effect(fleet: Fleet) -> None:
+    before = fleet.pid()
+    changed = {**PICKED, "filter": "kind = 'b'"}
+    fleet.api.ok("PUT", f"/v1/streams/{STREAM}/outputs/picked", changed)
+    eventually("the redeploy", lambda: fleet.pid() not in (None, before), timeout=120)
+    eventually("the new router to run", fleet.running, timeout=120)
+    guids = fleet.send(range(1000, 1150))
+    wanted = fleet.expected(guids, changed)
+    eventually("the new filter's events", lambda: set(fleet.picked()) >= set(wanted), 90)
+    delivered = fleet.picked()
+    assert {g for g in guids if g in delivered} == set(wanted)  # not one of kind 'a'
+    assert {g: delivered[g][0] for g in wanted} == wanted
+    assert fleet.router()["restarts"] == 0  # a redeploy is not a failure
+
+
+def test_a_restarted_control_service_adopts_the_running_router(fleet: Fleet) -> None:
+    pid = fleet.pid()
+    assert pid is not None
+    control = PidFile(fleet.stack.state_dir / "run" / "control.pid")
+    assert stop(control, signal.SIGTERM, timeout=30)
+    assert fleet.pid() == pid  # the router outlives control
+    checked(fleet.stack.keystone("stack", "up", timeout=300))
+    time.sleep(5)  # several fleet passes
+    assert fleet.pid() == pid and fleet.running()
+    assert len(processes_mentioning(f"--stream\0{STREAM}\0")) == 1
+    guids = fleet.send(range(2000, 2030))
+    wanted = fleet.expected(guids, {**PICKED, "filter": "kind = 'b'"})
+    eventually("events after the restart", lambda: set(fleet.picked()) >= set(wanted), 60)
