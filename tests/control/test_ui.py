@@ -1,0 +1,88 @@
+"""The web UI in a real headless Chromium: an owner signs in, creates a stream and an output
+through the pages (errors shown inline, a preview on recent events), then sees events flow."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from playwright.sync_api import Page, expect
+
+from ingest_proxy.client import ProxyClient
+from tests.browser import artifact, chromium
+from tests.conftest import Stack
+from tests.control.conftest import Api, owner
+
+STREAM, OWNER, APP = "ui_stream", "team-ui", "ui-app"
+WAIT_MS = 180_000  # a router's first start, then Prometheus' scrape and the page's refresh
+
+
+@pytest.fixture(scope="module")
+def page(stack: Stack, admin: Api) -> Iterator[Page]:
+    with chromium() as browser:
+        tab = browser.new_page(viewport={"width": 1400, "height": 1000})
+        tab.set_default_timeout(30_000)
+        yield tab
+    admin.call("DELETE", f"/v1/streams/{STREAM}")
+
+
+def test_an_owner_creates_a_stream_and_an_output_in_the_browser_and_sees_events_flow(
+    stack: Stack, admin: Api, page: Page
+) -> None:
+    team = owner(admin, OWNER)
+    key = team.ok("POST", "/v1/apps", {"name": APP})["key"]
+    ui = f"{admin.url}/ui"
+
+    page.goto(f"{ui}/")  # not signed in: sent to sign in
+    expect(page).to_have_url(f"{ui}/login")
+    page.fill("#token", "ko_not-a-token")
+    page.click("button[type=submit]")
+    expect(page.get_by_role("alert")).to_have_text("That token is not valid.")
+    page.fill("#token", team.token)
+    page.click("button[type=submit]")
+    expect(page).to_have_url(f"{ui}/")
+
+    # A new stream; an unknown producer is refused inline, then corrected.
+    page.click("text=New stream")
+    page.fill("#name", STREAM)
+    page.fill("#partitions", "2")
+    page.fill("#producers", "nobody-app")
+    page.click("#create-stream")
+    expect(page.locator('.field-error[data-field="producers"]')).to_contain_text(
+        "no app 'nobody-app'"
+    )
+    page.fill("#producers", APP)
+    page.click("#create-stream")
+    expect(page).to_have_url(f"{ui}/streams/{STREAM}")
+
+    with ProxyClient(stack.address("ingest_proxy"), key) as proxy:
+        proxy.send(STREAM, [{"n": n, "kind": "ab"[n % 2]} for n in range(20)])
+
+        # The editor: a broken filter is pointed at, a good one previewed on those events.
+        page.fill("#out-name", "picked")
+        page.select_option("#out-sink", "kafka")
+        page.fill("#out-filter", "kind = 'a' and")
+        page.click("#preview-button")
+        expect(page.locator("#filter-error")).to_contain_text("(column 15)")
+        page.fill("#out-filter", "kind = 'a' and n >= 4")
+        page.fill("#out-projection", "guid\nn as number")
+        page.click("#preview-button")
+        expect(page.locator("#preview-summary")).to_have_text("8 of the last 20 events match.")
+        expect(page.locator("#preview-records tbody tr")).to_have_count(8)
+        expect(page.locator("#filter-error")).to_be_hidden()
+
+        page.select_option("#out-start", "earliest")
+        page.click("#save-output")
+        expect(page.locator('tr[data-output="picked"]')).to_be_visible()
+        expect(page.locator("#router-state")).to_have_text("running", timeout=WAIT_MS)
+
+        proxy.send(STREAM, [{"n": n, "kind": "ab"[n % 2]} for n in range(20, 40)])
+    # 8 + 10 events of kind 'a' with n >= 4: the page refreshes its figures by itself.
+    delivered = page.locator('tr[data-output="picked"] [data-total="delivered"]')
+    expect(delivered).to_have_text("18", timeout=WAIT_MS)
+    page.screenshot(path=artifact("ui-stream.png"), full_page=True)
+
+    page.click("text=Streams")
+    row = page.locator(f'tr[data-stream="{STREAM}"]')
+    expect(row.locator(".state")).to_have_text("running")
+    expect(row).to_contain_text("picked · kafka")
