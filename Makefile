@@ -6,6 +6,7 @@ bootstrap:
 
 demo: bootstrap
 	.venv/bin/keystone stack up
+	.venv/bin/keystone demo
 
 test: bootstrap lint
 	.venv/bin/pytest

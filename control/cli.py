@@ -399,6 +399,16 @@ def audit(
     console.print(table)
 
 
+@app.command()
+def demo(ctx: typer.Context) -> None:
+    """Provision a demo stream with one output per sink type, send a burst of events through
+    the proxy, and show what each sink received (the stack must be up)."""
+    from loadtest.demo import run  # Spark and the readers only for this command
+
+    if not run(ctx.obj, console):
+        raise typer.Exit(1)
+
+
 def main() -> None:
     err = Console(stderr=True, soft_wrap=True)
     try:

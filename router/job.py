@@ -195,6 +195,7 @@ class Router:
                     log.error("query %s could not start: %s: %s", name, type(e).__name__, e)
                     retry_at[name] = now + backoff[name]
                     backoff[name] = min(MAX_BACKOFF, backoff[name] * 2)
+            self.metrics.ready()
             stop.wait(1)
         for name, (query, _) in running.items():
             log.info("stopping query %s", name)

@@ -119,8 +119,12 @@ class RouterMetrics:
         """Serves /metrics on loopback (`port`, or any free one); returns the port. The fleet
         registers it with Prometheus."""
         self._server, _ = start_http_server(port, addr=settings.bind_host, registry=self.registry)
-        self.up.labels(self.stream).set(1)
+        self.up.labels(self.stream).set(0)
         return self._server.server_port
+
+    def ready(self) -> None:
+        """Every query has been started once (or is being retried): the router is up."""
+        self.up.labels(self.stream).set(1)
 
     def close(self) -> None:
         self.up.labels(self.stream).set(0)

@@ -45,10 +45,13 @@ class Stack:
     env: dict[str, str]
     state_dir: Path
 
-    def keystone(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    def keystone(
+        self, *args: str, timeout: float = 300, stdin: str | None = None
+    ) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             [KEYSTONE, *args],
             env=self.env,
+            input=stdin,
             capture_output=True,
             text=True,
             timeout=timeout,

@@ -164,17 +164,15 @@ class ElasticsearchSink(BatchSink):
             "index_patterns": [f"{self.prefix}*"],
             "settings": {"number_of_shards": 1, "number_of_replicas": replicas},
         }
+        url = f"{self.route.settings.elasticsearch_url}/_template/{name}"
         try:
-            response = httpx.put(
-                f"{self.route.settings.elasticsearch_url}/_template/{name}",
-                json=template,
-                timeout=30,
-            )
+            existed = httpx.head(url, timeout=30).status_code == 200
+            response = httpx.put(url, json=template, timeout=30)
         except httpx.TransportError as e:
             raise SinkError(f"Elasticsearch unreachable: {e}") from e
         if response.status_code >= 300:
             raise SinkError(f"index template refused ({response.status_code}): {response.text}")
-        return [f"index template {name}"]
+        return [] if existed else [f"index template {name}"]
 
     def write_batch(self, frame: DataFrame, batch_id: int) -> Outcome:
         route = self.route

@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import shutil
 import socket
+import time
 import uuid
 
+from stack.processes import PidFile
 from tests.conftest import Stack, checked, private_state_dir, stack_env
 from tests.kafka import consume_all, produce
 from tests.processes import alive, groups_alive, processes_mentioning
@@ -20,6 +22,8 @@ def test_down_stops_everything_and_up_keeps_the_data(stack: Stack) -> None:
     _, errors = writer.communicate(timeout=300)
     assert writer.returncode == 0, errors[-3000:]
     pids = [s["pid"] for s in stack.status()["services"].values()]
+    router = _a_running_router(stack)
+    pids.append(router)
 
     checked(stack.keystone("stack", "down"))
 
@@ -36,6 +40,31 @@ def test_down_stops_everything_and_up_keeps_the_data(stack: Stack) -> None:
     assert message.value() == b'{"kept": true}'
     rows = checked(stack.keystone("sql", f"SELECT id, writer, hour FROM {database}.t", "--json"))
     assert sorted(json.loads(line)["id"] for line in rows.stdout.splitlines()) == [0, 1, 2, 3]
+    checked(stack.keystone("stream", "delete", "lifecycle"))  # its router, started again by up
+
+
+def _a_running_router(stack: Stack) -> int:
+    """A stream with an output, whose router the fleet starts; its pid once it runs."""
+    spec = {
+        "name": "lifecycle",
+        "owner": "team-stack",
+        "partitions": 1,
+        "outputs": [{"name": "copy", "sink": {"type": "kafka"}}],
+    }
+    checked(stack.keystone("stream", "create", "-f", "-", stdin=json.dumps(spec)))
+    record = PidFile(stack.state_dir / "run" / "routers" / "lifecycle.json")
+    deadline = time.monotonic() + 120
+    while (pid := record.running_pid()) is None or not _router_up(stack):
+        assert time.monotonic() < deadline, "the router did not start"
+        time.sleep(1)
+    return pid
+
+
+def _router_up(stack: Stack) -> bool:
+    shown = stack.keystone("stream", "show", "lifecycle", "--json")
+    return (
+        shown.returncode == 0 and json.loads(shown.stdout)["status"]["router"]["state"] == "running"
+    )
 
 
 def test_up_is_idempotent(stack: Stack) -> None:
