@@ -370,8 +370,8 @@ class Kafka(Service):
                 "kafka.tools.StorageTool",
                 "format",
                 "--standalone",
-                "-t",
-                cluster_id,
+                # One argument: an id may start with '-', which would read as an option.
+                f"--cluster-id={cluster_id}",
                 "-c",
                 str(self.conf / "server.properties"),
             ],

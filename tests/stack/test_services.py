@@ -25,6 +25,7 @@ def test_every_service_is_healthy(stack: Stack) -> None:
         "elasticsearch",
         "prometheus",
         "ingest_proxy",
+        "control",
     }
     for name, service in services.items():
         assert service["health"] == "healthy", name
