@@ -173,6 +173,16 @@ class Settings(BaseSettings):
         return self.logs_dir / "routers"
 
     @property
+    def dashboards_dir(self) -> Path:
+        """Each stream's generated Grafana dashboard model."""
+        return self.state_dir / "dashboards"
+
+    @property
+    def prometheus_rules_dir(self) -> Path:
+        """Each stream's generated recording and alerting rules; Prometheus loads them."""
+        return self.state_dir / "prometheus" / "rules"
+
+    @property
     def prometheus_targets_dir(self) -> Path:
         """File-discovery targets: one JSON file per component; Prometheus watches the folder."""
         return self.state_dir / "prometheus" / "targets"

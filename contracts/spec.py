@@ -120,6 +120,17 @@ class OutputSpec(_Strict):
         return self
 
 
+class Objectives(_Strict):
+    """What the stream's alerts hold its outputs to."""
+
+    delivery_rate: float = Field(
+        0.999, gt=0, le=1, description="Delivered over matched per output, over 5 minutes."
+    )
+    lag_records: int = Field(
+        100_000, ge=1, description="An output this far behind the fronting topic and growing."
+    )
+
+
 class StreamSpec(_Strict):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
@@ -131,6 +142,7 @@ class StreamSpec(_Strict):
         None, alias="schema", description="Optional Avro record schema the proxy enforces."
     )
     outputs: list[OutputSpec] = Field(default_factory=list)
+    objectives: Objectives = Field(default_factory=Objectives)
 
     @field_validator("avro_schema")
     @classmethod

@@ -25,6 +25,7 @@ from control.preview import preview
 from control.status import stream_status
 from control.streams import Applied
 from control.tenancy import Caller
+from dashboards.grafana import dashboard
 
 
 def get_plane(request: Request) -> Plane:
@@ -120,6 +121,12 @@ def status(stream: str, plane: PlaneDep, who: CallerDep) -> dict:
     its rates (events/s over the last minute), lag and p99 delivery latency."""
     spec = plane.streams.get(who, stream)
     return stream_status(plane.settings, spec, plane.store.router_state(stream)).to_dict()
+
+
+@router.get("/streams/{stream}/dashboard", tags=["streams"])
+def grafana_dashboard(stream: str, plane: PlaneDep, who: CallerDep) -> dict:
+    """The stream's Grafana dashboard model, importable as is (its data source is a variable)."""
+    return dashboard(plane.streams.get(who, stream))
 
 
 @router.post(

@@ -128,6 +128,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(api.router)
     app.include_router(ui.router)
     app.mount("/ui/static", ui.static, name="static")
+    app.mount("/ui/vendor/uplot", ui.vendor, name="uplot")
 
     @app.get("/", include_in_schema=False)
     async def home() -> RedirectResponse:

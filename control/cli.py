@@ -14,6 +14,7 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -326,11 +327,14 @@ def app_rotate(ctx: typer.Context, name: str, as_json: JsonOption = False) -> No
 
 
 @apps.command("delete")
-def app_delete(ctx: typer.Context, name: str) -> None:
+def app_delete(ctx: typer.Context, name: str, as_json: JsonOption = False) -> None:
     """Revoke an app: its key stops working and it leaves every stream's producers."""
     with control(ctx) as client:
         client.delete_app(name)
-    console.print(f"app [bold]{name}[/] revoked")
+    if as_json:
+        emit({"app": name, "deleted": True})
+    else:
+        console.print(f"app [bold]{name}[/] revoked")
 
 
 # Owners
@@ -352,6 +356,7 @@ def owner_create(ctx: typer.Context, name: str, as_json: JsonOption = False) -> 
 
 @owners.command("list")
 def owner_list(ctx: typer.Context, as_json: JsonOption = False) -> None:
+    """Every owner (the admin's)."""
     with control(ctx) as client:
         found = client.owners()
     if as_json:
@@ -372,11 +377,14 @@ def owner_rotate(ctx: typer.Context, name: str, as_json: JsonOption = False) -> 
 
 
 @owners.command("delete")
-def owner_delete(ctx: typer.Context, name: str) -> None:
+def owner_delete(ctx: typer.Context, name: str, as_json: JsonOption = False) -> None:
     """Remove an owner: their token stops working; their streams stay, the admin's to manage."""
     with control(ctx) as client:
         client.delete_owner(name)
-    console.print(f"owner [bold]{name}[/] removed")
+    if as_json:
+        emit({"owner": name, "deleted": True})
+    else:
+        console.print(f"owner [bold]{name}[/] removed")
 
 
 @app.command()
@@ -400,12 +408,41 @@ def audit(
 
 
 @app.command()
-def demo(ctx: typer.Context) -> None:
+def dashboard(
+    ctx: typer.Context,
+    stream: str,
+    png: Annotated[
+        Path | None, typer.Option("--png", help="Draw the page into this PNG file.")
+    ] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """The address of a stream's live dashboard, or (--png) the dashboard as an image."""
+    from dashboards.render import render_png  # a browser only for this command
+
+    settings: Settings = ctx.obj
+    with control(ctx) as client:
+        client.stream(stream)  # it exists, and it is yours
+        token = client.token
+    url = f"{settings.control_url}/ui/streams/{stream}/dashboard"
+    if png is not None:
+        render_png(url, token, png)
+    if as_json:
+        emit({"stream": stream, "url": url, "png": str(png) if png else None})
+    else:
+        console.print(url if png is None else f"{url} drawn into {png}")
+
+
+@app.command()
+def demo(ctx: typer.Context, as_json: JsonOption = False) -> None:
     """Provision a demo stream with one output per sink type, send a burst of events through
     the proxy, and show what each sink received (the stack must be up)."""
     from loadtest.demo import run  # Spark and the readers only for this command
 
-    if not run(ctx.obj, console):
+    quiet = Console(stderr=True)  # progress to stderr, so --json leaves stdout to the figures
+    results = run(ctx.obj, quiet if as_json else console)
+    if as_json:
+        emit(results)
+    if any(r["received"] != r["expected"] for r in results):
         raise typer.Exit(1)
 
 

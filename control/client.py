@@ -25,6 +25,7 @@ class ControlError(KeystoneError):
 class ControlClient:
     def __init__(self, url: str, token: str, timeout: float = 60) -> None:
         self.url = url.rstrip("/")
+        self.token = token
         self._http = httpx.Client(
             base_url=self.url, headers={"Authorization": f"Bearer {token}"}, timeout=timeout
         )

@@ -1,7 +1,7 @@
-"""The fleet: one router application per stream that has outputs, started with spark-submit
-(`python -m router`, whose Spark session pyspark launches through spark-submit, with the master
-from settings), watched, restarted with backoff when it dies, redeployed when its spec changes,
-and stopped gracefully when its stream is deleted.
+"""The fleet: every stream's dashboard and alert rules kept current, and one router application
+per stream that has outputs (`python -m router`, whose Spark session pyspark launches through
+spark-submit, with the master from settings), watched, restarted with backoff when it dies,
+redeployed when its spec changes, and stopped gracefully when its stream is deleted.
 
 One control process at a time runs the fleet (a lease in Redis). Routers run in sessions of
 their own and are recorded by pid file under `<state>/run/routers/`, so a restarted control
@@ -36,6 +36,7 @@ from contracts.errors import KeystoneError
 from contracts.settings import CHECKOUT, Settings
 from contracts.spec import StreamSpec
 from control.store import RouterState, Store
+from dashboards.publish import Publisher
 from stack.processes import PidFile, port_in_use, process_start_time, spawn
 from stack.targets import remove_target, write_target
 
@@ -123,6 +124,7 @@ class Fleet:
     def __init__(self, settings: Settings, store: Store) -> None:
         self.settings = settings
         self.store = store
+        self.dashboards = Publisher(settings)
         self.holder = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.leading = False
         self._stop = threading.Event()
@@ -152,8 +154,14 @@ class Fleet:
             self._stop.wait(PASS_SECONDS)
 
     def reconcile(self) -> None:
-        """One pass: every stream's router brought one step closer to its spec."""
-        desired = {s.name: s for s in self.store.streams() if s.outputs}
+        """One pass: every stream's router brought one step closer to its spec, and every
+        stream's dashboard and alert rules made current."""
+        specs = self.store.streams()
+        try:
+            self.dashboards.sync(specs)
+        except (KeystoneError, ValueError) as e:  # retried next pass; routers come first
+            log.warning("dashboards not published: %s", e)
+        desired = {s.name: s for s in specs if s.outputs}
         running = Deployment.load_all(self.settings)
         states = self.store.router_states()
         for stream in sorted(set(desired) | set(running) | set(states)):

@@ -7,12 +7,11 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-import httpx
-
 from contracts import metrics as names
 from contracts.settings import Settings
 from contracts.spec import StreamSpec
 from control.store import RouterState
+from dashboards.prometheus import PrometheusError, instant
 
 RATE_WINDOW = "1m"
 
@@ -71,7 +70,7 @@ def stream_status(settings: Settings, spec: StreamSpec, state: RouterState | Non
         f"(rate({names.DELIVERY_LATENCY_SECONDS}_bucket{{{selector}}}[5m])))",
     }
     try:
-        results = {key: query(settings, promql) for key, promql in queries.items()}
+        results = {key: instant(settings, promql) for key, promql in queries.items()}
     except PrometheusError as e:
         status.metrics_error = str(e)
         return status
@@ -87,24 +86,6 @@ def stream_status(settings: Settings, spec: StreamSpec, state: RouterState | Non
             if output is not None and value == value:  # NaN: no events in the window
                 setattr(output, attribute, value)
     return status
-
-
-class PrometheusError(Exception):
-    pass
-
-
-def query(settings: Settings, promql: str) -> list[dict[str, Any]]:
-    """An instant query's result vector."""
-    try:
-        answer = httpx.get(
-            f"{settings.prometheus_url}/api/v1/query", params={"query": promql}, timeout=5
-        )
-        body = answer.json()
-    except (httpx.HTTPError, ValueError) as e:
-        raise PrometheusError(f"Prometheus at {settings.prometheus_url} did not answer: {e}") from e
-    if body.get("status") != "success":
-        raise PrometheusError(f"Prometheus refused a query: {body.get('error')}")
-    return body["data"]["result"]
 
 
 def _number(sample: dict[str, Any]) -> float:

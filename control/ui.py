@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import urlsplit
 
-from fastapi import APIRouter, Depends, Form, Request
+from fastapi import APIRouter, Depends, Form, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
@@ -25,14 +25,20 @@ from control.api import PlaneDep
 from control.models import PreviewRequest
 from control.plane import Plane
 from control.preview import preview
-from control.status import PrometheusError, query, stream_status
+from control.status import stream_status
 from control.tenancy import Caller
+from dashboards.grafana import dashboard
+from dashboards.live import panel_data, panel_layout, stream_alerts
+from dashboards.panels import fleet_panels, stream_panels
+from dashboards.prometheus import PrometheusError, instant
 
 HERE = Path(__file__).parent / "web"
 COOKIE = "keystone_token"
 templates = Jinja2Templates(directory=HERE / "templates")
 router = APIRouter(prefix="/ui", include_in_schema=False)
 static = StaticFiles(directory=HERE / "static")
+# uPlot, as the bootstrap installed it from npm (package-lock.json in web/).
+vendor = StaticFiles(directory=HERE / "node_modules" / "uplot" / "dist", check_dir=False)
 
 
 class SignIn(Exception):
@@ -125,7 +131,7 @@ def streams_page(request: Request, plane: PlaneDep, who: UICaller) -> HTMLRespon
                 'sum by (stream) (rate(keystone_router_events_total{stage="delivered"}[1m]))',
             ),
         ):
-            for sample in query(plane.settings, promql):
+            for sample in instant(plane.settings, promql):
                 stream = sample["metric"].get("stream", "")
                 rates.setdefault(stream, {})[stage] = float(sample["value"][1])
     except PrometheusError as e:
@@ -285,6 +291,73 @@ def preview_draft(
         plane.settings, spec, body.filter or None, body.projection or ["*"], body.limit
     )
     return JSONResponse(result.__dict__)
+
+
+# Dashboards: the stream's, and the overview of the caller's streams.
+
+Minutes = Annotated[int, Query(ge=5, le=7 * 24 * 60)]
+
+
+@router.get("/streams/{stream}/dashboard", response_class=HTMLResponse)
+def stream_dashboard(request: Request, stream: str, plane: PlaneDep, who: UICaller) -> HTMLResponse:
+    spec = plane.streams.get(who, stream)
+    return page(
+        request,
+        "dashboard.html",
+        who,
+        heading=f"{spec.name}",
+        spec=spec,
+        layout=panel_layout(stream_panels(spec)),
+        source=f"/ui/streams/{stream}/dashboard/data",
+    )
+
+
+@router.get("/streams/{stream}/dashboard/data")
+def stream_dashboard_data(
+    stream: str, plane: PlaneDep, who: UICaller, minutes: Minutes = 60
+) -> JSONResponse:
+    spec = plane.streams.get(who, stream)
+    return _dashboard_data(plane, stream_panels(spec), {spec.name}, minutes)
+
+
+@router.get("/streams/{stream}/dashboard/grafana.json")
+def stream_grafana(stream: str, plane: PlaneDep, who: UICaller) -> JSONResponse:
+    """The stream's Grafana dashboard model, to import into a Grafana of one's own."""
+    spec = plane.streams.get(who, stream)
+    headers = {"Content-Disposition": f'attachment; filename="keystone-{stream}.json"'}
+    return JSONResponse(dashboard(spec), headers=headers)
+
+
+@router.get("/dashboard", response_class=HTMLResponse)
+def fleet_dashboard(request: Request, plane: PlaneDep, who: UICaller) -> HTMLResponse:
+    streams = None if who.admin else [s.name for s in plane.streams.list(who)]
+    return page(
+        request,
+        "dashboard.html",
+        who,
+        heading="All streams" if who.admin else "Your streams",
+        spec=None,
+        layout=panel_layout(fleet_panels(streams)),
+        source="/ui/dashboard/data",
+    )
+
+
+@router.get("/dashboard/data")
+def fleet_dashboard_data(plane: PlaneDep, who: UICaller, minutes: Minutes = 60) -> JSONResponse:
+    streams = None if who.admin else [s.name for s in plane.streams.list(who)]
+    visible = None if streams is None else set(streams)
+    return _dashboard_data(plane, fleet_panels(streams), visible, minutes)
+
+
+def _dashboard_data(
+    plane: Plane, panels: list, streams: set[str] | None, minutes: int
+) -> JSONResponse:
+    try:
+        data = panel_data(plane.settings, panels, minutes)
+        data["alerts"] = stream_alerts(plane.settings, streams)
+    except PrometheusError as e:
+        return JSONResponse({"error": str(e)}, status_code=503)
+    return JSONResponse(data)
 
 
 def _projection(text: str) -> list[str]:

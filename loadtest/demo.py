@@ -64,7 +64,8 @@ class Check:
         self.duplicates = sum(copies[g] - 1 for g in self.expected if g in copies)
 
 
-def run(settings: Settings, console: Console) -> bool:
+def run(settings: Settings, console: Console) -> list[dict]:
+    """Runs the demo; what each output should have received and did, one dict per output."""
     with ControlClient.from_settings(settings) as control:
         spec = _provision(control, console)
         key = _app_key(control)
@@ -84,7 +85,17 @@ def run(settings: Settings, console: Console) -> bool:
     finally:
         spark.stop()
     _report(settings, checks, console)
-    return all(c.received == len(c.expected) for c in checks)
+    return [
+        {
+            "output": c.output.name,
+            "sink": c.output.sink.type,
+            "where": c.reader.where,
+            "expected": len(c.expected),
+            "received": c.received,
+            "duplicates": c.duplicates,
+        }
+        for c in checks
+    ]
 
 
 def _provision(control: ControlClient, console: Console) -> StreamSpec:

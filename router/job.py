@@ -74,6 +74,7 @@ class Router:
         self.settings = settings
         self.spec = spec
         self.metrics = metrics
+        metrics.declare([o.name for o in spec.outputs])
         kafka_outputs = {o.name for o in spec.outputs if issubclass(SINKS[o.sink.type], RecordSink)}
         spark.streams.addListener(ProgressListener(metrics, kafka_outputs | {STREAM_LEVEL}))
 

@@ -106,6 +106,14 @@ class RouterMetrics:
         self.registry.register(self.latency)
         self._server = None
 
+    def declare(self, outputs: list[str]) -> None:
+        """Every series this router will count, at 0 from the start: Prometheus can only see
+        an increase (the first dead letter, say) from a value it saw before."""
+        for output in outputs:
+            for stage in names.ROUTER_STAGES:
+                self.events.labels(self.stream, output, stage)
+        self.events.labels(self.stream, STREAM_LEVEL, "dead_letter")
+
     def count(self, output: str, stage: str, n: float) -> None:
         if n:
             self.events.labels(self.stream, output, stage).inc(n)

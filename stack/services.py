@@ -513,11 +513,14 @@ class Prometheus(Service):
         self._dirs()
         s = self.settings
         s.prometheus_targets_dir.mkdir(parents=True, exist_ok=True)
+        s.prometheus_rules_dir.mkdir(parents=True, exist_ok=True)
         interval = f"{s.scrape_interval_seconds}s"
         (self.conf / "prometheus.yml").write_text(
             "global:\n"
             f"  scrape_interval: {interval}\n"
             f"  evaluation_interval: {interval}\n"
+            # Each stream's rules, written by control, which asks for a reload when they change.
+            f"rule_files: ['{s.prometheus_rules_dir}/*.yml']\n"
             "scrape_configs:\n"
             "  - job_name: keystone\n"
             "    file_sd_configs:\n"
@@ -534,6 +537,7 @@ class Prometheus(Service):
             f"--config.file={self.conf / 'prometheus.yml'}",
             f"--storage.tsdb.path={self.data}",
             f"--web.listen-address={s.bind_host}:{s.prometheus_port}",
+            "--web.enable-lifecycle",  # POST /-/reload (on loopback only, as every server here)
         ]
 
     def healthy(self) -> bool:

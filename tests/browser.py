@@ -10,24 +10,15 @@ from pathlib import Path
 from playwright.sync_api import Browser, sync_playwright
 
 from contracts.settings import CHECKOUT
+from dashboards.render import CHROMIUM, FLAGS
 
 ARTIFACTS = CHECKOUT / "build" / "test-artifacts"
-# As root, without a sandbox; and none of Chromium's calls home, which this machine refuses.
-FLAGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 
 
 @contextmanager
 def chromium() -> Iterator[Browser]:
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path="/usr/bin/chromium", args=FLAGS)
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
         try:
             yield browser
         finally:

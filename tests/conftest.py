@@ -10,10 +10,14 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+import time
+import uuid
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
 
 from contracts.settings import CHECKOUT, Settings
@@ -102,3 +106,50 @@ def stack() -> Iterator[Stack]:
     finally:
         handle.keystone("stack", "down", "--purge")
         shutil.rmtree(state_dir, ignore_errors=True)
+
+
+# The control service, called as its users call it: over HTTP, with a token.
+
+
+@dataclass(frozen=True)
+class Api:
+    url: str
+    token: str | None
+
+    def call(self, method: str, path: str, body: Any = None, **params: Any) -> httpx.Response:
+        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
+        return httpx.request(
+            method, f"{self.url}{path}", json=body, params=params, headers=headers, timeout=60
+        )
+
+    def ok(self, method: str, path: str, body: Any = None, **params: Any) -> Any:
+        answer = self.call(method, path, body, **params)
+        assert answer.status_code < 300, f"{method} {path}: {answer.status_code} {answer.text}"
+        return answer.json() if answer.content else None
+
+    def as_(self, token: str | None) -> Api:
+        return Api(self.url, token)
+
+
+@pytest.fixture(scope="session")
+def admin(stack: Stack) -> Api:
+    token = (stack.state_dir / "conf" / "control" / "admin-token").read_text().strip()
+    return Api(stack.address("control"), token)
+
+
+@pytest.fixture
+def unique() -> str:
+    """A suffix that keeps one test's names apart from another's."""
+    return uuid.uuid4().hex[:6]
+
+
+def owner(admin: Api, name: str) -> Api:
+    """A new owner, as an API client holding their token."""
+    return admin.as_(admin.ok("POST", "/v1/owners", {"name": name})["token"])
+
+
+def eventually(what: str, check: Callable[[], bool], timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"{what}: not within {timeout:.0f} s"
+        time.sleep(0.5)

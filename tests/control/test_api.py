@@ -18,8 +18,7 @@ from hypothesis.errors import Unsatisfiable
 from contracts.names import fronting_topic
 from router.lang.evaluate import matches, project
 from router.lang.parser import parse_filter, parse_projection
-from tests.conftest import Stack
-from tests.control.conftest import Api, eventually, owner
+from tests.conftest import Api, Stack, eventually, owner
 from tests.kafka import produce
 
 

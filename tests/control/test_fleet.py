@@ -24,8 +24,7 @@ from loadtest.topics import read_topic
 from router.lang.evaluate import matches, project
 from router.lang.parser import parse_filter, parse_projection
 from stack.processes import PidFile, stop
-from tests.conftest import Stack, checked
-from tests.control.conftest import Api, eventually, owner
+from tests.conftest import Api, Stack, checked, eventually, owner
 from tests.processes import processes_mentioning
 
 STREAM, OWNER, APP = "fleet_main", "team-fleet", "fleet-app"

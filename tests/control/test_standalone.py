@@ -20,8 +20,7 @@ from pyspark.find_spark_home import _find_spark_home
 from ingest_proxy.client import ProxyClient
 from loadtest.topics import read_topic
 from stack.processes import PidFile, stop
-from tests.conftest import Stack, checked
-from tests.control.conftest import Api, eventually, owner
+from tests.conftest import Api, Stack, checked, eventually, owner
 
 STREAM = "on_cluster"
 

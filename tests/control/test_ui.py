@@ -10,8 +10,7 @@ from playwright.sync_api import Page, expect
 
 from ingest_proxy.client import ProxyClient
 from tests.browser import artifact, chromium
-from tests.conftest import Stack
-from tests.control.conftest import Api, owner
+from tests.conftest import Api, Stack, owner
 
 STREAM, OWNER, APP = "ui_stream", "team-ui", "ui-app"
 WAIT_MS = 180_000  # a router's first start, then Prometheus' scrape and the page's refresh

@@ -1,0 +1,111 @@
+// A live dashboard: each chart drawn with uPlot from the page's data source, every 10 s, and the
+// alerts with their state. Each chart's figure carries data-points: the values it drew.
+"use strict";
+
+const charts = document.getElementById("charts");
+const source = charts.dataset.source;
+const perStream = charts.dataset.perStream === "true";
+const palette = ["#2457c5", "#12805c", "#c01048", "#b54708", "#7a5af8", "#0e9384", "#dd2590", "#667085"];
+const plots = new Map();
+
+// A value as people read it: percentages, ms or s, and counts with k and M. Axis ticks leave
+// out a unit of counts (the chart's title says it); the legend keeps it.
+function format(value, unit, tick = false) {
+  if (value === null || value === undefined) return "–";
+  if (unit === "%") return `${(value * 100).toFixed(value >= 0.9995 || tick ? 0 : 2)}%`;
+  if (unit === "s") return value < 1 ? `${(value * 1000).toFixed(0)} ms` : `${value.toFixed(1)} s`;
+  const abs = Math.abs(value);
+  const text = abs >= 1e6 ? `${(value / 1e6).toFixed(1)}M` : abs >= 1e3 ? `${(value / 1e3).toFixed(1)}k`
+    : abs >= 10 || abs === 0 || Number.isInteger(value) ? value.toFixed(0) : value.toFixed(2);
+  return unit && !tick ? `${text} ${unit}` : text;
+}
+
+function clock(ts) {
+  return new Date(ts * 1000).toISOString().slice(11, 16);  // HH:MM, UTC
+}
+
+function draw(figure, times, panel) {
+  const box = figure.querySelector(".plot");
+  const points = panel.series.reduce((n, s) => n + s.values.filter((v) => v !== null).length, 0);
+  figure.dataset.points = String(points);
+  figure.querySelector(".empty").hidden = points > 0;
+  plots.get(panel.key)?.destroy();
+  plots.delete(panel.key);
+  box.replaceChildren();
+  if (points === 0) return;
+  const unit = panel.unit;
+  const options = {
+    width: box.clientWidth || 520,
+    height: 220,
+    tzDate: (ts) => uPlot.tzDate(new Date(ts * 1e3), "Etc/UTC"),
+    scales: {x: {time: true}, y: {range: (u, min, max) => [Math.min(0, min), max > 0 ? max * 1.1 : 1]}},
+    axes: [
+      {values: (u, values) => values.map(clock)},
+      {size: 60, values: (u, values) => values.map((v) => format(v, unit, true))},
+    ],
+    series: [{}, ...panel.series.map((s, i) => ({
+      label: s.name, stroke: palette[i % palette.length], width: 1.5, spanGaps: false,
+      value: (u, v) => format(v, unit),
+    }))],
+  };
+  plots.set(panel.key, new uPlot(options, [times, ...panel.series.map((s) => s.values)], box));
+}
+
+function showAlerts(alerts) {
+  const body = document.querySelector("#alerts tbody");
+  body.replaceChildren();
+  for (const rule of alerts) {
+    const active = rule.active[0];
+    const cells = [rule.state, rule.alert, ...(perStream ? [rule.stream] : []), rule.severity,
+      active ? active.summary : "", active && active.since ? active.since.replace("T", " ").slice(0, 19) : ""];
+    const row = document.createElement("tr");
+    row.dataset.alert = rule.alert;
+    row.dataset.state = rule.state;
+    cells.forEach((text, i) => {
+      const cell = document.createElement("td");
+      if (i === 0) {
+        const badge = document.createElement("span");
+        badge.className = `state state-${rule.state}`;
+        badge.textContent = text;
+        cell.append(badge);
+      } else {
+        cell.textContent = text;
+      }
+      row.append(cell);
+    });
+    body.append(row);
+  }
+  if (!alerts.length) {
+    const row = document.createElement("tr");
+    row.innerHTML = '<td colspan="6" class="dim">No alert rules yet.</td>';
+    body.append(row);
+  }
+}
+
+async function refresh() {
+  const minutes = document.getElementById("range").value;
+  const error = document.getElementById("dashboard-error");
+  let data;
+  try {
+    const answer = await fetch(`${source}?minutes=${minutes}`, {headers: {Accept: "application/json"}});
+    data = await answer.json();
+    if (!answer.ok) throw new Error(data.error || data.message || answer.statusText);
+  } catch (e) {
+    error.textContent = `Figures unavailable: ${e.message}`;
+    error.hidden = false;
+    return;
+  }
+  error.hidden = true;
+  for (const panel of data.panels) {
+    const figure = charts.querySelector(`figure[data-key="${panel.key}"]`);
+    if (figure) draw(figure, data.times, panel);
+  }
+  showAlerts(data.alerts);
+  document.getElementById("updated").textContent =
+    `Updated ${new Date().toISOString().slice(11, 19)} UTC, one point every ${data.step} s.`;
+  charts.dataset.loaded = "true";
+}
+
+document.getElementById("range").addEventListener("change", refresh);
+refresh();
+setInterval(refresh, 10000);
