@@ -314,7 +314,7 @@ def stream_dashboard(request: Request, stream: str, plane: PlaneDep, who: UICall
 
 @router.get("/streams/{stream}/dashboard/data")
 def stream_dashboard_data(
-    stream: str, plane: PlaneDep, who: UICaller, minutes: Minutes = 60
+    stream: str, plane: PlaneDep, who: UICaller, minutes: Minutes = 15
 ) -> JSONResponse:
     spec = plane.streams.get(who, stream)
     return _dashboard_data(plane, stream_panels(spec), {spec.name}, minutes)
@@ -343,7 +343,7 @@ def fleet_dashboard(request: Request, plane: PlaneDep, who: UICaller) -> HTMLRes
 
 
 @router.get("/dashboard/data")
-def fleet_dashboard_data(plane: PlaneDep, who: UICaller, minutes: Minutes = 60) -> JSONResponse:
+def fleet_dashboard_data(plane: PlaneDep, who: UICaller, minutes: Minutes = 15) -> JSONResponse:
     streams = None if who.admin else [s.name for s in plane.streams.list(who)]
     visible = None if streams is None else set(streams)
     return _dashboard_data(plane, fleet_panels(streams), visible, minutes)

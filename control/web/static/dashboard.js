@@ -20,8 +20,8 @@ function format(value, unit, tick = false) {
   return unit && !tick ? `${text} ${unit}` : text;
 }
 
-function clock(ts) {
-  return new Date(ts * 1000).toISOString().slice(11, 16);  // HH:MM, UTC
+function clock(ts, seconds) {
+  return new Date(ts * 1000).toISOString().slice(11, seconds ? 19 : 16);  // HH:MM[:SS], UTC
 }
 
 function draw(figure, times, panel) {
@@ -40,7 +40,7 @@ function draw(figure, times, panel) {
     tzDate: (ts) => uPlot.tzDate(new Date(ts * 1e3), "Etc/UTC"),
     scales: {x: {time: true}, y: {range: (u, min, max) => [Math.min(0, min), max > 0 ? max * 1.1 : 1]}},
     axes: [
-      {values: (u, values) => values.map(clock)},
+      {values: (u, values, axis, space, increment) => values.map((v) => clock(v, increment < 60))},
       {size: 60, values: (u, values) => values.map((v) => format(v, unit, true))},
     ],
     series: [{}, ...panel.series.map((s, i) => ({
