@@ -432,6 +432,69 @@ def dashboard(
         console.print(url if png is None else f"{url} drawn into {png}")
 
 
+def seconds(text: str) -> float:
+    """'90', '90s', '10m' or '1h' as seconds."""
+    units = {"s": 1, "m": 60, "h": 3600}
+    number, unit = (text[:-1], text[-1]) if text[-1:] in units else (text, "s")
+    try:
+        value = float(number) * units[unit]
+    except ValueError as e:
+        raise typer.BadParameter(f"{text!r}: a duration like 90, 90s, 10m or 1h") from e
+    if value <= 0:
+        raise typer.BadParameter(f"{text!r}: a duration above zero")
+    return value
+
+
+@app.command()
+def loadtest(
+    ctx: typer.Context,
+    stream: Annotated[str, typer.Option(help="The stream to load (it must have outputs).")],
+    rate: Annotated[float, typer.Option(min=1, help="Events per second, all producers.")] = 500,
+    duration: Annotated[str, typer.Option(help="How long: 90, 90s, 10m, 1h.")] = "60s",
+    event_size: Annotated[int, typer.Option(min=200, max=1_000_000)] = 1024,
+    producers: Annotated[int, typer.Option(min=1, max=64)] = 4,
+    direct: Annotated[
+        str | None, typer.Option(help="Write straight to Kafka as this app, not via the proxy.")
+    ] = None,
+    fault: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="NAME\\[@AT]\\[+FOR]: kill-router, restart-kafka, stop-elasticsearch, "
+            "stop-control; at AT s (default a third in), for FOR s. Repeatable."
+        ),
+    ] = None,
+    report: Annotated[Path | None, typer.Option(help="Report folder.")] = None,
+    drain_timeout: Annotated[
+        float, typer.Option(help="Seconds to wait for every sink to hold every event.")
+    ] = 300,
+    key: Annotated[
+        str | None, typer.Option(help="App key to post with; default: the loadtest app's.")
+    ] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Drive a stream at a set rate, inject faults, audit every acknowledged guid at every
+    sink, and report delivery rate, throughput and latency (exit 1 on any loss)."""
+    from loadtest.driver import Plan  # the load test's libraries only for this command
+    from loadtest.faults import Fault
+    from loadtest.run import Options, run
+
+    length = seconds(duration)
+    options = Options(
+        plan=Plan(stream, rate, length, event_size, producers),
+        faults=[Fault.parse(f, length) for f in fault or []],
+        direct=direct,
+        key=key,
+        report=report,
+        drain_timeout=drain_timeout,
+    )
+    figures = run(ctx.obj, options, Console(stderr=True) if as_json else console)
+    if as_json:
+        emit({k: v for k, v in figures.items() if k not in ("producers_per_second", "sinks")})
+    audit = figures["audit"]
+    if not (audit["lossless"] and audit["drained"]):
+        raise typer.Exit(1)
+
+
 @app.command()
 def demo(ctx: typer.Context, as_json: JsonOption = False) -> None:
     """Provision a demo stream with one output per sink type, send a burst of events through

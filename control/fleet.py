@@ -81,9 +81,15 @@ class Deployment:
         os.replace(staging, path)
 
     @classmethod
-    def load_all(cls, settings: Settings) -> dict[str, Deployment]:
+    def load(cls, settings: Settings, stream: str) -> Deployment | None:
+        """The stream's record, if there is one (only read: whether its process still runs is
+        for the fleet to see, `alive()`)."""
+        return cls.load_all(settings, f"{stream}.json").get(stream)
+
+    @classmethod
+    def load_all(cls, settings: Settings, pattern: str = "*.json") -> dict[str, Deployment]:
         found = {}
-        for path in sorted(settings.routers_run_dir.glob("*.json")):
+        for path in sorted(settings.routers_run_dir.glob(pattern)):
             try:
                 found[path.stem] = cls(**json.loads(path.read_text()))
             except (ValueError, TypeError):

@@ -25,9 +25,10 @@ def _get(settings: Settings, path: str, **params: Any) -> Any:
     return body["data"]
 
 
-def instant(settings: Settings, promql: str) -> list[dict[str, Any]]:
-    """An instant query's result vector: [{metric: {...}, value: [t, "v"]}]."""
-    return _get(settings, "/api/v1/query", query=promql)["result"]
+def instant(settings: Settings, promql: str, at: float | None = None) -> list[dict[str, Any]]:
+    """An instant query's result vector (now, or `at`): [{metric: {...}, value: [t, "v"]}]."""
+    params = {"query": promql} if at is None else {"query": promql, "time": at}
+    return _get(settings, "/api/v1/query", **params)["result"]
 
 
 def window(minutes: int, scrape_seconds: int) -> tuple[float, float, int]:

@@ -14,12 +14,12 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from contracts.errors import KeystoneError
 from contracts.settings import Settings
 from contracts.spec import OutputSpec, StreamSpec, load_spec
-from control.client import ControlClient, ControlError
+from control.client import ControlClient
 from ingest_proxy.client import ProxyClient
 from loadtest.events import EventMaker
+from loadtest.run import app_key, await_key, await_routers
 from loadtest.sinks import SinkReader, reader_for
 from router.lang.evaluate import matches
 from router.lang.parser import parse_filter
@@ -68,8 +68,9 @@ def run(settings: Settings, console: Console) -> list[dict]:
     """Runs the demo; what each output should have received and did, one dict per output."""
     with ControlClient.from_settings(settings) as control:
         spec = _provision(control, console)
-        key = _app_key(control)
-        _await_router(control, console)
+        key = app_key(control, APP, STREAM)
+        await_routers(control, [STREAM], console)
+    await_key(settings.proxy_url, key, STREAM)
     spark = spark_session(settings, "keystone-demo")
     try:
         maker = EventMaker(seed=int(time.time()), size=512)
@@ -106,31 +107,6 @@ def _provision(control: ControlClient, console: Console) -> StreamSpec:
     made = ", ".join(answer["provisioned"]) or "nothing new"
     console.print(f"streams [bold]{STREAM}[/] and [bold]{ALERTS}[/] applied; provisioned: {made}")
     return load_spec(answer["spec"])
-
-
-def _app_key(control: ControlClient) -> str:
-    """The demo app's key: a new app's, or a new key for the existing app."""
-    try:
-        key = control.create_app(APP)["key"]
-    except ControlError as e:
-        if e.status != 409:
-            raise
-        key = control.rotate_app(APP)["key"]
-    control.grant(STREAM, APP)
-    return key
-
-
-def _await_router(control: ControlClient, console: Console) -> None:
-    deadline = time.monotonic() + WAIT_SECONDS
-    with console.status(f"waiting for the {STREAM} router (a Spark application) to start…"):
-        while (router := control.status(STREAM)["router"])["state"] != "running":
-            if time.monotonic() > deadline:
-                raise KeystoneError(
-                    f"the {STREAM} router is {router['state']} after {WAIT_SECONDS} s: "
-                    f"{router.get('last_error') or 'see its log'}"
-                )
-            time.sleep(1)
-    console.print(f"router for [bold]{STREAM}[/] running")
 
 
 def _matching(output: OutputSpec, sent: dict[str, dict]) -> set[str]:

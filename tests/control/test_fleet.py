@@ -19,6 +19,7 @@ import pytest
 from hmsclient.hmsclient import HMSClient
 
 from contracts.names import HIVE_DATABASE
+from control.fleet import Deployment
 from ingest_proxy.client import ProxyClient
 from loadtest.topics import read_topic
 from router.lang.evaluate import matches, project
@@ -74,7 +75,8 @@ class Fleet:
         return self.api.ok("GET", f"/v1/streams/{STREAM}/status")["router"]
 
     def pid(self) -> int | None:
-        return PidFile(self.stack.state_dir / "run" / "routers" / f"{STREAM}.json").running_pid()
+        deployed = Deployment.load(self.stack.settings, STREAM)  # only read: it is the fleet's
+        return deployed.pid if deployed is not None and deployed.alive() else None
 
     def running(self) -> bool:
         return self.router()["state"] == "running"

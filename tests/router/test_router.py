@@ -25,6 +25,7 @@ import httpx
 import pytest
 
 from contracts import envelope
+from control.fleet import Deployment
 from ingest_proxy.client import DirectProducer
 from loadtest.topics import read_topic
 from router.lang.evaluate import matches, project
@@ -156,8 +157,10 @@ class Routed:
         return self.stack.state_dir / "run" / "routers" / f"{STREAM}.json"
 
     def router_pid(self) -> int | None:
-        """The running router's pid, from the fleet's record of it."""
-        return PidFile(self.record).running_pid()
+        """The running router's pid, from the fleet's record of it (only read: the record is
+        the fleet's, and it must see for itself that the process ended)."""
+        deployed = Deployment.load(self.stack.settings, STREAM)
+        return deployed.pid if deployed is not None and deployed.alive() else None
 
     def router(self) -> dict:
         shown = checked(self.stack.keystone("stream", "show", STREAM, "--json"))

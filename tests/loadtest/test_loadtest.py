@@ -1,0 +1,119 @@
+"""`keystone loadtest` on the test stack, short: a minute of load through the proxy with the
+router killed once, and the audit of every acknowledged guid at every sink finds no loss, no
+duplicate in Elasticsearch or Hive, and writes its report."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+
+from tests.conftest import Api, Stack, checked, eventually
+
+STREAM, SIDE = "lt_main", "lt_side"
+OUTPUTS = [
+    {
+        "name": "picked",
+        "filter": "level != 'info' or country in ('US', 'BR')",
+        "projection": ["guid", "timestamp", "title", "user.id as uid"],
+        "sink": {"type": "kafka"},
+        "delivery": {"mode": "realtime", "trigger": "5 seconds"},
+    },
+    {
+        "name": "search",
+        "filter": "device.type != 'test'",
+        "projection": ["title", "country"],
+        "sink": {"type": "elasticsearch"},
+    },
+    {
+        "name": "archive",
+        "sink": {"type": "hive"},
+        "delivery": {"mode": "microbatch", "trigger": "5 seconds"},
+    },
+    {
+        "name": "onwards",
+        "filter": "event in ('play', 'stop')",
+        "projection": ["event", "title", "user.id as uid"],
+        "sink": {"type": "keystone", "stream": SIDE},
+    },
+]
+SIDE_OUTPUTS = [
+    {
+        "name": "plays",
+        "filter": "event = 'play'",
+        "sink": {"type": "kafka"},
+        "delivery": {"mode": "realtime", "trigger": "5 seconds"},
+    }
+]
+
+
+@pytest.fixture(scope="module")
+def streams(admin: Api) -> Iterator[None]:
+    admin.ok(
+        "PUT",
+        f"/v1/streams/{SIDE}",
+        {"name": SIDE, "owner": "team-load", "partitions": 2, "outputs": SIDE_OUTPUTS},
+    )
+    admin.ok(
+        "PUT",
+        f"/v1/streams/{STREAM}",
+        {"name": STREAM, "owner": "team-load", "partitions": 3, "outputs": OUTPUTS},
+    )
+    for name in (STREAM, SIDE):
+        eventually(
+            f"{name}'s router",
+            lambda n=name: (
+                admin.ok("GET", f"/v1/streams/{n}/status")["router"]["state"] == "running"
+            ),
+            timeout=180,
+        )
+    yield
+    for name in (STREAM, SIDE):
+        admin.call("DELETE", f"/v1/streams/{name}")
+
+
+def test_a_minute_of_load_with_a_router_killed_loses_nothing(
+    stack: Stack, streams: None, tmp_path
+) -> None:
+    report = tmp_path / "report"
+    result = checked(
+        stack.keystone(
+            "loadtest",
+            "--stream",
+            STREAM,
+            "--rate",
+            "100",
+            "--duration",
+            "60",
+            "--producers",
+            "2",
+            "--event-size",
+            "700",
+            "--fault",
+            "kill-router@20",
+            "--report",
+            str(report),
+            "--json",
+            timeout=900,
+        )
+    )
+    figures = json.loads(result.stdout)
+    audit = figures["audit"]
+    assert audit["drained"] and audit["lossless"], audit
+    assert audit["missing_at_ingest"] == 0
+    assert figures["ingest"]["acknowledged"] >= 5500 and figures["ingest"]["abandoned"] == 0
+    by_output = {o["output"]: o for o in audit["outputs"]}
+    assert set(by_output) == {f"{STREAM}.{o['name']}" for o in OUTPUTS} | {f"{SIDE}.plays"}
+    for o in audit["outputs"]:
+        assert 0 < o["expected"] == o["delivered"] and o["unexpected"] == 0, o
+        assert o["delivery_rate"] == 1.0
+    for idempotent in ("search", "archive"):
+        assert by_output[f"{STREAM}.{idempotent}"]["duplicates"] == 0
+    assert by_output[f"{STREAM}.archive"]["expected"] == figures["ingest"]["acknowledged"]
+    [fault] = figures["faults"]
+    assert fault["fault"] == "kill-router" and 19 <= fault["began_s"] <= 25
+    assert "the fleet started it again" in " ".join(fault["notes"])
+    for name in ("report.md", "figures.json", "rate.png", "latency.png"):
+        assert (report / name).stat().st_size > 1000, name
+    assert "No loss" in (report / "report.md").read_text()
