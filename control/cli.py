@@ -73,6 +73,14 @@ def emit(data: Any) -> None:
     print(json.dumps(data, indent=2))
 
 
+def done(answer: Any, as_json: bool, message: str) -> None:
+    """What a change command prints: control's answer as JSON, or one sentence."""
+    if as_json:
+        emit(answer)
+    else:
+        console.print(message)
+
+
 def _state(router: dict) -> str:
     state = router["state"]
     return f"[{STATE_STYLE.get(state, 'yellow')}]{state}[/]"
@@ -184,10 +192,11 @@ def stream_delete(ctx: typer.Context, name: str, as_json: JsonOption = False) ->
     """Stop a stream's router and forget the stream (its topics, tables and indices stay)."""
     with control(ctx) as client:
         client.delete_stream(name)
-    if as_json:
-        emit({"stream": name, "deleted": True})
-    else:
-        console.print(f"stream [bold]{name}[/] deleted; its router is stopping")
+    done(
+        {"stream": name, "deleted": True},
+        as_json,
+        f"stream [bold]{name}[/] deleted; its router is stopping",
+    )
 
 
 # Outputs
@@ -205,10 +214,7 @@ def output_set(
         raise InvalidSpec("the output is not valid", problems=field_errors(e)) from e
     with control(ctx) as client:
         answer = client.put_output(stream, json.loads(output.model_dump_json()))
-    if as_json:
-        emit(answer)
-    else:
-        console.print(f"output [bold]{stream}.{output.name}[/] set; the router redeploys")
+    done(answer, as_json, f"output [bold]{stream}.{output.name}[/] set; the router redeploys")
 
 
 @outputs.command("delete")
@@ -218,10 +224,7 @@ def output_delete(
     """Remove an output from a stream."""
     with control(ctx) as client:
         answer = client.delete_output(stream, output)
-    if as_json:
-        emit(answer)
-    else:
-        console.print(f"output [bold]{stream}.{output}[/] removed")
+    done(answer, as_json, f"output [bold]{stream}.{output}[/] removed")
 
 
 @app.command()
@@ -296,10 +299,7 @@ def app_grant(ctx: typer.Context, app_name: str, stream: str, as_json: JsonOptio
     """Let an app post events to a stream of yours."""
     with control(ctx) as client:
         answer = client.grant(stream, app_name)
-    if as_json:
-        emit(answer)
-    else:
-        console.print(f"app [bold]{app_name}[/] may now post to [bold]{stream}[/]")
+    done(answer, as_json, f"app [bold]{app_name}[/] may now post to [bold]{stream}[/]")
 
 
 @apps.command("ungrant")
@@ -309,10 +309,7 @@ def app_ungrant(
     """Take back an app's right to post to a stream."""
     with control(ctx) as client:
         answer = client.revoke(stream, app_name)
-    if as_json:
-        emit(answer)
-    else:
-        console.print(f"app [bold]{app_name}[/] may no longer post to [bold]{stream}[/]")
+    done(answer, as_json, f"app [bold]{app_name}[/] may no longer post to [bold]{stream}[/]")
 
 
 @apps.command("rotate")
@@ -331,10 +328,7 @@ def app_delete(ctx: typer.Context, name: str, as_json: JsonOption = False) -> No
     """Revoke an app: its key stops working and it leaves every stream's producers."""
     with control(ctx) as client:
         client.delete_app(name)
-    if as_json:
-        emit({"app": name, "deleted": True})
-    else:
-        console.print(f"app [bold]{name}[/] revoked")
+    done({"app": name, "deleted": True}, as_json, f"app [bold]{name}[/] revoked")
 
 
 # Owners
@@ -359,10 +353,7 @@ def owner_list(ctx: typer.Context, as_json: JsonOption = False) -> None:
     """Every owner (the admin's)."""
     with control(ctx) as client:
         found = client.owners()
-    if as_json:
-        emit(found)
-    else:
-        console.print("\n".join(found) or "no owners")
+    done(found, as_json, "\n".join(found) or "no owners")
 
 
 @owners.command("rotate")
@@ -381,10 +372,7 @@ def owner_delete(ctx: typer.Context, name: str, as_json: JsonOption = False) -> 
     """Remove an owner: their token stops working; their streams stay, the admin's to manage."""
     with control(ctx) as client:
         client.delete_owner(name)
-    if as_json:
-        emit({"owner": name, "deleted": True})
-    else:
-        console.print(f"owner [bold]{name}[/] removed")
+    done({"owner": name, "deleted": True}, as_json, f"owner [bold]{name}[/] removed")
 
 
 @app.command()
@@ -426,10 +414,11 @@ def dashboard(
     url = f"{settings.control_url}/ui/streams/{stream}/dashboard"
     if png is not None:
         render_png(url, token, png)
-    if as_json:
-        emit({"stream": stream, "url": url, "png": str(png) if png else None})
-    else:
-        console.print(url if png is None else f"{url} drawn into {png}")
+    done(
+        {"stream": stream, "url": url, "png": str(png) if png else None},
+        as_json,
+        url if png is None else f"{url} drawn into {png}",
+    )
 
 
 def seconds(text: str) -> float:

@@ -166,28 +166,12 @@ class Store:
     # Owners: who may change which streams, each with a bearer token.
 
     def create_owner(self, name: str, audit: dict[str, Any]) -> str:
-        check_label(name, "owner")
-        token = f"ko_{secrets.token_urlsafe(32)}"
-        digest = hash_key(token)
-        if not self._call(self.redis.hsetnx, f"{PREFIX}owner:{name}", "token_sha256", digest):
-            raise Conflict(f"owner {name!r} already exists")
-
-        def write(tx: redis.client.Pipeline) -> None:
-            tx.multi()
-            tx.hset(
-                f"{PREFIX}owner:{name}", mapping={"token_sha256": digest, "created": time.time()}
-            )
-            tx.set(f"{PREFIX}token:{digest}", name)
-            tx.sadd(f"{PREFIX}owners", name)
-
-        self._transact(write, audit)
-        return token
+        """Registers an owner and returns their token: shown once, stored only hashed."""
+        return self._create("owner", "token", "ko", name, {}, audit)
 
     def rotate_owner(self, name: str, audit: dict[str, Any]) -> str:
         """A new token for the owner; the old one stops working at once."""
-        token = f"ko_{secrets.token_urlsafe(32)}"
-        self._replace_secret("owner", "token", name, hash_key(token), audit)
-        return token
+        return self._replace_secret("owner", "token", "ko", name, audit)
 
     def delete_owner(self, name: str, audit: dict[str, Any]) -> None:
         self._delete_principal("owner", "token", name, audit)
@@ -205,28 +189,11 @@ class Store:
         self, name: str, rate: int = 0, owner: str = "", audit: dict | None = None
     ) -> str:
         """Registers a producing app and returns its key: shown once, stored only hashed."""
-        check_label(name, "app")
-        key = f"ks_{secrets.token_urlsafe(32)}"
-        digest = hash_key(key)
-        record = {"key_sha256": digest, "rate": rate, "owner": owner, "created": time.time()}
-        # Create only if absent, atomically: two concurrent creates cannot both win.
-        if not self._call(self.redis.hsetnx, f"{PREFIX}app:{name}", "key_sha256", digest):
-            raise Conflict(f"app {name!r} already exists")
-
-        def write(tx: redis.client.Pipeline) -> None:
-            tx.multi()
-            tx.hset(f"{PREFIX}app:{name}", mapping=record)
-            tx.set(f"{PREFIX}key:{digest}", name)
-            tx.sadd(f"{PREFIX}apps", name)
-
-        self._transact(write, audit)
-        return key
+        return self._create("app", "key", "ks", name, {"rate": rate, "owner": owner}, audit)
 
     def rotate_app(self, name: str, audit: dict[str, Any]) -> str:
         """A new key for the app; the old one stops working within the proxy's refresh."""
-        key = f"ks_{secrets.token_urlsafe(32)}"
-        self._replace_secret("app", "key", name, hash_key(key), audit)
-        return key
+        return self._replace_secret("app", "key", "ks", name, audit)
 
     def delete_app(self, name: str, audit: dict[str, Any]) -> None:
         """Revokes the app: its key stops working and it leaves every stream's producers, so a
@@ -269,21 +236,49 @@ class Store:
             if r
         ]
 
-    # Owners and apps alike: a record with one hashed secret.
+    # Owners and apps alike: a record with one hashed secret, its hash the way back to it.
+
+    def _create(
+        self,
+        kind: str,
+        secret: str,
+        prefix: str,
+        name: str,
+        fields: dict[str, Any],
+        audit: dict[str, Any] | None,
+    ) -> str:
+        check_label(name, kind)
+        value = f"{prefix}_{secrets.token_urlsafe(32)}"
+        digest = hash_key(value)
+        # Create only if absent, atomically: two concurrent creates cannot both win.
+        if not self._call(self.redis.hsetnx, f"{PREFIX}{kind}:{name}", f"{secret}_sha256", digest):
+            raise Conflict(f"{kind} {name!r} already exists")
+
+        def write(tx: redis.client.Pipeline) -> None:
+            tx.multi()
+            record = {f"{secret}_sha256": digest, "created": time.time(), **fields}
+            tx.hset(f"{PREFIX}{kind}:{name}", mapping=record)
+            tx.set(f"{PREFIX}{secret}:{digest}", name)
+            tx.sadd(f"{PREFIX}{kind}s", name)
+
+        self._transact(write, audit)
+        return value
 
     def _replace_secret(
-        self, kind: str, secret: str, name: str, digest: str, audit: dict[str, Any]
-    ) -> None:
+        self, kind: str, secret: str, prefix: str, name: str, audit: dict[str, Any]
+    ) -> str:
+        value = f"{prefix}_{secrets.token_urlsafe(32)}"
+        digest = hash_key(value)
+
         def write(tx: redis.client.Pipeline) -> None:
-            old = tx.hget(f"{PREFIX}{kind}:{name}", f"{secret}_sha256")
-            if old is None:
-                raise NotFound(f"no {kind} {name!r}")
+            old = self._digest(tx, kind, secret, name)
             tx.multi()
-            tx.delete(f"{PREFIX}{secret}:{old.decode()}")
+            tx.delete(f"{PREFIX}{secret}:{old}")
             tx.hset(f"{PREFIX}{kind}:{name}", f"{secret}_sha256", digest)
             tx.set(f"{PREFIX}{secret}:{digest}", name)
 
         self._transact(write, audit)
+        return value
 
     def _delete_principal(
         self,
@@ -294,17 +289,23 @@ class Store:
         also: Callable[[redis.client.Pipeline], list[StreamSpec]] | None = None,
     ) -> None:
         def write(tx: redis.client.Pipeline) -> None:
-            old = tx.hget(f"{PREFIX}{kind}:{name}", f"{secret}_sha256")
-            if old is None:
-                raise NotFound(f"no {kind} {name!r}")
+            old = self._digest(tx, kind, secret, name)
             changed = also(tx) if also else []
             tx.multi()
-            tx.delete(f"{PREFIX}{secret}:{old.decode()}", f"{PREFIX}{kind}:{name}")
+            tx.delete(f"{PREFIX}{secret}:{old}", f"{PREFIX}{kind}:{name}")
             tx.srem(f"{PREFIX}{kind}s", name)
             for spec in changed:
                 tx.set(f"{PREFIX}stream:{spec.name}", spec.to_json())
 
         self._transact(write, audit)
+
+    @staticmethod
+    def _digest(tx: redis.client.Pipeline, kind: str, secret: str, name: str) -> str:
+        """The stored hash of an owner's token or an app's key (read inside a transaction)."""
+        digest = tx.hget(f"{PREFIX}{kind}:{name}", f"{secret}_sha256")
+        if digest is None:
+            raise NotFound(f"no {kind} {name!r}")
+        return digest.decode()
 
     # The fleet's view of each router (not part of the registry's version).
 

@@ -67,7 +67,7 @@ class Check:
 def run(settings: Settings, console: Console) -> list[dict]:
     """Runs the demo; what each output should have received and did, one dict per output."""
     with ControlClient.from_settings(settings) as control:
-        spec = _provision(control, console)
+        spec = provision(control, console)
         key = app_key(control, APP, STREAM)
         await_routers(control, [STREAM], console)
     await_key(settings.proxy_url, key, STREAM)
@@ -99,7 +99,8 @@ def run(settings: Settings, console: Console) -> list[dict]:
     ]
 
 
-def _provision(control: ControlClient, console: Console) -> StreamSpec:
+def provision(control: ControlClient, console: Console) -> StreamSpec:
+    """The demo streams, applied (idempotent); the demo stream's spec as stored."""
     alerts = {"name": ALERTS, "owner": OWNER, "partitions": 2}
     demo = {"name": STREAM, "owner": OWNER, "partitions": 4, "producers": [], "outputs": OUTPUTS}
     control.put_stream(alerts)

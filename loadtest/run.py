@@ -70,9 +70,10 @@ def streams_reached(control: ControlClient, spec: StreamSpec) -> dict[str, Strea
 
 
 def await_key(proxy_url: str, key: str, stream: str) -> None:
-    """Until the proxy knows a new key (it reloads the registry within a second or so): a
-    probe it refuses for its media type (415) has passed authentication and authorization."""
-    deadline = time.monotonic() + 30
+    """Until the proxy knows a new key: each proxy process reloads the registry within a
+    second or so, so the probe (refused for its media type, 415, once past authentication and
+    authorization) must pass for two seconds on end, whichever process answers it."""
+    deadline, passing_since = time.monotonic() + 30, None
     while True:
         answer = httpx.post(
             f"{proxy_url}/v1/streams/{stream}/events",
@@ -80,13 +81,19 @@ def await_key(proxy_url: str, key: str, stream: str) -> None:
             headers={"Authorization": f"Bearer {key}", "Content-Type": "text/plain"},
             timeout=10,
         )
-        if answer.status_code == 415:
+        now = time.monotonic()
+        if answer.status_code != 415:
+            passing_since = None
+        elif passing_since is None:
+            passing_since = now
+        elif now - passing_since >= 2:
             return
-        if time.monotonic() > deadline:
+        if now > deadline:
             raise Unavailable(
-                f"the proxy still answers {answer.status_code} to the key after 30 s", retry_after=5
+                f"the proxy still answers {answer.status_code} to the key after 30 s",
+                retry_after=5,
             )
-        time.sleep(0.2)
+        time.sleep(0.1)
 
 
 def await_routers(control: ControlClient, streams: list[str], console: Console) -> None:

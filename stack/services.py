@@ -544,21 +544,80 @@ class Prometheus(Service):
         return _get(f"{self.address}/-/ready") is not None
 
 
-class IngestProxy(Service):
-    """The ingest proxy (FastAPI under uvicorn), several server processes behind one port."""
+class UvicornService(Service):
+    """A FastAPI app of this project under uvicorn, on this very Python, its settings passed
+    explicitly (the child does not share this process' working directory or .env), registered
+    as a Prometheus target, healthy when its /readyz answers 200."""
+
+    binary = "python3"
+    start_timeout = 60.0
+    app_factory: ClassVar[str]  # module:function
+
+    @property
+    @abstractmethod
+    def port(self) -> int:
+        """The port it serves on."""
+
+    @property
+    def workers(self) -> int:
+        return 1
+
+    @property
+    def ports(self) -> list[int]:
+        return [self.port]
+
+    @property
+    def env(self) -> dict[str, str]:
+        return self.settings.to_env()
+
+    def check_installed(self) -> None:
+        """It runs on this very Python."""
+
+    def prepare(self) -> None:
+        self._dirs()
+        s = self.settings
+        targets.write_target(s, self.name, [f"{s.bind_host}:{self.port}"], {"component": self.name})
+
+    def argv(self) -> list[str]:
+        return [
+            sys.executable,
+            "-m",
+            "uvicorn",
+            self.app_factory,
+            "--factory",
+            "--host",
+            self.settings.bind_host,
+            "--port",
+            str(self.port),
+            "--workers",
+            str(self.workers),
+            "--no-access-log",
+            "--log-level",
+            "warning",
+        ]
+
+    def healthy(self) -> bool:
+        return _get(f"{self.address}/readyz") is not None
+
+
+class IngestProxy(UvicornService):
+    """The ingest proxy, several server processes behind one port."""
 
     name = "ingest_proxy"
     needs = ("kafka", "redis")
-    binary = "python3"
-    start_timeout = 60.0
+    app_factory = "ingest_proxy.app:app_from_env"
 
     @property
     def address(self) -> str:
         return self.settings.proxy_url
 
     @property
-    def ports(self) -> list[int]:
-        return [self.settings.proxy_port]
+    def port(self) -> int:
+        return self.settings.proxy_port
+
+    @property
+    def workers(self) -> int:
+        return self.settings.proxy_workers
 
     @property
     def metrics_dir(self) -> Path:
@@ -566,105 +625,36 @@ class IngestProxy(Service):
 
     @property
     def env(self) -> dict[str, str]:
-        # Explicit settings: the child does not share this process' working directory or .env.
-        return {**self.settings.to_env(), "PROMETHEUS_MULTIPROC_DIR": str(self.metrics_dir)}
-
-    def check_installed(self) -> None:
-        """The proxy runs on this very Python."""
+        return {**super().env, "PROMETHEUS_MULTIPROC_DIR": str(self.metrics_dir)}
 
     def prepare(self) -> None:
-        self._dirs()
+        super().prepare()
         shutil.rmtree(self.metrics_dir, ignore_errors=True)  # counters restart with the process
         self.metrics_dir.mkdir(parents=True)
-        s = self.settings
-        targets.write_target(
-            s, "ingest_proxy", [f"{s.bind_host}:{s.proxy_port}"], {"component": "ingest_proxy"}
-        )
-
-    def argv(self) -> list[str]:
-        s = self.settings
-        return [
-            sys.executable,
-            "-m",
-            "uvicorn",
-            "ingest_proxy.app:app_from_env",
-            "--factory",
-            "--host",
-            s.bind_host,
-            "--port",
-            str(s.proxy_port),
-            "--workers",
-            str(s.proxy_workers),
-            "--no-access-log",
-            "--log-level",
-            "warning",
-        ]
-
-    def healthy(self) -> bool:
-        return _get(f"{self.address}/readyz") is not None
 
 
-class Control(Service):
-    """The control service (FastAPI under uvicorn): the API, the web UI and the router fleet.
-    The routers it runs outlive a restart of it; `down` stops them after it."""
+class Control(UvicornService):
+    """The control service: the API, the web UI and the router fleet (one process: it runs the
+    fleet). The routers it runs outlive a restart of it; `down` stops them after it."""
 
     name = "control"
     needs = ("kafka", "redis", "elasticsearch", "metastore", "prometheus")
-    binary = "python3"
-    start_timeout = 60.0
+    app_factory = "control.app:app_from_env"
 
     @property
     def address(self) -> str:
         return self.settings.control_url
 
     @property
-    def ports(self) -> list[int]:
-        return [self.settings.control_port]
-
-    @property
-    def env(self) -> dict[str, str]:
-        return self.settings.to_env()
-
-    def check_installed(self) -> None:
-        """Control runs on this very Python."""
-
-    def prepare(self) -> None:
-        self._dirs()
-        s = self.settings
-        targets.write_target(
-            s, "control", [f"{s.bind_host}:{s.control_port}"], {"component": "control"}
-        )
-
-    def argv(self) -> list[str]:
-        s = self.settings
-        return [
-            sys.executable,
-            "-m",
-            "uvicorn",
-            "control.app:app_from_env",
-            "--factory",
-            "--host",
-            s.bind_host,
-            "--port",
-            str(s.control_port),
-            "--no-access-log",
-            "--log-level",
-            "warning",
-        ]
-
-    def healthy(self) -> bool:
-        return _get(f"{self.address}/readyz") is not None
+    def port(self) -> int:
+        return self.settings.control_port
 
     def after_stop(self) -> None:
         """Stops every router the fleet started, gracefully (their Python process first,
         which stops its queries and its JVM)."""
+        timeout = self.settings.router_stop_timeout_seconds
         for record in sorted(self.settings.routers_run_dir.glob("*.json")):
-            stop(
-                PidFile(record),
-                signal.SIGTERM,
-                self.settings.router_stop_timeout_seconds,
-                group=False,
-            )
+            stop(PidFile(record), signal.SIGTERM, timeout, group=False)
 
 
 SERVICES: tuple[type[Service], ...] = (
