@@ -19,6 +19,7 @@ from loadtest.bench import DOCS, write_section
 from loadtest.demo import STREAM, provision
 from loadtest.driver import Plan
 from loadtest.faults import Fault
+from loadtest.report import delivery_table, faults_table, ingest_table
 from loadtest.run import Options, run
 
 IMAGES = DOCS.parent / "img"
@@ -26,43 +27,23 @@ console = Console()
 
 
 def markdown(figures: dict, command: str, images: str) -> str:
-    ingest, audit = figures["ingest"], figures["audit"]
     plan = figures["plan"]
-    lines = [
-        f"Command: `{command}`, {plan['rate']:,.0f} events/s of {plan['event_size']} B for "
-        f"{plan['duration']:.0f} s through the proxy ({plan['producers']} producers); the stack, "
-        "the router and the load on the same machine.  ",
-        f"Machine: {figures['machine']}.",
-        "",
-        f"Ingest: {ingest['acknowledged']:,} of {ingest['attempted']:,} events acknowledged "
-        f"({ingest['achieved_per_s']:,}/s), {ingest['abandoned']:,} never, "
-        f"{ingest['rejected']:,} refused; request p50 {ingest['request_p50_ms']} ms, p99 "
-        f"{ingest['request_p99_ms']} ms; acknowledged but missing from the fronting topic: "
-        f"{audit['missing_at_ingest']:,}. Drained {audit['waited_seconds']} s after the load"
-        + ("." if audit["drained"] else " (**not drained**)."),
-        "",
-        "| output | sink | expected | delivered | lost | duplicates | delivery rate "
-        "| latency p50 s | latency p99 s |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
-    ]
-    latency = figures["sinks"].get("outputs", {})
-    for o in audit["outputs"]:
-        own = latency.get(o["output"], {})
-        p50, p99 = own.get("run_p50_s"), own.get("run_p99_s")
-        lines.append(
-            f"| {o['output']} | {o['sink']} | {o['expected']:,} | {o['delivered']:,} "
-            f"| {o['lost']:,} | {o['duplicates']:,} | {o['delivery_rate']:.6f} "
-            f"| {'-' if p50 is None else f'{p50:.2f}'} | {'-' if p99 is None else f'{p99:.2f}'} |"
-        )
-    if figures["faults"]:
-        lines += ["", "| fault | at s | back at s | what happened |", "| --- | ---: | ---: | --- |"]
-        for f in figures["faults"]:
-            lines.append(
-                f"| {f['fault']} | {f.get('began_s', '')} | {f.get('ended_s', '')} "
-                f"| {'; '.join(f['notes'])} |"
-            )
-    lines += ["", f"![rates]({images}-rate.png)", "", f"![latency]({images}-latency.png)", ""]
-    return "\n".join(lines)
+    return "\n".join(
+        [
+            f"Command: `{command}`: {plan['rate']:,.0f} events/s of {plan['event_size']} B for "
+            f"{plan['duration']:.0f} s through the proxy ({plan['producers']} producers) into "
+            "the demo stream; the stack, its routers and the load on the same machine.  ",
+            f"Machine: {figures['machine']}.",
+            "",
+            *ingest_table(figures),
+            *delivery_table(figures),
+            *(faults_table(figures) if figures["faults"] else []),
+            f"![rates]({images}-rate.png)",
+            "",
+            f"![latency]({images}-latency.png)",
+            "",
+        ]
+    )
 
 
 def main() -> None:
@@ -78,18 +59,19 @@ def main() -> None:
     with ControlClient.from_settings(settings) as control:
         provision(control, console)
     report = CHECKOUT / "build" / "bench" / args.name
+    command = "python -m loadtest.e2e_bench " + " ".join(sys.argv[1:])
     options = Options(
         plan=Plan(STREAM, args.rate, args.duration, 1024, args.producers),
         faults=[Fault.parse(f, args.duration) for f in args.fault],
         report=report,
         drain_timeout=600,
+        command=command,
     )
     figures = run(settings, options, console)
     if args.write_docs:
         IMAGES.mkdir(exist_ok=True)
         for plot in ("rate", "latency"):
             shutil.copyfile(report / f"{plot}.png", IMAGES / f"{args.name}-{plot}.png")
-        command = "python -m loadtest.e2e_bench " + " ".join(sys.argv[1:])
         heading = "End to end" if not args.fault else "End to end, with faults"
         write_section(f"{args.name}-bench", heading, markdown(figures, command, f"img/{args.name}"))
         console.print("wrote docs/benchmarks.md")

@@ -106,25 +106,31 @@ def _number(text: str) -> float | None:
 
 
 def fault_effects(run: Run, producers: dict[str, list], sinks: dict[str, Any]) -> list[dict]:
-    """For each fault: what ingest and each output did while it lasted, against before it."""
+    """For each fault: what ingest did while it lasted, and each output while it lasted and
+    for 30 s after (a sink catches up after its fault), against the 30 s before it."""
     effects = []
-    acked = producers["acked"]
+    acked, p99 = producers["acked"], producers["request_p99_ms"]
     for fault in run.faults:
         if fault.began is None:
             effects.append({"fault": fault.name, "notes": fault.notes})
             continue
         begin, end = int(fault.began), int(max(fault.ended or 0, fault.began + 10))
-        before = acked[max(0, begin - 30) : begin] or [0]
-        during = acked[begin:end] or [0]
         outputs = {}
         for name, data in sinks.get("outputs", {}).items():
-            points = data.get("delivered_per_s", [])
-            was = [v for t, v in points if begin - 30 <= t < begin and v is not None]
-            now = [v for t, v in points if begin <= t < end and v is not None]
+
+            def values(key: str, low: float, high: float, data=data) -> list[float]:
+                return [v for t, v in data.get(key, []) if low <= t < high and v is not None]
+
+            was = values("delivered_per_s", begin - 30, begin)
+            now = values("delivered_per_s", begin, end + 30)
+            slow = values("latency_p99_s", begin, end + 30)
             outputs[name] = {
                 "delivered_per_s_before": round(statistics.fmean(was), 1) if was else None,
                 "delivered_per_s_during": round(statistics.fmean(now), 1) if now else None,
+                "latency_p99_s_during": round(max(slow), 2) if slow else None,
             }
+        before = [v for v in p99[max(0, begin - 30) : begin] if v is not None]
+        during = [v for v in p99[begin:end] if v is not None]
         effects.append(
             {
                 "fault": fault.name,
@@ -132,8 +138,12 @@ def fault_effects(run: Run, producers: dict[str, list], sinks: dict[str, Any]) -
                 "began_s": round(fault.began, 1),
                 "ended_s": round(fault.ended, 1) if fault.ended is not None else None,
                 "notes": fault.notes,
-                "acked_per_s_before": round(statistics.fmean(before), 1),
-                "acked_per_s_during": round(statistics.fmean(during), 1),
+                "acked_per_s_before": round(
+                    statistics.fmean(acked[max(0, begin - 30) : begin] or [0]), 1
+                ),
+                "acked_per_s_during": round(statistics.fmean(acked[begin:end] or [0]), 1),
+                "request_p99_ms_before": round(statistics.median(before), 1) if before else None,
+                "request_p99_ms_during": round(max(during), 1) if during else None,
                 "events_retried_during": sum(producers["failed"][begin:end]),
                 "outputs": outputs,
             }
@@ -269,7 +279,7 @@ def _plot_latency(run: Run, producers: dict, sinks: dict, path: Path) -> None:
 
 
 def markdown(f: dict[str, Any]) -> str:
-    plan, ingest, audit = f["plan"], f["ingest"], f["audit"]
+    plan, audit = f["plan"], f["audit"]
     verdict = (
         "**No loss**: every acknowledged event reached every output that should have it."
         if audit["lossless"] and audit["drained"]
@@ -288,6 +298,25 @@ def markdown(f: dict[str, Any]) -> str:
         "",
         "## Ingest",
         "",
+        *ingest_table(f),
+        "## Delivery",
+        "",
+        *delivery_table(f),
+        "Duplicates are expected only in Kafka and Keystone outputs after a crash "
+        "(at least once); Elasticsearch and Hive writes are idempotent.",
+        "",
+    ]
+    if f["faults"]:
+        lines += ["## Faults", "", *faults_table(f)]
+    lines += ["## Over time", "", "![rates](rate.png)", "", "![latency](latency.png)", ""]
+    if "error" in f["sinks"]:
+        lines += [f"Router metrics unavailable: {f['sinks']['error']}", ""]
+    return "\n".join(lines)
+
+
+def ingest_table(f: dict[str, Any]) -> list[str]:
+    ingest = f["ingest"]
+    return [
         "| attempted | acknowledged | never acknowledged | rejected | achieved events/s "
         "| request p50 ms | request p99 ms | responses |",
         "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
@@ -297,11 +326,15 @@ def markdown(f: dict[str, Any]) -> str:
         + ", ".join(f"{k}: {v:,}" for k, v in sorted(ingest["responses"].items()))
         + " |",
         "",
-        f"Acknowledged but missing from the fronting topic: {audit['missing_at_ingest']:,}.",
+        f"Acknowledged but missing from the fronting topic: {f['audit']['missing_at_ingest']:,}.",
         "",
-        "## Delivery",
-        "",
-        f"Waited {audit['waited_seconds']} s for the pipeline to drain: "
+    ]
+
+
+def delivery_table(f: dict[str, Any]) -> list[str]:
+    audit = f["audit"]
+    lines = [
+        f"Waited {audit['waited_seconds']} s after the load for the pipeline to drain: "
         + ("it drained." if audit["drained"] else "**it did not drain in time**."),
         "",
         "| output | sink | where | expected | delivered | lost | duplicates | unexpected "
@@ -317,38 +350,35 @@ def markdown(f: dict[str, Any]) -> str:
             f"| {o['delivery_rate']:.6f} | {_fmt(own.get('run_p50_s'))} "
             f"| {_fmt(own.get('run_p99_s'))} |"
         )
-    lines += [
+    return [*lines, ""]
+
+
+def faults_table(f: dict[str, Any]) -> list[str]:
+    lines = [
+        "Per output: delivered per second in the 30 s before the fault → while it lasted and "
+        "for 30 s after, and the worst delivery p99 (30 s windows) in that time.",
         "",
-        "Duplicates are expected only in Kafka and Keystone outputs after a crash "
-        "(at least once); Elasticsearch and Hive writes are idempotent.",
-        "",
+        "| fault | began s | ended s | acked/s before → during | request p99 ms before → "
+        "worst | retried | per output: delivered/s before → during; worst p99 | what "
+        "happened |",
+        "| --- | ---: | ---: | --- | --- | ---: | --- | --- |",
     ]
-    if f["faults"]:
-        lines += [
-            "## Faults",
-            "",
-            "| fault | began s | ended s | acked/s before → during | retried during "
-            "| delivered/s before → during | what happened |",
-            "| --- | ---: | ---: | --- | ---: | --- | --- |",
-        ]
-        for e in f["faults"]:
-            if "began_s" not in e:
-                lines.append(f"| {e['fault']} | | | | | | {'; '.join(e['notes'])} |")
-                continue
-            outputs = "; ".join(
-                f"{name}: {v['delivered_per_s_before']} → {v['delivered_per_s_during']}"
-                for name, v in sorted(e["outputs"].items())
-            )
-            lines.append(
-                f"| {e['fault']} | {e['began_s']} | {e['ended_s']} "
-                f"| {e['acked_per_s_before']} → {e['acked_per_s_during']} "
-                f"| {e['events_retried_during']:,} | {outputs} | {'; '.join(e['notes'])} |"
-            )
-        lines.append("")
-    lines += ["## Over time", "", "![rates](rate.png)", "", "![latency](latency.png)", ""]
-    if "error" in f["sinks"]:
-        lines += [f"Router metrics unavailable: {f['sinks']['error']}", ""]
-    return "\n".join(lines)
+    for e in f["faults"]:
+        if "began_s" not in e:
+            lines.append(f"| {e['fault']} | | | | | | | {'; '.join(e['notes'])} |")
+            continue
+        outputs = "; ".join(
+            f"{name}: {v['delivered_per_s_before']} → {v['delivered_per_s_during']}, "
+            f"{_fmt(v['latency_p99_s_during'])} s"
+            for name, v in sorted(e["outputs"].items())
+        )
+        lines.append(
+            f"| {e['fault']} | {e['began_s']} | {e['ended_s']} "
+            f"| {e['acked_per_s_before']} → {e['acked_per_s_during']} "
+            f"| {e['request_p99_ms_before']} → {e['request_p99_ms_during']} "
+            f"| {e['events_retried_during']:,} | {outputs} | {'; '.join(e['notes'])} |"
+        )
+    return [*lines, ""]
 
 
 def _fmt(value: float | None) -> str:

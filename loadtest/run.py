@@ -42,6 +42,9 @@ class Options:
     key: str | None = None  # the app key to post with; default: the loadtest app's
     report: Path | None = None
     drain_timeout: float = 300.0
+    command: str = field(
+        default_factory=lambda: "keystone " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    )
 
 
 def app_key(control: ControlClient, app: str, stream: str) -> str:
@@ -135,7 +138,7 @@ def run(settings: Settings, options: Options, console: Console) -> dict[str, Any
     run_ = Run(
         plan=plan,
         mode="direct" if options.direct else "proxy",
-        command="keystone " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
+        command=options.command,
         machine=machine(),
         load=load,
         faults=options.faults,
