@@ -1,6 +1,7 @@
 """Realistic events for the demo and the load test: playback telemetry with varied fields,
 types, nesting, levels and countries, a partition-worthy user id, and a text field that brings
-each event near a chosen size. Seeded, so a run can be repeated exactly."""
+each event to a size drawn around the chosen one (half to one and a half times it, the chosen
+size on average). Seeded, so a run can be repeated exactly."""
 
 from __future__ import annotations
 
@@ -45,7 +46,8 @@ class EventMaker:
             event["cdn"] = {"node": f"oca-{rng.randint(1, 400)}", "rtt_ms": rng.randint(1, 300)}
         if rng.random() < 0.05:
             event["error_code"] = None  # a JSON null now and then
-        pad = self.size - len(json.dumps(event, separators=(",", ":"))) - len(',"notes":""')
+        size = rng.randint(self.size // 2, self.size * 3 // 2)
+        pad = size - len(json.dumps(event, separators=(",", ":"))) - len(',"notes":""')
         if pad > 0:
             event["notes"] = "".join(rng.choices("abcdefghij klmnopqrstuvwxyz", k=pad))
         return event

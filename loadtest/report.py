@@ -291,7 +291,7 @@ def markdown(f: dict[str, Any]) -> str:
         f"Command: `{f['command']}`  ",
         f"Machine: {f['machine']}  ",
         f"Load: {plan['rate']:,.0f} events/s for {plan['duration']:.0f} s, "
-        f"{plan['event_size']} B events, {plan['producers']} producers, "
+        f"events of {plan['event_size']} B on average, {plan['producers']} producers, "
         f"{plan['batch']} events a request, {f['mode']}.",
         "",
         verdict,
