@@ -30,8 +30,9 @@ def markdown(figures: dict, command: str, images: str) -> str:
     plan = figures["plan"]
     return "\n".join(
         [
-            f"Command: `{command}`: {plan['rate']:,.0f} events/s of {plan['event_size']} B on average for "
-            f"{plan['duration']:.0f} s through the proxy ({plan['producers']} producers) into "
+            f"Command: `{command}`: {plan['rate']:,.0f} events/s, {plan['event_size']} B on "
+            f"average, for {plan['duration']:.0f} s through the proxy ({plan['producers']} "
+            "producers) into "
             "the demo stream; the stack, its routers and the load on the same machine.  ",
             f"Machine: {figures['machine']}.",
             "",
