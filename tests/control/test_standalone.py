@@ -18,6 +18,7 @@ import pytest
 from pyspark.find_spark_home import _find_spark_home
 
 from ingest_proxy.client import ProxyClient
+from loadtest.run import await_key
 from loadtest.topics import read_topic
 from stack.processes import PidFile, stop
 from tests.conftest import Api, Stack, checked, eventually, owner
@@ -130,6 +131,7 @@ def test_the_fleet_runs_a_router_on_a_spark_standalone_cluster(
     }
     try:
         team.ok("POST", "/v1/streams", spec)
+        await_key(stack.address("ingest_proxy"), key, STREAM)  # every proxy process knows both
         with ProxyClient(stack.address("ingest_proxy"), key) as proxy:
             guids = proxy.send(STREAM, [{"n": n} for n in range(100)]).guids
         wanted = set(guids[50:])

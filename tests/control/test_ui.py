@@ -9,6 +9,7 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from ingest_proxy.client import ProxyClient
+from loadtest.run import await_key
 from tests.browser import artifact, chromium
 from tests.conftest import Api, Stack, owner
 
@@ -54,6 +55,7 @@ def test_an_owner_creates_a_stream_and_an_output_in_the_browser_and_sees_events_
     page.click("#create-stream")
     expect(page).to_have_url(f"{ui}/streams/{STREAM}")
 
+    await_key(stack.address("ingest_proxy"), key, STREAM)  # the proxy knows the new stream
     with ProxyClient(stack.address("ingest_proxy"), key) as proxy:
         proxy.send(STREAM, [{"n": n, "kind": "ab"[n % 2]} for n in range(20)])
 
