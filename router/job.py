@@ -26,6 +26,7 @@ from contracts.names import dead_letter_topic
 from contracts.schema import parse_schema
 from contracts.settings import Settings
 from contracts.spec import OutputSpec, StreamSpec
+from router.lang.ast import top_level_fields
 from router.lang.parser import parse_filter, parse_projection
 from router.lang.spark import compile_filter, compile_projection
 from router.metrics import STREAM_LEVEL, ProgressListener, RouterMetrics, latency_columns
@@ -85,7 +86,7 @@ class Router:
             starts[output.name] = lambda o=output: self.start_output(o)
         return starts
 
-    def _source(self, starting: str, limited: bool) -> DataFrame:
+    def _source(self, starting: str, limited: bool, fields: frozenset[str]) -> DataFrame:
         schema = self.spec.avro_schema
         return fronting(
             self.spark,
@@ -94,6 +95,7 @@ class Router:
             starting=starting,
             max_per_trigger=BATCH_LIMIT if limited else None,
             schema=parse_schema(schema) if schema is not None else None,
+            fields=fields,
         )
 
     def start_output(self, output: OutputSpec) -> StreamingQuery:
@@ -101,16 +103,15 @@ class Router:
         sink = sink_for(route)
         sink.prepare(self.spark)
         realtime = runs_realtime(output)
-        source = self._source(output.start, limited=not realtime)
-        metadata = {name: F.col(name) for name in ("guid", "timestamp", "host", "app")}
-        condition = compile_filter(
-            parse_filter(output.filter) if output.filter else None, F.col("payload"), metadata
+        expr = parse_filter(output.filter) if output.filter else None
+        projection = parse_projection(output.projection)
+        source = self._source(
+            output.start, limited=not realtime, fields=top_level_fields(expr, projection)
         )
+        metadata = {name: F.col(name) for name in ("guid", "timestamp", "host", "app")}
+        condition = compile_filter(expr, F.col("payload"), metadata)
         record = compile_projection(
-            parse_projection(output.projection),
-            F.col("payload"),
-            F.col("value").cast("string"),
-            metadata,
+            projection, F.col("payload"), F.col("value").cast("string"), metadata
         )
         matched = (
             source.observe("read", F.count(F.lit(1)).alias("in"))
@@ -139,7 +140,15 @@ class Router:
 
     def start_dead_letters(self) -> StreamingQuery:
         starts = {o.start for o in self.spec.outputs}
-        source = self._source("earliest" if "earliest" in starts else "latest", limited=True)
+        # Every field any output reads: an event one output cannot read (a field whose value no
+        # VARIANT can hold, such as a lone surrogate) is then a dead letter, never just skipped.
+        fields = top_level_fields(
+            *(parse_filter(o.filter) for o in self.spec.outputs if o.filter),
+            *(parse_projection(o.projection) for o in self.spec.outputs),
+        )
+        source = self._source(
+            "earliest" if "earliest" in starts else "latest", limited=True, fields=fields
+        )
         reason = F.struct(
             F.lit(envelope.DLQ_REASON).alias("key"), F.col("problem").cast("binary").alias("value")
         )

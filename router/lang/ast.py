@@ -96,6 +96,33 @@ class Projection:
     columns: tuple[Column, ...] = ()
 
 
+def top_level_fields(*nodes: Expr | Projection | None) -> frozenset[str]:
+    """The payload's top-level names that these filters and projections read: all of an event
+    the router needs parsed."""
+    names: set[str] = set()
+
+    def visit(node: object) -> None:
+        if isinstance(node, Field):
+            names.add(node.path[0])
+        elif isinstance(node, Compare):
+            visit(node.left)
+            visit(node.right)
+        elif isinstance(node, IsNull | Like | Truth):
+            visit(node.operand)
+        elif isinstance(node, Not):
+            visit(node.expr)
+        elif isinstance(node, And | Or):
+            visit(node.left)
+            visit(node.right)
+        elif isinstance(node, Projection):
+            for column in node.columns:
+                visit(column.source)
+
+    for node in nodes:
+        visit(node)
+    return frozenset(names)
+
+
 def json_type(value: object) -> str:
     """string, number, boolean, null, object or array; missing is passed as the MISSING marker."""
     if value is MISSING:

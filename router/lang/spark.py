@@ -1,9 +1,11 @@
 """The Spark backend: the AST compiled to Column expressions, no Python on the per-event path.
 
-The payload is a VARIANT column (`parse_json` of the event); each operand becomes a typed view
-(its JSON type, and its value read as a string, a double and a boolean) so comparisons follow
-exactly the rules the Python evaluator follows. Only Column functions are used: the user's
-text never reaches Spark as SQL; field paths are validated names, constants are literals.
+The payload is a struct of the event's top-level fields, each a VARIANT (`router.source.
+parse_fields`: SQL NULL when absent, a variant null for a JSON null); each operand becomes a
+typed view (its JSON type, and its value read as a string, a double and a boolean) so
+comparisons follow exactly the rules the Python evaluator follows. Only Column functions are
+used: the user's text never reaches Spark as SQL; field paths are validated names, constants are
+literals.
 """
 
 from __future__ import annotations
@@ -52,6 +54,12 @@ def variant_path(path: tuple[str, ...]) -> str:
     return "$." + ".".join(path)
 
 
+def field_value(payload: Column, path: tuple[str, ...]) -> Column:
+    """The value at `path` as a VARIANT, SQL NULL when it is missing."""
+    top = payload[path[0]]
+    return top if len(path) == 1 else F.variant_get(top, variant_path(path[1:]), "variant")
+
+
 def _variant(value: Column) -> Typed:
     schema = F.schema_of_variant(value)
     kind = (
@@ -90,7 +98,7 @@ def _typed(operand: Operand, payload: Column, metadata: Mapping[str, Column]) ->
             column.cast("double"),
             F.lit(None).cast("boolean"),
         )
-    return _variant(F.variant_get(payload, variant_path(operand.path), "variant"))
+    return _variant(field_value(payload, operand.path))
 
 
 def compile_filter(expr: Expr | None, payload: Column, metadata: Mapping[str, Column]) -> Column:
@@ -149,7 +157,7 @@ def compile_projection(
     fields = []
     for column in projection.columns:
         if isinstance(column.source, Field):
-            value = F.variant_get(payload, variant_path(column.source.path), "variant")
+            value = field_value(payload, column.source.path)
         else:
             value = metadata[column.source.name]
         fields.append(value.alias(column.name))

@@ -23,6 +23,7 @@ from stack.processes import PidFile, stop
 from tests.browser import artifact, chromium
 from tests.conftest import Api, Stack, checked, eventually, owner
 from tests.kafka import produce
+from tests.processes import processes_mentioning
 
 STREAM, OWNER, APP = "dash_main", "team-dash", "dash-app"
 OUTPUTS = [
@@ -192,8 +193,16 @@ def test_the_router_down_alert_fires_when_its_router_is_stopped(dash: Dash) -> N
     )
 
 
-def test_deleting_the_stream_removes_its_dashboard_and_rules(dash: Dash) -> None:
+def test_deleting_the_stream_stops_its_router_and_removes_its_dashboard_and_rules(
+    dash: Dash,
+) -> None:
+    assert processes_mentioning(f"--stream\0{STREAM}\0")
     dash.api.ok("DELETE", f"/v1/streams/{STREAM}")
+    eventually(
+        "the router to stop",
+        lambda: not processes_mentioning(f"--stream\0{STREAM}\0"),
+        timeout=60,
+    )
     state = dash.stack.state_dir
     eventually(
         "the files to go",

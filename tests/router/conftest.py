@@ -10,6 +10,9 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
+from router.lang.ast import Expr, Projection, top_level_fields
+from router.source import parse_fields
+
 SCHEMA = StructType(
     [
         StructField("value", StringType()),
@@ -37,10 +40,18 @@ def spark() -> Iterator[SparkSession]:
     session.stop()
 
 
-def frame(spark: SparkSession, rows: list[tuple[dict, dict]]) -> DataFrame:
-    """Events (with their metadata) as the router sees them: text, parsed payload, metadata."""
+def frame(
+    spark: SparkSession, rows: list[tuple[dict, dict]], *read: Expr | Projection | None
+) -> DataFrame:
+    """Events (with their metadata) as the router sees them: the text, `payload` (the top-level
+    fields that the filters and projections in `read` use, parsed as the router parses them),
+    `whole` (the event as one VARIANT, what the Avro check reads) and the metadata."""
     data = [
         (json.dumps(e), m.get("guid"), m.get("timestamp"), m.get("host"), m.get("app"))
         for e, m in rows
     ]
-    return spark.createDataFrame(data, SCHEMA).withColumn("payload", F.parse_json("value"))
+    return spark.createDataFrame(data, SCHEMA).select(
+        "*",
+        parse_fields(F.col("value"), top_level_fields(*read)).alias("payload"),
+        F.parse_json("value").alias("whole"),
+    )

@@ -1,7 +1,7 @@
 """Spark applications the router tests run as separate processes (the connector's jars must be
 on the JVM from its start), each printing one JSON line.
 
-    python -m tests.router.spark_jobs read-fronting STREAM
+    python -m tests.router.spark_jobs read-fronting STREAM [FIELD ...]
 """
 
 from __future__ import annotations
@@ -16,11 +16,12 @@ from router.source import fronting
 from stack.spark import spark_session
 
 
-def read_fronting(stream: str) -> list[dict]:
+def read_fronting(stream: str, *fields: str) -> list[dict]:
+    """The stream's events as the router reads them, `payload` holding `fields`."""
     settings = Settings()
     spark = spark_session(settings, "test-read-fronting")
     rows = (
-        fronting(spark, settings, stream, streaming=False, starting="earliest")
+        fronting(spark, settings, stream, streaming=False, starting="earliest", fields=fields)
         .select(
             "guid",
             "timestamp",

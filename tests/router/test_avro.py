@@ -111,7 +111,7 @@ def test_dead_lettered_exactly_when_the_proxy_refuses(
     for raw in SCHEMAS:
         parsed = parse_schema(raw)
         rows = frame(spark, [(e, {}) for e in events])
-        problems = [r[0] for r in rows.select(schema_problem(rows.payload, parsed)).collect()]
+        problems = [r[0] for r in rows.select(schema_problem(rows.whole, parsed)).collect()]
         for event, problem in zip(events, problems, strict=True):
             expected = schema_problems(event, parsed)
             assert (problem is None) == (not expected), (raw["name"], event, problem, expected)
@@ -121,5 +121,5 @@ def test_the_reason_names_the_innermost_field_at_fault(spark: SparkSession) -> N
     parsed = parse_schema(SCHEMAS[1])
     event = {"user": {"id": "seven", "tags": []}, "attrs": {}, "ts": 1}
     rows = frame(spark, [(event, {})])
-    [(problem,)] = rows.select(schema_problem(rows.payload, parsed)).collect()
+    [(problem,)] = rows.select(schema_problem(rows.whole, parsed)).collect()
     assert problem == "does not match the stream's schema at user.id"

@@ -34,7 +34,7 @@ def test_records_become_routable_events_or_dead_letters_with_reasons(stack: Stac
     raw.produce(fronting_topic(stream), b'{"x": 1}')  # no headers at all
     assert raw.flush(30) == 0
 
-    job = stack.python("-m", "tests.router.spark_jobs", "read-fronting", stream)
+    job = stack.python("-m", "tests.router.spark_jobs", "read-fronting", stream, "a")
     out, errors = job.communicate(timeout=300)
     assert job.returncode == 0, errors[-3000:]
     by_text = {row["text"]: row for row in json.loads(out.strip().splitlines()[-1])}

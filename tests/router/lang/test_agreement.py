@@ -137,7 +137,7 @@ def test_spark_keeps_exactly_what_python_keeps(spark: SparkSession, rows, exprs)
         compile_filter(e, F.col("payload"), metadata_columns()).alias(f"f{i}")
         for i, e in enumerate(parsed)
     ]
-    results = frame(spark, rows).select(*columns).collect()
+    results = frame(spark, rows, *parsed).select(*columns).collect()
     for (event, metadata), result in zip(rows, results, strict=True):
         for i, expr in enumerate(parsed):
             assert result[f"f{i}"] == matches(expr, event, metadata), (
@@ -164,6 +164,6 @@ PROJECTIONS = st.one_of(
 )
 def test_spark_projects_what_python_projects(spark: SparkSession, rows, projection) -> None:
     column = compile_projection(projection, F.col("payload"), F.col("value"), metadata_columns())
-    results = frame(spark, rows).select(column.alias("out")).collect()
+    results = frame(spark, rows, projection).select(column.alias("out")).collect()
     for (event, metadata), result in zip(rows, results, strict=True):
         assert json.loads(result["out"]) == project(projection, event, metadata)

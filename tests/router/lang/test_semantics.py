@@ -69,7 +69,7 @@ def test_both_backends_mean_the_same(spark: SparkSession, text: str, keeps: bool
     assert matches(expr, EVENT, META) is keeps
     metadata = {name: F.col(name) for name in METADATA}
     [row] = (
-        frame(spark, [(EVENT, META)])
+        frame(spark, [(EVENT, META)], expr)
         .select(compile_filter(expr, F.col("payload"), metadata).alias("keep"))
         .collect()
     )
@@ -94,7 +94,7 @@ def test_a_projection_renames_and_leaves_out_what_is_missing(spark: SparkSession
     assert project(projection, EVENT, META) == expected
     metadata = {name: F.col(name) for name in METADATA}
     [row] = (
-        frame(spark, [(EVENT, META)])
+        frame(spark, [(EVENT, META)], projection)
         .select(
             compile_projection(projection, F.col("payload"), F.col("value"), metadata).alias("out")
         )

@@ -1,0 +1,81 @@
+"""How the router reads an event's text: it parses only the top-level fields its output uses,
+yet says "not JSON" and "not a JSON object" exactly when Python's strict json module would
+(NaN refused), which is the proxy's check but for a number too large for a double and an
+escaped lone surrogate in a field the reader does not use: the proxy refuses both, the router
+reads them. A lone surrogate in a field it uses cannot be held by a VARIANT: the event is then
+"not JSON" to that reader, and the stream's dead-letter query reads every field any output
+reads, so such an event is a dead letter, never silently skipped. The fields' values are the
+agreement tests' business (tests/router/lang). One more difference, kept from Spark's parsers:
+text after a complete value is ignored. The proxy never writes such records; only a producer
+writing to Kafka directly could."""
+
+from __future__ import annotations
+
+import json
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pyspark.sql import SparkSession
+
+from router.source import envelope
+from tests.router.lang.test_agreement import EVENTS, NAMES
+
+SCHEMA = (
+    "key binary, value binary, headers array<struct<key:string,value:binary>>, "
+    "topic string, partition int, offset long"
+)
+HEADERS = [("ks_guid", b"g-1"), ("ks_ts", b"1700000000000")]
+# Texts near JSON: valid events, then edited one character at a time, padded, or not objects.
+EDITS = st.lists(
+    st.tuples(st.integers(0, 200), st.sampled_from(['"', "{", "}", "[", "]", ",", ":", "'", ""])),
+    min_size=1,
+    max_size=2,
+)
+NEAR_JSON = st.one_of(
+    EVENTS.map(json.dumps),
+    st.builds(lambda event, edits: _edit(json.dumps(event), edits), EVENTS, EDITS),
+    st.sampled_from(["", " ", "[1]", "5", '"s"', "null", "nope", " \n{}", '{"a": NaN}']),
+    st.sampled_from(['{"a": 01}', "{'a': 1}", '{"a": 1,}', '{"a": 1e999}', '{"z": "\\ud800"}']),
+)
+
+
+def _edit(text: str, edits: list[tuple[int, str]]) -> str:
+    for at, put in edits:
+        at %= len(text)
+        text = text[:at] + put + text[at + 1 :]  # replaces one character ("" deletes it)
+    return text
+
+
+def _refuse(constant: str) -> None:
+    raise ValueError(f"{constant} is not JSON")
+
+
+STRICT = json.JSONDecoder(parse_constant=_refuse)
+
+
+def expected_problem(text: str) -> str | None:
+    try:  # the first value; what follows it is ignored, as Spark's parsers do
+        value, _ = STRICT.raw_decode(text.lstrip(" \t\n\r"))
+    except ValueError:
+        return "not JSON"
+    return None if isinstance(value, dict) else "not a JSON object"
+
+
+@settings(max_examples=40, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+@given(texts=st.lists(NEAR_JSON, min_size=1, max_size=30))
+def test_not_json_exactly_when_the_proxy_would_refuse_it(
+    spark: SparkSession, texts: list[str]
+) -> None:
+    rows = [(b"k", t.encode(), HEADERS, "t", 0, i) for i, t in enumerate(texts)]
+    read = envelope(spark.createDataFrame(rows, SCHEMA), fields=NAMES).orderBy("offset")
+    for text, row in zip(texts, read.collect(), strict=True):
+        assert row["problem"] == expected_problem(text), text
+
+
+def test_a_field_no_variant_can_hold_makes_the_event_unreadable_to_its_readers(
+    spark: SparkSession,
+) -> None:
+    text = '{"a": 1, "z": "\\ud800"}'
+    frame = spark.createDataFrame([(b"k", text.encode(), HEADERS, "t", 0, 0)], SCHEMA)
+    assert envelope(frame, fields=["a"]).first()["problem"] is None
+    assert envelope(frame, fields=["a", "z"]).first()["problem"] == "not JSON"
