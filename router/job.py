@@ -54,6 +54,14 @@ def runs_realtime(output: OutputSpec) -> bool:
     return output.delivery.mode == "realtime" and SINKS[output.sink.type].realtime
 
 
+def fields_read(outputs: list[OutputSpec]) -> frozenset[str]:
+    """The payload's top-level fields these outputs' filters and projections read."""
+    return top_level_fields(
+        *(parse_filter(o.filter) for o in outputs if o.filter),
+        *(parse_projection(o.projection) for o in outputs),
+    )
+
+
 def router_master(settings: Settings, spec: StreamSpec) -> str:
     """Real-time Mode keeps one task running per topic partition for each realtime query; a
     local master gets that many task threads (and two for the micro-batch queries)."""
@@ -103,15 +111,16 @@ class Router:
         sink = sink_for(route)
         sink.prepare(self.spark)
         realtime = runs_realtime(output)
-        expr = parse_filter(output.filter) if output.filter else None
-        projection = parse_projection(output.projection)
-        source = self._source(
-            output.start, limited=not realtime, fields=top_level_fields(expr, projection)
-        )
+        source = self._source(output.start, limited=not realtime, fields=fields_read([output]))
         metadata = {name: F.col(name) for name in ("guid", "timestamp", "host", "app")}
-        condition = compile_filter(expr, F.col("payload"), metadata)
+        condition = compile_filter(
+            parse_filter(output.filter) if output.filter else None, F.col("payload"), metadata
+        )
         record = compile_projection(
-            projection, F.col("payload"), F.col("value").cast("string"), metadata
+            parse_projection(output.projection),
+            F.col("payload"),
+            F.col("value").cast("string"),
+            metadata,
         )
         matched = (
             source.observe("read", F.count(F.lit(1)).alias("in"))
@@ -142,12 +151,10 @@ class Router:
         starts = {o.start for o in self.spec.outputs}
         # Every field any output reads: an event one output cannot read (a field whose value no
         # VARIANT can hold, such as a lone surrogate) is then a dead letter, never just skipped.
-        fields = top_level_fields(
-            *(parse_filter(o.filter) for o in self.spec.outputs if o.filter),
-            *(parse_projection(o.projection) for o in self.spec.outputs),
-        )
         source = self._source(
-            "earliest" if "earliest" in starts else "latest", limited=True, fields=fields
+            "earliest" if "earliest" in starts else "latest",
+            limited=True,
+            fields=fields_read(self.spec.outputs),
         )
         reason = F.struct(
             F.lit(envelope.DLQ_REASON).alias("key"), F.col("problem").cast("binary").alias("value")

@@ -1,5 +1,6 @@
 """The router's pure decisions: how many task slots it asks for, which outputs run under
-Real-time Mode, and how lag and latency are counted."""
+Real-time Mode, which fields of an event each query parses, and how lag and latency are
+counted."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 from contracts.errors import InvalidSpec
 from contracts.settings import Settings
 from contracts.spec import load_spec
-from router.job import router_master, runs_realtime
+from router.job import fields_read, router_master, runs_realtime
 from router.metrics import LATENCY_BUCKETS, LatencyHistogram, lag_of, latency_counts
 
 SPEC = {
@@ -71,3 +72,27 @@ def test_latency_histogram_is_cumulative_like_prometheus_wants() -> None:
     samples = {(s.name, s.labels.get("le")): s.value for s in family.samples}
     assert samples[("keystone_delivery_latency_seconds_bucket", "+Inf")] == 8
     assert samples[("keystone_delivery_latency_seconds_count", None)] == 8
+
+
+def test_each_query_parses_the_fields_its_outputs_read() -> None:
+    spec = load_spec(
+        {
+            "name": "plays",
+            "owner": "team",
+            "outputs": [
+                {
+                    "name": "aa",
+                    "filter": "user.country = 'US' and not (n > 1 or kind like 'x%')",
+                    "projection": ["guid", "title", "device.type as device"],
+                    "sink": {"type": "kafka"},
+                },
+                {"name": "bb", "filter": "1 = ok", "sink": {"type": "kafka"}},
+                {"name": "cc", "projection": ["*"], "sink": {"type": "kafka"}},
+            ],
+        }
+    )
+    a, b, c = spec.outputs
+    assert fields_read([a]) == {"user", "n", "kind", "title", "device"}
+    assert fields_read([b]) == {"ok"} and fields_read([c]) == frozenset()
+    # The dead-letter query's: all of them, so what any output cannot read is a dead letter.
+    assert fields_read(spec.outputs) == {"user", "n", "kind", "title", "device", "ok"}
