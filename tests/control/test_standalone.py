@@ -38,7 +38,9 @@ class Cluster:
     ui: str  # the master's web UI, whose /json/ describes workers and applications
 
     def state(self) -> dict:
-        return httpx.get(f"{self.ui}/json/", timeout=10).json()
+        response = httpx.get(f"{self.ui}/json/", timeout=10)
+        response.raise_for_status()
+        return response.json()
 
 
 def spark_class(stack: Stack, name: str, *args: str) -> subprocess.Popen:
@@ -95,7 +97,7 @@ def cluster(stack: Stack) -> Iterator[Cluster]:
 def _alive_workers(cluster: Cluster) -> int:
     try:
         return sum(1 for w in cluster.state()["workers"] if w["state"] == "ALIVE")
-    except httpx.HTTPError:
+    except (httpx.HTTPError, ValueError):  # the UI answers before its JSON is ready
         return 0
 
 
