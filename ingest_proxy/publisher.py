@@ -1,14 +1,14 @@
 """Writes events to Kafka and tells, per event, whether Kafka acknowledged it.
 
-One idempotent producer (acks=all) per process. A thread polls it for delivery reports, and a
-request's awaitable resolves once every one of its events is acknowledged or has failed, so the
-proxy answers only with what Kafka really holds.
+One idempotent producer (acks=all) per process. Its delivery reports are served on the event
+loop itself, by a task that polls while anything is in flight: a request's outcome then needs
+no thread, lock or hand-off between threads, and the proxy answers only with what Kafka really
+holds.
 """
 
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
 from collections.abc import Sequence
 from functools import partial
@@ -18,32 +18,27 @@ from confluent_kafka import KafkaException, Producer
 from contracts.settings import Settings
 
 Record = tuple[bytes, bytes, list[tuple[str, bytes]]]  # key, value, headers
+POLL_INTERVAL = 0.001  # seconds between polls while events are in flight
 
 
 class _Batch:
-    """The outcome of one request's events; completed from the polling thread."""
+    """The outcome of one request's events."""
 
-    def __init__(self, size: int, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, size: int) -> None:
         self.errors: list[str | None] = [None] * size
         self._pending = size
-        self._lock = threading.Lock()
-        self._loop = loop
-        self.done = loop.create_future()
+        self.done = asyncio.get_running_loop().create_future()
+        if size == 0:
+            self.done.set_result(self.errors)
 
     def settle(self, index: int, error: str | None) -> None:
         self.errors[index] = error
-        with self._lock:
-            self._pending -= 1
-            finished = self._pending == 0
-        if finished:
-            self._loop.call_soon_threadsafe(self._finish)
+        self._pending -= 1
+        if self._pending == 0 and not self.done.done():  # done: the request was cancelled
+            self.done.set_result(self.errors)
 
     def delivered(self, index: int, err, _msg) -> None:
         self.settle(index, None if err is None else err.str())
-
-    def _finish(self) -> None:
-        if not self.done.done():
-            self.done.set_result(self.errors)
 
 
 class Publisher:
@@ -63,17 +58,20 @@ class Publisher:
                 "log_level": 3,
             }
         )
-        self._running = True
-        self._poller = threading.Thread(target=self._poll, name="kafka-delivery", daemon=True)
-        self._poller.start()
+        self._poller: asyncio.Task | None = None
 
-    def _poll(self) -> None:
-        while self._running:
-            self._producer.poll(0.05)
+    def _keep_polling(self) -> None:
+        if self._poller is None or self._poller.done():
+            self._poller = asyncio.get_running_loop().create_task(self._poll())
+
+    async def _poll(self) -> None:
+        while len(self._producer):  # events queued or awaiting their acknowledgement
+            self._producer.poll(0)
+            await asyncio.sleep(POLL_INTERVAL)
 
     async def publish(self, topic: str, records: Sequence[Record]) -> list[str | None]:
         """Produces every record; the result has, per record, None or why it failed."""
-        batch = _Batch(len(records), asyncio.get_running_loop())
+        batch = _Batch(len(records))
         deadline = time.monotonic() + self.ack_timeout
         for index, (key, value, headers) in enumerate(records):
             while True:
@@ -91,10 +89,12 @@ class Publisher:
                     if time.monotonic() > deadline:
                         batch.settle(index, "the producer queue stayed full")
                         break
+                    self._keep_polling()  # room is made as acknowledgements are served
                     await asyncio.sleep(0.005)
                 except KafkaException as e:
                     batch.settle(index, e.args[0].str())
                     break
+        self._keep_polling()
         return await batch.done
 
     def reachable(self, timeout: float = 2.0) -> bool:
@@ -105,6 +105,4 @@ class Publisher:
             return False
 
     def close(self, timeout: float = 10.0) -> None:
-        self._running = False
-        self._poller.join()
         self._producer.flush(timeout)

@@ -27,6 +27,17 @@ def create_topics(settings: Settings, partitions: dict[str, int]) -> list[str]:
     return created
 
 
+def delete_topics(settings: Settings, topics: list[str]) -> None:
+    """Deletes the topics and their data (a benchmark's, after it); missing ones are no error."""
+    admin = AdminClient({"bootstrap.servers": settings.kafka_bootstrap})
+    for topic, future in admin.delete_topics(topics, request_timeout=15).items():
+        try:
+            future.result(timeout=30)
+        except KafkaException as e:
+            if e.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
+                raise Unavailable(f"deleting topic {topic} failed: {e}", retry_after=5) from e
+
+
 def missing_topics(settings: Settings, topics: list[str]) -> list[str]:
     admin = AdminClient({"bootstrap.servers": settings.kafka_bootstrap})
     try:

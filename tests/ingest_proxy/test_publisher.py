@@ -1,12 +1,16 @@
-"""The publisher's bounds, with real librdkafka and no broker answering: every event of a
-request is settled (never left hanging) within the acknowledgement timeout, each with why."""
+"""The publisher with real librdkafka: with no broker answering, every event of a request is
+settled (never left hanging) within the acknowledgement timeout, each with why; with the stack's
+broker, a request that goes away leaves the others' acknowledgements flowing."""
 
 import asyncio
 import socket
 import time
+import uuid
 
 from contracts.settings import Settings
 from ingest_proxy.publisher import Publisher
+from router.topics import create_topics
+from tests.conftest import Stack
 
 
 def unanswered_address() -> str:
@@ -35,3 +39,24 @@ def test_a_full_queue_and_a_silent_broker_fail_each_event_in_bounded_time() -> N
     assert errors[-1] == full  # still no room once the bound had passed
     assert elapsed < 10  # bounded by the acknowledgement timeout, not left waiting
     assert not publisher.reachable(timeout=0.5)
+
+
+def test_a_cancelled_request_does_not_hold_up_the_others(stack: Stack) -> None:
+    bootstrap = stack.address("kafka")
+    topic = f"publisher-test-{uuid.uuid4().hex[:8]}"
+    settings = Settings(kafka_bootstrap=bootstrap)
+    # One partition: the gone request's acknowledgements are all served before the other's.
+    create_topics(settings, {topic: 1})
+    publisher = Publisher(settings)
+    records = [(b"k", b'{"n": %d}' % i, [("ks_guid", b"g")]) for i in range(50)]
+
+    async def scenario() -> list[str | None]:
+        gone = asyncio.create_task(publisher.publish(topic, records))
+        await asyncio.sleep(0)  # it has produced its events and awaits their acknowledgements
+        gone.cancel()  # as when its producer disconnects
+        return await asyncio.wait_for(publisher.publish(topic, records), timeout=30)
+
+    try:
+        assert asyncio.run(scenario()) == [None] * 50
+    finally:
+        publisher.close(timeout=5)
