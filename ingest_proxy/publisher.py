@@ -28,8 +28,6 @@ class _Batch:
         self.errors: list[str | None] = [None] * size
         self._pending = size
         self.done = asyncio.get_running_loop().create_future()
-        if size == 0:
-            self.done.set_result(self.errors)
 
     def settle(self, index: int, error: str | None) -> None:
         self.errors[index] = error
