@@ -30,12 +30,16 @@ STREAM_LEVEL = "_stream"  # the output label of what the stream itself dead-lett
 def latency_columns(now_ms: Column, timestamp: Column) -> list[Column]:
     """Aggregates for a histogram of `now - timestamp` in seconds: cumulative bucket counts
     (`le_<bound>`), `latency_count` and `latency_sum`."""
-    seconds = (now_ms - timestamp) / 1000.0
-    columns = [F.count_if(seconds <= bound).alias(f"le_{bound}") for bound in LATENCY_BUCKETS]
+    # Whole milliseconds against the bounds in milliseconds: integer comparisons, and the
+    # same counts as seconds against seconds (every bound is a whole number of milliseconds).
+    ms = now_ms - timestamp
+    columns = [
+        F.count_if(ms <= round(bound * 1000)).alias(f"le_{bound}") for bound in LATENCY_BUCKETS
+    ]
     return [
         *columns,
-        F.count(seconds).alias("latency_count"),
-        F.coalesce(F.sum(seconds), F.lit(0.0)).alias("latency_sum"),
+        F.count(ms).alias("latency_count"),
+        (F.coalesce(F.sum(ms), F.lit(0)) / 1000.0).alias("latency_sum"),
     ]
 
 

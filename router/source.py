@@ -103,8 +103,11 @@ def envelope(
         "offset",
         payload.alias("payload"),
         *([] if whole is None else [whole.alias("whole")]),
-        # An object starts with '{' (cheaper than asking a parsed event its type).
-        F.ltrim(text, F.lit(JSON_SPACE)).startswith("{").alias("is_object"),
+        # An object starts with '{' (cheaper than asking a parsed event its type); trimming
+        # copies the text, so only text that does not start with it at once is trimmed.
+        F.when(text.startswith("{"), F.lit(True))
+        .otherwise(F.ltrim(text, F.lit(JSON_SPACE)).startswith("{"))
+        .alias("is_object"),
         F.map_from_entries(F.reverse(entries)).alias("meta"),
     )
 
