@@ -31,11 +31,6 @@ Principal = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_-]{1,62}$")]
 _TRIGGER = re.compile(r"^[1-9][0-9]* (second|seconds|minute|minutes)$")
 # Spark's spark.sql.streaming.realTimeMode.minBatchDuration.
 REALTIME_MIN_SECONDS = 5
-# Real-time Mode's trigger is its checkpoint interval, not a latency: each checkpoint pauses the
-# output for a few hundred milliseconds, so a longer one keeps the tail short, at the price of
-# more duplicates replayed after a crash (Spark's own default is 5 minutes).
-REALTIME_TRIGGER = "60 seconds"
-MICROBATCH_TRIGGER = "10 seconds"
 _TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 
 
@@ -81,19 +76,7 @@ class Delivery(_Strict):
     a crash). The trigger is the micro-batch interval, or Real-time Mode's checkpoint interval."""
 
     mode: Literal["realtime", "microbatch"] = "realtime"
-    trigger: str = Field(
-        None,  # filled in by mode: see _default_trigger
-        description=f"Default: '{REALTIME_TRIGGER}' realtime, '{MICROBATCH_TRIGGER}' microbatch.",
-        examples=["10 seconds", "1 minute"],
-    )
-
-    @model_validator(mode="before")
-    @classmethod
-    def _default_trigger(cls, data: Any) -> Any:
-        if isinstance(data, dict) and data.get("trigger") in (None, ""):
-            realtime = data.get("mode", "realtime") == "realtime"
-            return {**data, "trigger": REALTIME_TRIGGER if realtime else MICROBATCH_TRIGGER}
-        return data
+    trigger: str = "10 seconds"
 
     @field_validator("trigger")
     @classmethod

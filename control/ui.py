@@ -196,7 +196,7 @@ def stream_page(request: Request, stream: str, plane: PlaneDep, who: UICaller) -
         form={
             "sink": "kafka",
             "mode": "realtime",
-            "trigger": "",
+            "trigger": "10 seconds",
             "start": "latest",
             "projection": "*",
         },
@@ -225,7 +225,7 @@ def add_output(
     filter: Annotated[str, Form()] = "",
     projection: Annotated[str, Form()] = "*",
     mode: Annotated[str, Form()] = "realtime",
-    trigger: Annotated[str, Form()] = "",  # empty: the mode's default
+    trigger: Annotated[str, Form()] = "10 seconds",
     start: Annotated[str, Form()] = "latest",
 ) -> Response:
     spec = plane.streams.get(who, stream)

@@ -26,22 +26,6 @@ def test_a_spec_loads_with_defaults_by_sink() -> None:
     assert spec.partitions == 6
     assert spec.output("warehouse").delivery.mode == "microbatch"
     assert spec.output("search").delivery.mode == "realtime"
-    # Real-time Mode's trigger is its checkpoint interval: long by default, for a short tail.
-    assert spec.output("search").delivery.trigger == "60 seconds"
-    assert spec.output("warehouse").delivery.trigger == "10 seconds"
-    assert (
-        load_spec(
-            {
-                **spec.model_dump(),
-                "outputs": [
-                    {"name": "o1", "sink": {"type": "kafka"}, "delivery": {"mode": "microbatch"}}
-                ],
-            }
-        )
-        .outputs[0]
-        .delivery.trigger
-        == "10 seconds"
-    )
     assert spec.output("warehouse").projection == ["*"]
     assert load_spec(spec.to_json()) == spec  # the stored form loads back identical
 
