@@ -205,18 +205,11 @@ def throughput(spark: SparkSession, settings: Settings, events: int, rounds: int
                 if round_:
                     rates[job].append(rate)
     return [
-        Result(
-            "router, micro-batch: filter ½, 5 fields",
-            statistics.median(rates["router"]),
-            events=events,
-            rounds=rates["router"],
-        ),
-        Result(
-            "hand-written Spark job, same work",
-            statistics.median(rates["hand-written"]),
-            events=events,
-            rounds=rates["hand-written"],
-        ),
+        Result(label, statistics.median(rates[job]), events=events, rounds=rates[job])
+        for job, label in (
+            ("router", "router, micro-batch: filter ½, 5 fields"),
+            ("hand-written", "hand-written Spark job, same work"),
+        )
     ]
 
 
