@@ -31,7 +31,7 @@ import uuid
 from dataclasses import asdict, dataclass, field
 
 from confluent_kafka import Producer
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 from rich.console import Console
@@ -118,7 +118,6 @@ def handwritten(
     spark: SparkSession, settings: Settings, stream: str, checkpoint: str
 ) -> StreamingQuery:
     """The same work written by hand, with a fixed schema instead of the filter language."""
-    fields = "variant STRING, user STRUCT<id: BIGINT>, device STRUCT<type: STRING>, title STRING"
     source = (
         spark.readStream.format("kafka")
         .option("kafka.bootstrap.servers", settings.kafka_bootstrap)
@@ -128,6 +127,20 @@ def handwritten(
         .option("maxOffsetsPerTrigger", BATCH_LIMIT)
         .load()
     )
+    return (
+        handwritten_records(source)
+        .writeStream.format("kafka")
+        .option("kafka.bootstrap.servers", settings.kafka_bootstrap)
+        .option("topic", f"{stream}.handwritten")
+        .option("checkpointLocation", checkpoint)
+        .trigger(processingTime="1 second")
+        .start()
+    )
+
+
+def handwritten_records(source: DataFrame) -> DataFrame:
+    """The hand-written job's records from Kafka source columns (`value`, `headers`)."""
+    fields = "variant STRING, user STRUCT<id: BIGINT>, device STRUCT<type: STRING>, title STRING"
     event = F.from_json(F.col("value").cast("string"), fields)
     meta = F.map_from_entries(F.reverse("headers"))
     out = source.select(
@@ -136,7 +149,7 @@ def handwritten(
         meta[envelope.GUID].cast("string").alias("guid"),
         meta[envelope.TIMESTAMP].cast("string").cast("long").alias("timestamp"),
     )
-    records = out.where(F.col("e.variant") == "a").select(
+    return out.where(F.col("e.variant") == "a").select(
         F.col("guid").cast("binary").alias("key"),
         F.to_json(
             F.struct(
@@ -148,14 +161,6 @@ def handwritten(
             )
         ).alias("value"),
         "headers",  # carried on, as the router's Kafka sink does
-    )
-    return (
-        records.writeStream.format("kafka")
-        .option("kafka.bootstrap.servers", settings.kafka_bootstrap)
-        .option("topic", f"{stream}.handwritten")
-        .option("checkpointLocation", checkpoint)
-        .trigger(processingTime="1 second")
-        .start()
     )
 
 

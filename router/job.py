@@ -75,6 +75,36 @@ def router_master(settings: Settings, spec: StreamSpec) -> str:
     return f"local[{max(threads, realtime + 2)}]"
 
 
+def routed(source: DataFrame, output: OutputSpec, sink: Sink) -> DataFrame:
+    """The output's events from the source's columns, as the columns of `ROUTED`: those its
+    filter matches, the record projected; observing `read` (in) and `matched` on the way."""
+    metadata = {name: F.col(name) for name in ("guid", "timestamp", "host", "app")}
+    condition = compile_filter(
+        parse_filter(output.filter) if output.filter else None, F.col("payload"), metadata
+    )
+    record = compile_projection(
+        parse_projection(output.projection),
+        F.col("payload"),
+        F.col("value").cast("string"),
+        metadata,
+    )
+    matched = (
+        source.observe("read", F.count(F.lit(1)).alias("in"))
+        .where(F.col("problem").isNull() & condition)
+        .withColumn("handled_ms", handled_ms())
+        .observe("matched", *matched_metrics(sink))
+    )
+    return matched.select(*ROUTED[:-1], record.alias("record"))
+
+
+def matched_metrics(sink: Sink) -> list[Column]:
+    count = F.count(F.lit(1)).alias("matched")
+    if not isinstance(sink, RecordSink):
+        return [count]  # batch sinks measure latency once their write is acknowledged
+    # Spark's Kafka sink says nothing per event: the latency is taken as the query handles it.
+    return [count, *latency_columns(F.col("handled_ms"), F.col("timestamp"))]
+
+
 class Router:
     def __init__(
         self, spark: SparkSession, settings: Settings, spec: StreamSpec, metrics: RouterMetrics
@@ -112,24 +142,8 @@ class Router:
         sink.prepare(self.spark)
         realtime = runs_realtime(output)
         source = self._source(output.start, limited=not realtime, fields=fields_read([output]))
-        metadata = {name: F.col(name) for name in ("guid", "timestamp", "host", "app")}
-        condition = compile_filter(
-            parse_filter(output.filter) if output.filter else None, F.col("payload"), metadata
-        )
-        record = compile_projection(
-            parse_projection(output.projection),
-            F.col("payload"),
-            F.col("value").cast("string"),
-            metadata,
-        )
-        matched = (
-            source.observe("read", F.count(F.lit(1)).alias("in"))
-            .where(F.col("problem").isNull() & condition)
-            .withColumn("handled_ms", handled_ms())
-            .observe("matched", *self._matched_metrics(sink))
-        )
-        routed = matched.select(*ROUTED[:-1], record.alias("record"))
-        writer = self._writer(sink.frame(routed), route.name, route.checkpoint.as_posix())
+        frame = sink.frame(routed(source, output, sink))
+        writer = self._writer(frame, route.name, route.checkpoint.as_posix())
         if realtime:
             writer = writer.trigger(realTime=output.delivery.trigger)
         elif output.delivery.mode == "realtime":
@@ -138,14 +152,6 @@ class Router:
             writer = writer.trigger(processingTime=output.delivery.trigger)
         sink.attach(writer, lambda outcome: self.metrics.outcome(output.name, outcome))
         return writer.start()
-
-    @staticmethod
-    def _matched_metrics(sink: Sink) -> list[Column]:
-        count = F.count(F.lit(1)).alias("matched")
-        if not isinstance(sink, RecordSink):
-            return [count]  # batch sinks measure latency once their write is acknowledged
-        # Spark's Kafka sink says nothing per event: the latency is taken as the query handles it.
-        return [count, *latency_columns(F.col("handled_ms"), F.col("timestamp"))]
 
     def start_dead_letters(self) -> StreamingQuery:
         starts = {o.start for o in self.spec.outputs}

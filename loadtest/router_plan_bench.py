@@ -1,0 +1,146 @@
+"""The router's per-event plan against the hand-written job's, without Kafka in the way.
+
+    python -m loadtest.router_plan_bench [--events 400000] [--rounds 7] [--jfr FILE] [--write-docs]
+
+Both plans of `loadtest.router_bench` (the router's output query as `router.job.routed` builds
+it, and the hand-written job) run over the same cached batch of 1 KB events with the proxy's
+headers, into Spark's noop sink, in one task thread, taking turns. Each run is charged the JVM's
+CPU time, steadier than wall time on a shared VM (other processes' load and the hypervisor's
+steal do not count); the minimum over the rounds is the plan's cost. Needs no stack. `--jfr`
+records the whole run with Java Flight Recorder (`jfr print --events jdk.ExecutionSample FILE`
+shows where the router's CPU goes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from rich.console import Console
+from rich.progress import Progress
+from rich.table import Table
+
+from contracts import envelope
+from contracts.settings import Settings
+from loadtest.bench import machine, make_event, write_section
+from loadtest.router_bench import handwritten_records, spec
+from router.job import fields_read, routed
+from router.sinks.base import Route
+from router.sinks.kafka import KafkaSink
+from router.source import envelope as source_columns
+from stack.spark import spark_session
+
+console = Console()
+COMMAND = "python -m loadtest.router_plan_bench --write-docs"
+DISTINCT = 20_000  # distinct events, repeated to make up the batch
+
+
+def cached_events(spark: SparkSession, events: int) -> DataFrame:
+    """`events` fronting records (the Kafka source's columns) held in memory."""
+    common = envelope.common_headers(int(time.time() * 1000), "bench", "bench", "bench")
+    stamped = []
+    for seq in range(DISTINCT):
+        guid = str(uuid.uuid4()).encode()
+        stamped.append((guid, make_event(seq), envelope.event_headers(guid, common)))
+    rows = spark.createDataFrame(
+        stamped, "key binary, value binary, headers array<struct<key:string,value:binary>>"
+    )
+    repeats = spark.range(max(1, events // DISTINCT)).withColumnRenamed("id", "offset")
+    batch = rows.crossJoin(repeats).select(
+        "key",
+        "value",
+        "headers",
+        F.lit("bench").alias("topic"),
+        F.lit(0).alias("partition"),
+        "offset",
+    )
+    batch = batch.repartition(2).cache()
+    batch.count()
+    return batch
+
+
+def jvm_cpu_seconds(spark: SparkSession) -> float:
+    pid = spark.sparkContext._gateway.proc.pid  # the JVM pyspark started: driver and executor
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cost(spark: SparkSession, plan: Callable[[], DataFrame]) -> tuple[float, float]:
+    """CPU and wall seconds of one run of the plan into the noop sink."""
+    frame = plan()
+    cpu, wall = jvm_cpu_seconds(spark), time.perf_counter()
+    frame.write.format("noop").mode("overwrite").save()
+    return jvm_cpu_seconds(spark) - cpu, time.perf_counter() - wall
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--events", type=int, default=400_000)
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--jfr", help="record the run with Java Flight Recorder into this file")
+    parser.add_argument("--write-docs", action="store_true")
+    args = parser.parse_args()
+    # Set before the JVM starts: the cached batch must fit in memory, or it is read from disk.
+    options = "--driver-memory 4g"
+    if args.jfr:
+        options += f" --driver-java-options -XX:StartFlightRecording=filename={args.jfr}"
+    os.environ["PYSPARK_SUBMIT_ARGS"] = f"{options} pyspark-shell"
+    settings = Settings()
+    spark = spark_session(settings, "keystone-router-plan-bench", "local[1]")
+    # As in a streaming query, which never plans adaptively.
+    spark.conf.set("spark.sql.adaptive.enabled", "false")
+    with console.status(f"caching {args.events:,} events…"):
+        batch = cached_events(spark, args.events)
+    stream = spec("bench", "microbatch", "1 second")
+    output = stream.outputs[0]
+    sink = KafkaSink(Route(settings, stream, output))
+    plans: dict[str, Callable[[], DataFrame]] = {
+        "router": lambda: sink.frame(
+            routed(source_columns(batch, None, fields_read([output])), output, sink)
+        ),
+        "hand-written": lambda: handwritten_records(batch),
+    }
+    runs: dict[str, list[tuple[float, float]]] = {name: [] for name in plans}
+    with Progress(console=console) as progress:
+        task = progress.add_task("rounds", total=args.rounds + 1)
+        for round_ in range(args.rounds + 1):  # round 0 compiles both plans: left out
+            for name in plans if round_ % 2 else reversed(plans):
+                measured = cost(spark, plans[name])
+                if round_:
+                    runs[name].append(measured)
+            progress.advance(task)
+    spark.stop()
+
+    rows = {name: (min(c for c, _ in r), min(w for _, w in r)) for name, r in runs.items()}
+    table = Table("plan", "CPU s (min)", "wall s (min)", "events per CPU s")
+    for name, (cpu, wall) in rows.items():
+        table.add_row(name, f"{cpu:.2f}", f"{wall:.2f}", f"{args.events / cpu:,.0f}")
+    console.print(table)
+    share = rows["hand-written"][0] / rows["router"][0]
+    console.print(f"router over hand-written, by CPU: {share:.2f}")
+    if args.write_docs:
+        write_section("router-plan-bench", "Router", markdown(args, rows, share))
+        console.print("wrote docs/benchmarks.md")
+
+
+def markdown(args: argparse.Namespace, rows: dict[str, tuple[float, float]], share: float) -> str:
+    lines = "\n".join(
+        f"| {name} | {cpu:.2f} | {wall:.2f} | {args.events / cpu:,.0f} |"
+        for name, (cpu, wall) in rows.items()
+    )
+    return (
+        f"Command: `{COMMAND}`, {time.strftime('%Y-%m-%d')}: {args.events:,} cached events, "
+        f"one task thread, minimum of {args.rounds} rounds; no stack.\nMachine: {machine()}.\n\n"
+        "| plan | CPU s | wall s | events per CPU s |\n| --- | ---: | ---: | ---: |\n"
+        f"{lines}\n\nRouter over hand-written, by CPU: {share:.2f}.\n"
+    )
+
+
+if __name__ == "__main__":
+    main()
