@@ -18,6 +18,7 @@ bench: bootstrap
 	.venv/bin/keystone stack up
 	.venv/bin/python -m loadtest.proxy_bench --write-docs
 	.venv/bin/python -m loadtest.router_bench --write-docs
+	.venv/bin/python -m loadtest.router_plan_bench --write-docs
 	.venv/bin/python -m loadtest.e2e_bench --write-docs
 
 down:
