@@ -37,7 +37,7 @@ from contracts.settings import CHECKOUT, Settings
 from contracts.spec import StreamSpec
 from control.store import RouterState, Store
 from dashboards.publish import Publisher
-from stack.processes import PidFile, port_in_use, process_start_time, spawn
+from stack.processes import PidFile, port_in_use, process_start_time, reap, spawn
 from stack.targets import remove_target, write_target
 
 log = logging.getLogger(__name__)
@@ -208,7 +208,7 @@ class Fleet:
 
     def _ended(self, deployed: Deployment, state: RouterState, now: float) -> None:
         """The router's process is gone: asked to (a stop) or not (a failure, retried later)."""
-        code = _reap(deployed.pid)
+        code = reap(deployed.pid)  # None for a router adopted from an earlier control
         _kill_group(deployed.pid)  # its JVM must not outlive it
         deployed.remove(self.settings)
         if state.state == "stopping":
@@ -309,15 +309,6 @@ def _sink_key(output) -> str:
 def _enter(state: RouterState, name: str, now: float) -> None:
     if state.state != name:
         state.state, state.since = name, now
-
-
-def _reap(pid: int) -> int | None:
-    """The exit code, when the router was this process' child (else its parent reaps it)."""
-    try:
-        done, status = os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        return None
-    return os.waitstatus_to_exitcode(status) if done == pid else None
 
 
 def _kill_group(pid: int) -> None:

@@ -14,6 +14,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+# The Popen of every process this one spawned, until it is reaped here. A Popen dropped while
+# its process runs is reaped by Python's subprocess module the next time anything starts a
+# process, and the exit status (a router's "exited with -9") would be lost to whoever asks.
+_CHILDREN: dict[int, subprocess.Popen] = {}
+
 
 @dataclass(frozen=True)
 class PidFile:
@@ -81,15 +86,24 @@ def spawn(
             group=user,
             extra_groups=[] if user else None,
         )
+    _CHILDREN[proc.pid] = proc
     pidfile.write(proc.pid)
     return proc.pid
 
 
+def reap(pid: int) -> int | None:
+    """`pid`'s exit code once it has ended, if this process spawned it; None while it runs, or
+    when another process spawned it (its parent, or init, reaps it)."""
+    proc = _CHILDREN.get(pid)
+    if proc is None or proc.poll() is None:
+        return None
+    del _CHILDREN[pid]
+    return proc.returncode
+
+
 def exited(pid: int) -> bool:
-    """True once `pid` is gone (reaping it if it was our child)."""
-    with contextlib.suppress(ChildProcessError):  # not our child: its parent or init reaps it
-        if os.waitpid(pid, os.WNOHANG)[0] == pid:
-            return True
+    """True once `pid` is gone (reaping it if this process spawned it)."""
+    reap(pid)
     return process_start_time(pid) is None
 
 

@@ -1,10 +1,19 @@
+import os
 import signal
 import socket
 import subprocess
 import time
 from pathlib import Path
 
-from stack.processes import PidFile, exited, port_in_use, spawn, stop
+from stack.processes import (
+    PidFile,
+    exited,
+    port_in_use,
+    process_start_time,
+    reap,
+    spawn,
+    stop,
+)
 
 
 def test_a_pid_file_of_a_finished_process_is_stale(tmp_path: Path) -> None:
@@ -48,6 +57,21 @@ def test_stop_ends_the_whole_process_group(tmp_path: Path) -> None:
         or "Z" in Path(f"/proc/{child}/stat").read_text().split()[2]
     )
     assert stop(pidfile, signal.SIGTERM, timeout=10) is False  # nothing left to stop
+
+
+def test_a_killed_childs_exit_status_outlives_other_processes_being_started(
+    tmp_path: Path,
+) -> None:
+    # The fleet tells a router killed by a signal from one that failed by this status; Python's
+    # subprocess module reaps any dropped Popen whenever a process is started (promtool, say).
+    pid = spawn(["sleep", "300"], tmp_path / "sleep.log", PidFile(tmp_path / "s.pid"), cwd=tmp_path)
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while process_start_time(pid) is not None and time.monotonic() < deadline:
+        time.sleep(0.05)  # until it has ended (a zombie, waiting to be reaped)
+    subprocess.run(["true"], check=True)
+    assert reap(pid) == -signal.SIGKILL
+    assert reap(pid) is None  # reaped once
 
 
 def test_port_in_use_tells_a_listening_port_from_a_free_one() -> None:
