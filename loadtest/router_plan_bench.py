@@ -79,13 +79,22 @@ def cost(spark: SparkSession, plan: Callable[[], DataFrame]) -> tuple[float, flo
     return jvm_cpu_seconds(spark) - cpu, time.perf_counter() - wall
 
 
+def positive(text: str) -> int:
+    if not text.isdigit() or int(text) == 0:
+        raise argparse.ArgumentTypeError(f"a whole number above 0, not {text!r}")
+    return int(text)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--events", type=int, default=400_000)
-    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--events", type=positive, default=400_000)
+    parser.add_argument("--rounds", type=positive, default=7)
     parser.add_argument("--jfr", help="record the run with Java Flight Recorder into this file")
     parser.add_argument("--write-docs", action="store_true")
     args = parser.parse_args()
+    if args.jfr and any(c.isspace() for c in args.jfr):
+        # Spark's launcher scripts split Java options on spaces, quoted or not.
+        parser.error(f"--jfr: a path without spaces, not {args.jfr!r}")
     # Set before the JVM starts: the cached batch must fit in memory, or it is read from disk.
     options = "--driver-memory 4g"
     if args.jfr:
