@@ -45,7 +45,7 @@ def _fetch(settings: Settings) -> None:
 
 @app.command()
 def fetch(ctx: typer.Context) -> None:
-    """Download the pinned jars into the cache and compile the launchers (idempotent)."""
+    """Download the pinned jars into the cache and compile the Java classes (idempotent)."""
     _fetch(ctx.obj)
 
 

@@ -1,8 +1,9 @@
 """JVM artifacts from Maven Central, pinned in stack/maven/*.xml, fetched once into the cache.
 
 Each bundle is a small pom whose dependencies are copied into `<cache>/jars/<bundle>`; a stamp
-holding the pom's hash makes a second fetch free and a changed pin refetch. The two launchers in
-stack/java are compiled with the machine's javac against the jars they run with.
+holding the pom's hash makes a second fetch free and a changed pin refetch. The Java classes in
+stack/java (two service launchers and Spark's local file system) are compiled with the machine's
+javac against the jars they run with.
 """
 
 from __future__ import annotations
@@ -23,10 +24,11 @@ JAVA_DIR = Path(__file__).parent / "java"
 BUNDLES = ("kafka", "spark-kafka", "elasticsearch", "metastore")
 PYSPARK_JARS = Path(pyspark.__file__).parent / "jars"
 
-# Each launcher compiles against the bundle it runs with.
-LAUNCHERS = {
+# Each class compiles against the jars it runs with.
+JAVA_CLASSES = {
     "LoopbackMetastore": lambda s: [PYSPARK_JARS],
     "LoopbackElasticsearch": lambda s: [bundle_dir(s, "elasticsearch")],
+    "ForklessLocalFileSystem": lambda s: [PYSPARK_JARS],
 }
 
 
@@ -41,8 +43,16 @@ def bundle_jars(settings: Settings, bundle: str) -> list[Path]:
     return jars
 
 
-def classes_dir(settings: Settings, launcher: str) -> Path:
-    return settings.cache_dir / "classes" / launcher
+def classes_dir(settings: Settings, name: str) -> Path:
+    return settings.cache_dir / "classes" / name
+
+
+def compiled(settings: Settings, name: str) -> Path:
+    """The folder of a compiled class of stack/java, which must be there."""
+    folder = classes_dir(settings, name)
+    if not folder.exists():
+        raise StackError(f"{name} is not compiled yet: run `keystone stack fetch`")
+    return folder
 
 
 def classpath(*entries: Path) -> str:
@@ -99,11 +109,11 @@ def fetch_bundle(settings: Settings, bundle: str) -> bool:
     return True
 
 
-def compile_launcher(settings: Settings, launcher: str) -> bool:
-    """Compiles stack/java/<launcher>.java; False when the classes are current."""
-    source = JAVA_DIR / f"{launcher}.java"
-    deps = LAUNCHERS[launcher](settings)
-    target = classes_dir(settings, launcher)
+def compile_class(settings: Settings, name: str) -> bool:
+    """Compiles stack/java/<name>.java; False when the classes are current."""
+    source = JAVA_DIR / f"{name}.java"
+    deps = JAVA_CLASSES[name](settings)
+    target = classes_dir(settings, name)
     stamp = target / ".stamp"
     digest = _digest(source) + ":" + classpath(*deps)
     if _fresh(stamp, digest):
@@ -125,11 +135,11 @@ def compile_launcher(settings: Settings, launcher: str) -> bool:
 
 
 def fetch_all(settings: Settings, report: Callable[[str, bool], None]) -> None:
-    """Fetches every bundle and compiles every launcher, reporting (what, did_work) as it goes."""
+    """Fetches every bundle and compiles every class, reporting (what, did_work) as it goes."""
     for bundle in BUNDLES:
         report(f"jars {bundle}", fetch_bundle(settings, bundle))
-    for launcher in LAUNCHERS:
-        report(f"launcher {launcher}", compile_launcher(settings, launcher))
+    for name in JAVA_CLASSES:
+        report(f"class {name}", compile_class(settings, name))
 
 
 def spark_jars(settings: Settings) -> list[Path]:

@@ -102,9 +102,8 @@ def _check_prerequisites(settings: Settings, to_start: list[Service]) -> None:
         service.check_installed()
     for bundle in jars.BUNDLES:
         jars.bundle_jars(settings, bundle)
-    for launcher in jars.LAUNCHERS:
-        if not jars.classes_dir(settings, launcher).exists():
-            raise StackError(f"{launcher} is not compiled yet: run `keystone stack fetch`")
+    for name in jars.JAVA_CLASSES:
+        jars.compiled(settings, name)
     host = settings.bind_host
     for service in to_start:
         for port in service.ports:

@@ -15,9 +15,10 @@ from stack import jars
 
 def spark_conf(settings: Settings, app_name: str, master: str | None = None) -> dict[str, str]:
     host = settings.bind_host
+    master = master or settings.spark_master
     return {
         "spark.app.name": app_name,
-        "spark.master": master or settings.spark_master,
+        "spark.master": master,
         # Connector jars by local path: nothing is resolved from a repository at run time.
         "spark.jars": ",".join(str(p) for p in jars.spark_jars(settings)),
         "spark.driver.bindAddress": host,
@@ -38,6 +39,18 @@ def spark_conf(settings: Settings, app_name: str, master: str | None = None) -> 
         # The router reads an event's headers into a map, where the first of a repeated header
         # must win (the map is built reversed; see router.source).
         "spark.sql.mapKeyDedupPolicy": "LAST_WIN",
+        **(local_file_system(settings) if master.startswith("local") else {}),
+    }
+
+
+def local_file_system(settings: Settings) -> dict[str, str]:
+    """Hadoop's local file system without a forked `chmod` or `readlink` per file: each
+    checkpoint then takes milliseconds, not a quarter of a second (see stack/java). Only where
+    the driver's JVM is also the executor: a cluster's executors do not have the class."""
+    return {
+        "spark.driver.extraClassPath": str(jars.compiled(settings, "ForklessLocalFileSystem")),
+        "spark.hadoop.fs.file.impl": "ForklessLocalFileSystem",
+        "spark.hadoop.fs.AbstractFileSystem.file.impl": "ForklessLocalFileSystem$Fs",
     }
 
 

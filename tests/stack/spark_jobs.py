@@ -3,6 +3,7 @@ session builder (stack.spark) with the test stack's KEYSTONE_* settings.
 
     python -m tests.stack.spark_jobs kafka-copy SOURCE_TOPIC TARGET_TOPIC
     python -m tests.stack.spark_jobs hive-write DATABASE TABLE ROWS
+    python -m tests.stack.spark_jobs local-files FOLDER
 
 Each prints one JSON line with what it did.
 """
@@ -10,6 +11,7 @@ Each prints one JSON line with what it did.
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 from pyspark.sql import functions as F
@@ -67,12 +69,75 @@ def hive_write(database: str, table: str, rows: int) -> dict:
     return {"table": f"{database}.{table}", "count": count}
 
 
+def local_files(folder: str) -> dict:
+    """Spark's local file system at work: a streaming query's checkpoint (FileContext), files
+    and folders made with permissions and a symlink looked at (FileSystem); then one file made
+    through Hadoop's own LocalFileSystem, to compare. Reports the classes and what it found."""
+    spark = spark_session(Settings(), "test-local-files")
+    jvm = spark._jvm
+    hadoop = jvm.org.apache.hadoop.fs
+    conf = spark._jsc.hadoopConfiguration()
+    os.makedirs(f"{folder}/in")
+    with open(f"{folder}/in/lines.txt", "w") as f:
+        f.write("one\ntwo\n")
+    query = (
+        spark.readStream.text(f"{folder}/in")
+        .writeStream.format("noop")
+        .option("checkpointLocation", f"{folder}/checkpoint")
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination(120)
+
+    fs = hadoop.FileSystem.get(jvm.java.net.URI("file:///"), conf)
+    fs.mkdirs(hadoop.Path(f"{folder}/made"), hadoop.permission.FsPermission("750"))
+    made = f"{folder}/made/file"
+    fs.create(
+        hadoop.Path(made), hadoop.permission.FsPermission("640"), True, 4096, 1, 1 << 20, None
+    ).close()
+    modes = {
+        "folder": os.stat(f"{folder}/made").st_mode & 0o777,
+        "file": os.stat(made).st_mode & 0o777,
+    }
+    fs.setPermission(hadoop.Path(made), hadoop.permission.FsPermission("600"))
+    modes["changed"] = os.stat(made).st_mode & 0o777
+    os.symlink(made, f"{folder}/link")
+    context = hadoop.FileContext.getLocalFSFileContext(conf)
+    links = {
+        name: context.getFileLinkStatus(hadoop.Path(f"{folder}/{name}")).isSymlink()
+        for name in ("link", "made/file")
+    }
+
+    hadoops = hadoop.LocalFileSystem()
+    hadoops.initialize(jvm.java.net.URI("file:///"), conf)
+    hadoops.create(
+        hadoop.Path(f"{folder}/by-hadoop"),
+        hadoop.permission.FsPermission("640"),
+        True,
+        4096,
+        1,
+        1 << 20,
+        None,
+    ).close()
+    result = {
+        "committed": os.listdir(f"{folder}/checkpoint/commits"),
+        "file_system": fs.getClass().getName(),
+        "file_context": context.getDefaultFileSystem().getClass().getName(),
+        "modes": {k: oct(v) for k, v in modes.items()},
+        "symlink": links,
+    }
+    spark.stop()
+    return result
+
+
 if __name__ == "__main__":
     job, *args = sys.argv[1:]
     if job == "kafka-copy":
         result = kafka_copy(*args)
     elif job == "hive-write":
         result = hive_write(args[0], args[1], int(args[2]))
+    elif job == "local-files":
+        result = local_files(args[0])
     else:
         sys.exit(f"unknown job {job!r}")
     print(json.dumps(result))

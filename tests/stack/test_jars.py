@@ -38,4 +38,4 @@ def test_fetching_again_is_free_once_the_stamp_matches() -> None:
     jars.fetch_all(settings, lambda what, did: None)  # whatever the state, now everything is there
     done = []
     jars.fetch_all(settings, lambda what, did: done.append(did))
-    assert done == [False] * (len(jars.BUNDLES) + len(jars.LAUNCHERS))
+    assert done == [False] * (len(jars.BUNDLES) + len(jars.JAVA_CLASSES))
