@@ -2,6 +2,7 @@
 on the JVM from its start), each printing one JSON line.
 
     python -m tests.router.spark_jobs read-fronting STREAM [FIELD ...]
+    python -m tests.router.spark_jobs read-tables   (a table name a line on stdin)
 """
 
 from __future__ import annotations
@@ -38,8 +39,24 @@ def read_fronting(stream: str, *fields: str) -> list[dict]:
     return [row.asDict() for row in rows]
 
 
+def read_tables() -> None:
+    """For each Hive table named on stdin, its rows as one JSON line, from one long-lived
+    session through the metastore (a Spark application's start is most of a `keystone sql`)."""
+    spark = spark_session(Settings(), "test-read-tables")
+    print(json.dumps("ready"), flush=True)
+    for line in sys.stdin:
+        table = line.strip()
+        spark.catalog.refreshTable(table)  # new files and partitions since the last read
+        rows = spark.table(table).collect()
+        print(json.dumps([row.asDict() for row in rows]), flush=True)
+    spark.stop()
+
+
 if __name__ == "__main__":
     job, *args = sys.argv[1:]
-    if job != "read-fronting":
+    if job == "read-fronting":
+        print(json.dumps(read_fronting(*args)))
+    elif job == "read-tables":
+        read_tables()
+    else:
         sys.exit(f"unknown job {job!r}")
-    print(json.dumps(read_fronting(*args)))

@@ -13,6 +13,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter
@@ -20,11 +22,13 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 
 from contracts import envelope
+from contracts.settings import CHECKOUT
 from control.fleet import Deployment
 from ingest_proxy.client import DirectProducer
 from loadtest.topics import read_topic
@@ -138,10 +142,44 @@ class Fronting:
         }
 
 
+class Tables:
+    """Hive tables read through the metastore by one Spark application kept for the module
+    (`tests.router.spark_jobs read-tables`): a `keystone sql` a read would start one each time."""
+
+    def __init__(self, stack: Stack) -> None:
+        self.log = (stack.state_dir / "read-tables.log").open("w")
+        self.job = subprocess.Popen(
+            [sys.executable, "-m", "tests.router.spark_jobs", "read-tables"],
+            env=stack.env,
+            cwd=CHECKOUT,
+            text=True,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.log,
+        )
+        assert self._answer() == "ready"
+
+    def _answer(self) -> Any:
+        line = self.job.stdout.readline()
+        assert line, f"the table reader ended; see {self.log.name}"
+        return json.loads(line)
+
+    def read(self, table: str) -> list[dict]:
+        self.job.stdin.write(f"{table}\n")
+        self.job.stdin.flush()
+        return self._answer()
+
+    def close(self) -> None:
+        self.job.stdin.close()
+        self.job.wait(timeout=60)
+        self.log.close()
+
+
 @dataclass
 class Routed:
     stack: Stack
     fronting: Fronting
+    tables: Tables
     producer: DirectProducer | None = None
 
     @property
@@ -217,12 +255,7 @@ class Routed:
         return {hit["_id"]: hit["_source"] for hit in found["hits"]["hits"]}
 
     def hive_output(self) -> list[tuple[str, dict]]:
-        result = checked(
-            self.stack.keystone(
-                "sql", f"SELECT guid, record FROM keystone.{STREAM}__archive", "--json"
-            )
-        )
-        rows = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+        rows = self.tables.read(f"keystone.{STREAM}__archive")
         return [(r["guid"], json.loads(r["record"])) for r in rows]
 
     def dead_letters(self) -> list[dict]:
@@ -276,8 +309,9 @@ def routed(stack: Stack) -> Iterator[Routed]:
     for day in (today, today + timedelta(days=1)):  # the daily index, midnight included
         index = f"{STREAM}-search-{day:%Y.%m.%d}"
         assert httpx.put(f"{es}/{index}", json=MAPPING, timeout=30).status_code == 200
-    handle = Routed(stack, Fronting())
+    handle = Routed(stack, Fronting(), Tables(stack))
     yield handle
+    handle.tables.close()
     for stream in (STREAM, TARGET):  # no router left running for the modules after this one
         stack.keystone("stream", "delete", stream)
 
