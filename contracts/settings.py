@@ -36,7 +36,7 @@ class Settings(BaseSettings):
     )
     cache_dir: Path = Field(
         CHECKOUT / ".keystone" / "cache",
-        description="Downloaded jars and compiled launchers; shared by every state directory.",
+        description="Downloaded jars and compiled Java classes; shared by every state directory.",
     )
     bind_host: str = Field("127.0.0.1", description="Address every embedded server listens on.")
 
