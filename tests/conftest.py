@@ -15,7 +15,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import httpx
 import pytest
@@ -63,15 +63,17 @@ class Stack:
             check=False,
         )
 
-    def python(self, *args: str, timeout: float = 300) -> subprocess.Popen[str]:
-        """A separate Python process (a Spark application, say) pointed at this stack."""
+    def python(self, *args: str, stderr: IO[str] | int = subprocess.PIPE) -> subprocess.Popen[str]:
+        """A separate Python process (a Spark application, say) pointed at this stack; a
+        long-lived one sends its log to a file (`stderr`), which a pipe nobody reads would block."""
         return subprocess.Popen(
             [sys.executable, *args],
             env=self.env,
             cwd=CHECKOUT,
             text=True,
+            stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
+            stderr=stderr,
         )
 
     def status(self) -> dict:

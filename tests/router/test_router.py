@@ -13,8 +13,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 from collections import Counter
@@ -28,7 +26,6 @@ import httpx
 import pytest
 
 from contracts import envelope
-from contracts.settings import CHECKOUT
 from control.fleet import Deployment
 from ingest_proxy.client import DirectProducer
 from loadtest.topics import read_topic
@@ -148,15 +145,7 @@ class Tables:
 
     def __init__(self, stack: Stack) -> None:
         self.log = (stack.state_dir / "read-tables.log").open("w")
-        self.job = subprocess.Popen(
-            [sys.executable, "-m", "tests.router.spark_jobs", "read-tables"],
-            env=stack.env,
-            cwd=CHECKOUT,
-            text=True,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=self.log,
-        )
+        self.job = stack.python("-m", "tests.router.spark_jobs", "read-tables", stderr=self.log)
         assert self._answer() == "ready"
 
     def _answer(self) -> Any:
