@@ -31,6 +31,7 @@ Principal = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_-]{1,62}$")]
 _TRIGGER = re.compile(r"^[1-9][0-9]* (second|seconds|minute|minutes)$")
 # Spark's spark.sql.streaming.realTimeMode.minBatchDuration.
 REALTIME_MIN_SECONDS = 5
+DEFAULT_TRIGGERS = {"realtime": "60 seconds", "microbatch": "10 seconds"}
 _TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 
 
@@ -73,20 +74,27 @@ SinkConfig = Annotated[
 
 class Delivery(_Strict):
     """The user's trade-off: `realtime` (lowest latency) or `microbatch` (fewer duplicates on
-    a crash). The trigger is the micro-batch interval, or Real-time Mode's checkpoint interval."""
+    a crash). The trigger is the micro-batch interval, or Real-time Mode's checkpoint interval:
+    a crash replays what the sink had since the last checkpoint, and each checkpoint pauses the
+    output for a moment (the latency's tail), so Real-time Mode checkpoints once a minute by
+    default."""
 
     mode: Literal["realtime", "microbatch"] = "realtime"
-    trigger: str = "10 seconds"
+    trigger: str | None = Field(
+        None, description="Default: '60 seconds' for realtime, '10 seconds' for microbatch."
+    )
 
     @field_validator("trigger")
     @classmethod
-    def _interval(cls, trigger: str) -> str:
-        if not _TRIGGER.fullmatch(trigger):
+    def _interval(cls, trigger: str | None) -> str | None:
+        if trigger is not None and not _TRIGGER.fullmatch(trigger):
             raise ValueError("an interval like '10 seconds' or '1 minute'")
         return trigger
 
     @model_validator(mode="after")
-    def _realtime_minimum(self) -> Delivery:
+    def _resolved(self) -> Delivery:
+        if self.trigger is None:
+            object.__setattr__(self, "trigger", DEFAULT_TRIGGERS[self.mode])
         if self.mode == "realtime" and self.seconds < REALTIME_MIN_SECONDS:
             raise ValueError(
                 f"Real-time Mode checkpoints at most every {REALTIME_MIN_SECONDS} seconds: "
@@ -96,7 +104,7 @@ class Delivery(_Strict):
 
     @property
     def seconds(self) -> int:
-        count, unit = self.trigger.split()
+        count, unit = (self.trigger or DEFAULT_TRIGGERS[self.mode]).split()
         return int(count) * (60 if unit.startswith("minute") else 1)
 
 

@@ -196,7 +196,7 @@ def stream_page(request: Request, stream: str, plane: PlaneDep, who: UICaller) -
         form={
             "sink": "kafka",
             "mode": "realtime",
-            "trigger": "10 seconds",
+            "trigger": "",
             "start": "latest",
             "projection": "*",
         },
@@ -225,7 +225,7 @@ def add_output(
     filter: Annotated[str, Form()] = "",
     projection: Annotated[str, Form()] = "*",
     mode: Annotated[str, Form()] = "realtime",
-    trigger: Annotated[str, Form()] = "10 seconds",
+    trigger: Annotated[str, Form()] = "",
     start: Annotated[str, Form()] = "latest",
 ) -> Response:
     spec = plane.streams.get(who, stream)
@@ -249,7 +249,10 @@ def add_output(
         "filter": filter.strip() or None,
         "projection": _projection(projection),
         "sink": sink_config,
-        "delivery": {"mode": "microbatch" if sink == "hive" else mode, "trigger": trigger},
+        "delivery": {
+            "mode": "microbatch" if sink == "hive" else mode,
+            "trigger": trigger.strip() or None,  # the mode's default
+        },
         "start": start,
     }
     try:

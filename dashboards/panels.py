@@ -75,7 +75,8 @@ def stream_panels(spec: StreamSpec) -> list[Panel]:
                 "suffix: events/s",
                 (Query(f"sum by (stage) (rate({events}{selector}[{RATE}]))", "{{stage}}"),),
                 "in: read from the fronting topic; matched: kept by the filter; delivered: "
-                "acknowledged by the sink; dead_letter: refused for good (dead-letter topic).",
+                "acknowledged by the sink (Kafka and Keystone: handed to Spark's Kafka writer, "
+                "whose failure replays them); dead_letter: refused for good (dead-letter topic).",
                 width=8,
             )
         )

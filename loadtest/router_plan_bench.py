@@ -31,6 +31,7 @@ from contracts.settings import Settings
 from loadtest.bench import machine, make_event, write_section
 from loadtest.router_bench import handwritten_records, spec
 from router.job import fields_read, routed
+from router.meter import Meter
 from router.sinks.base import Route
 from router.sinks.kafka import KafkaSink
 from router.source import envelope as source_columns
@@ -109,9 +110,10 @@ def main() -> None:
     stream = spec("bench", "microbatch", "1 second")
     output = stream.outputs[0]
     sink = KafkaSink(Route(settings, stream, output))
+    meter = Meter(spark, "bench.out")
     plans: dict[str, Callable[[], DataFrame]] = {
         "router": lambda: sink.frame(
-            routed(source_columns(batch, None, fields_read([output])), output, sink)
+            routed(source_columns(batch, None, fields_read([output])), output, meter)
         ),
         "hand-written": lambda: handwritten_records(batch),
     }

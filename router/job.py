@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
@@ -29,8 +29,9 @@ from contracts.spec import OutputSpec, StreamSpec
 from router.lang.ast import top_level_fields
 from router.lang.parser import parse_filter, parse_projection
 from router.lang.spark import compile_filter, compile_projection
-from router.metrics import STREAM_LEVEL, ProgressListener, RouterMetrics, latency_columns
-from router.sinks.base import ROUTED, RecordSink, Route, Sink
+from router.meter import Meter
+from router.metrics import STREAM_LEVEL, ProgressListener, RouterMetrics
+from router.sinks.base import ROUTED, RecordSink, Route
 from router.sinks.registry import SINKS, sink_for
 from router.source import fronting
 
@@ -39,12 +40,6 @@ log = logging.getLogger(__name__)
 DEAD_LETTER_TRIGGER = "2 seconds"
 BATCH_LIMIT = 100_000  # records per micro-batch, so catching up comes in bounded steps
 MAX_BACKOFF = 60.0
-
-
-def handled_ms() -> Column:
-    """The wall clock as each event is handled (a JVM call per row: current_timestamp() is
-    fixed per batch, and a Real-time Mode batch lasts many seconds)."""
-    return F.reflect(F.lit("java.lang.System"), F.lit("currentTimeMillis")).cast("long")
 
 
 def runs_realtime(output: OutputSpec) -> bool:
@@ -75,9 +70,10 @@ def router_master(settings: Settings, spec: StreamSpec) -> str:
     return f"local[{max(threads, realtime + 2)}]"
 
 
-def routed(source: DataFrame, output: OutputSpec, sink: Sink) -> DataFrame:
+def routed(source: DataFrame, output: OutputSpec, meter: Meter | None) -> DataFrame:
     """The output's events from the source's columns, as the columns of `ROUTED`: those its
-    filter matches, the record projected; observing `read` (in) and `matched` on the way."""
+    filter matches, the record projected. Counted on the way by the output's meter if it has
+    one, else observed per batch as `read` (in) and `matched`."""
     metadata = {name: F.col(name) for name in ("guid", "timestamp", "host", "app")}
     condition = compile_filter(
         parse_filter(output.filter) if output.filter else None, F.col("payload"), metadata
@@ -88,21 +84,16 @@ def routed(source: DataFrame, output: OutputSpec, sink: Sink) -> DataFrame:
         F.col("value").cast("string"),
         metadata,
     )
-    matched = (
-        source.observe("read", F.count(F.lit(1)).alias("in"))
-        .where(F.col("problem").isNull() & condition)
-        .withColumn("handled_ms", handled_ms())
-        .observe("matched", *matched_metrics(sink))
-    )
+    keep = F.col("problem").isNull() & condition
+    if meter is not None:
+        matched = source.where(meter.filter(keep, F.col("timestamp")))
+    else:
+        matched = (
+            source.observe("read", F.count(F.lit(1)).alias("in"))
+            .where(keep)
+            .observe("matched", F.count(F.lit(1)).alias("matched"))
+        )
     return matched.select(*ROUTED[:-1], record.alias("record"))
-
-
-def matched_metrics(sink: Sink) -> list[Column]:
-    count = F.count(F.lit(1)).alias("matched")
-    if not isinstance(sink, RecordSink):
-        return [count]  # batch sinks measure latency once their write is acknowledged
-    # Spark's Kafka sink says nothing per event: the latency is taken as the query handles it.
-    return [count, *latency_columns(F.col("handled_ms"), F.col("timestamp"))]
 
 
 class Router:
@@ -114,8 +105,14 @@ class Router:
         self.spec = spec
         self.metrics = metrics
         metrics.declare([o.name for o in spec.outputs])
-        kafka_outputs = {o.name for o in spec.outputs if issubclass(SINKS[o.sink.type], RecordSink)}
-        spark.streams.addListener(ProgressListener(metrics, kafka_outputs | {STREAM_LEVEL}))
+        # Spark's Kafka sink reports only as an epoch ends, a Real-time Mode checkpoint interval
+        # apart: its outputs are metered as they run (and delivered as the sink is handed them).
+        self.meters = {
+            o.name: Meter(spark, f"{spec.name}.{o.name}")
+            for o in spec.outputs
+            if issubclass(SINKS[o.sink.type], RecordSink)
+        }
+        spark.streams.addListener(ProgressListener(metrics))
 
     def queries(self) -> dict[str, Callable[[], StreamingQuery]]:
         """Every query of the stream by name, and how to start it."""
@@ -142,7 +139,7 @@ class Router:
         sink.prepare(self.spark)
         realtime = runs_realtime(output)
         source = self._source(output.start, limited=not realtime, fields=fields_read([output]))
-        frame = sink.frame(routed(source, output, sink))
+        frame = sink.frame(routed(source, output, self.meters.get(output.name)))
         writer = self._writer(frame, route.name, route.checkpoint.as_posix())
         if realtime:
             writer = writer.trigger(realTime=output.delivery.trigger)
@@ -219,6 +216,8 @@ class Router:
                     retry_at[name] = now + backoff[name]
                     backoff[name] = min(MAX_BACKOFF, backoff[name] * 2)
             self.metrics.ready()
+            for name, meter in self.meters.items():
+                self.metrics.metered(name, meter.take())
             stop.wait(1)
         for name, (query, _) in running.items():
             log.info("stopping query %s", name)

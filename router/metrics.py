@@ -1,9 +1,11 @@
 """The router's Prometheus metrics, served by the driver (the fleet registers it with Prometheus).
 
-Counts come from where Spark knows them, with no Python on the per-event path: each output's
-query observes its `in` and `matched` counts and a latency histogram (aggregate columns Spark
-computes per batch), Spark's Kafka sink reports the rows it wrote, and batch sinks report what
-they delivered and dead-lettered. A listener on the query progress feeds them in here.
+Counts come from where Spark knows them, with no Python on the per-event path: outputs written
+by Spark's Kafka sink are counted by their meters as they run (router.meter: in, matched, handed
+to the sink as delivered, and the latency histogram); batch sinks' queries observe their `in`
+and `matched` counts per batch, and the sinks report what each batch delivered and
+dead-lettered; the dead-letter query's Kafka sink reports the rows it wrote. A listener on the
+query progress feeds the per-batch figures in here.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 from prometheus_client.core import HistogramMetricFamily
@@ -22,6 +25,9 @@ from pyspark.sql.streaming import StreamingQueryListener
 from contracts import metrics as names
 from contracts.settings import Settings
 from router.sinks.base import Outcome
+
+if TYPE_CHECKING:
+    from router.meter import Counts  # which imports this module's buckets
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
 STREAM_LEVEL = "_stream"  # the output label of what the stream itself dead-letters
@@ -122,6 +128,12 @@ class RouterMetrics:
         if n:
             self.events.labels(self.stream, output, stage).inc(n)
 
+    def metered(self, output: str, counts: Counts) -> None:
+        self.count(output, "in", counts.read)
+        self.count(output, "matched", counts.matched)
+        self.count(output, "delivered", counts.matched)
+        self.latency.add(self.stream, output, counts.latency)
+
     def outcome(self, output: str, outcome: Outcome) -> None:
         self.count(output, "delivered", outcome.delivered)
         self.count(output, "dead_letter", outcome.dead_lettered)
@@ -157,13 +169,12 @@ def lag_of(latest: str | None, end: str | None) -> int | None:
 
 
 class ProgressListener(StreamingQueryListener):
-    """Turns each query's progress into metrics. Queries are named `<stream>.<output>` and
-    observe `read` (in) and `matched` (with latency columns where the sink is Spark's Kafka
-    sink); `kafka_outputs` are those whose delivered count is the Kafka sink's row count."""
+    """Turns each query's progress into metrics: queries are named `<stream>.<output>`; batch
+    sinks' queries observe `read` (in) and `matched`, and the dead-letter query's rows written
+    are its dead letters. Every query's lag."""
 
-    def __init__(self, metrics: RouterMetrics, kafka_outputs: set[str]) -> None:
+    def __init__(self, metrics: RouterMetrics) -> None:
         self.metrics = metrics
-        self.kafka_outputs = kafka_outputs
 
     def onQueryStarted(self, event) -> None:
         pass
@@ -179,12 +190,9 @@ class ProgressListener(StreamingQueryListener):
         if "read" in observed:
             m.count(output, "in", observed["read"]["in"])
         if "matched" in observed:
-            counts = observed["matched"]
-            m.count(output, "matched", counts.pop("matched"))
-            m.latency.add(m.stream, output, counts)
-        if output in self.kafka_outputs and progress.sink.numOutputRows > 0:
-            stage = "dead_letter" if output == STREAM_LEVEL else "delivered"
-            m.count(output, stage, progress.sink.numOutputRows)
+            m.count(output, "matched", observed["matched"]["matched"])
+        if output == STREAM_LEVEL and progress.sink.numOutputRows > 0:
+            m.count(output, "dead_letter", progress.sink.numOutputRows)
         for source in progress.sources:
             lag = lag_of(source.latestOffset, source.endOffset)
             if lag is not None:

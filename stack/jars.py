@@ -2,8 +2,8 @@
 
 Each bundle is a small pom whose dependencies are copied into `<cache>/jars/<bundle>`; a stamp
 holding the pom's hash makes a second fetch free and a changed pin refetch. The Java classes in
-stack/java (two service launchers and Spark's local file system) are compiled with the machine's
-javac against the jars they run with.
+stack/java (two service launchers, Spark's local file system and the router's meter) are compiled
+with the machine's javac against the jars they run with.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import shutil
 import subprocess
+import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -29,7 +30,10 @@ JAVA_CLASSES = {
     "LoopbackMetastore": lambda s: [PYSPARK_JARS],
     "LoopbackElasticsearch": lambda s: [bundle_dir(s, "elasticsearch")],
     "ForklessLocalFileSystem": lambda s: [PYSPARK_JARS],
+    "RouterMeter": lambda s: [PYSPARK_JARS],
 }
+# Classes that Spark ships to its executors (by `spark.jars`), so they are packed as a jar too.
+SHIPPED = ("RouterMeter",)
 
 
 def bundle_dir(settings: Settings, bundle: str) -> Path:
@@ -53,6 +57,11 @@ def compiled(settings: Settings, name: str) -> Path:
     if not folder.exists():
         raise StackError(f"{name} is not compiled yet: run `keystone stack fetch`")
     return folder
+
+
+def shipped_jar(settings: Settings, name: str) -> Path:
+    """The jar of a compiled class of SHIPPED, which must be there."""
+    return compiled(settings, name).with_suffix(".jar")
 
 
 def classpath(*entries: Path) -> str:
@@ -130,6 +139,10 @@ def compile_class(settings: Settings, name: str) -> bool:
     )
     if result.returncode != 0:
         raise StackError(f"compiling {source.name} failed:\n{result.stderr}")
+    if name in SHIPPED:
+        with zipfile.ZipFile(target.with_suffix(".jar"), "w") as jar:
+            for path in sorted(target.glob("*.class")):
+                jar.write(path, path.name)
     stamp.write_text(digest)
     return True
 
@@ -143,5 +156,6 @@ def fetch_all(settings: Settings, report: Callable[[str, bool], None]) -> None:
 
 
 def spark_jars(settings: Settings) -> list[Path]:
-    """Spark's Kafka connector and what it needs beside pyspark, as local paths."""
-    return bundle_jars(settings, "spark-kafka")
+    """Spark's Kafka connector and what it needs beside pyspark, and the project's own classes
+    that run on executors, as local paths."""
+    return [*bundle_jars(settings, "spark-kafka"), *(shipped_jar(settings, n) for n in SHIPPED)]

@@ -34,6 +34,9 @@ def spark_conf(settings: Settings, app_name: str, master: str | None = None) -> 
         "spark.sql.session.timeZone": "UTC",
         "spark.local.dir": str(settings.state_dir / "spark" / "tmp"),
         "spark.sql.shuffle.partitions": "4",
+        # Running tasks' accumulators reach the driver with each executor heartbeat: the
+        # router's live counts (router.meter) are as fresh as this (Spark's default is 10 s).
+        "spark.executor.heartbeatInterval": "1s",
         # The proxy accepts a repeated key and Python reads the last; Spark then reads the same.
         "spark.sql.variant.allowDuplicateKeys": "true",
         # The router reads an event's headers into a map, where the first of a repeated header

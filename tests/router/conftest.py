@@ -1,4 +1,5 @@
-"""A plain local Spark session (no stack needed) for the router's Column-level tests."""
+"""A plain local Spark session (no stack needed, only the project's compiled classes) for the
+router's Column-level tests."""
 
 from __future__ import annotations
 
@@ -10,8 +11,10 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
+from contracts.settings import Settings
 from router.lang.ast import Expr, Projection, top_level_fields
 from router.source import parse_fields
+from stack import jars
 
 SCHEMA = StructType(
     [
@@ -33,6 +36,8 @@ def spark() -> Iterator[SparkSession]:
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.sql.shuffle.partitions", "1")
+        .config("spark.jars", str(jars.shipped_jar(Settings(), "RouterMeter")))
+        .config("spark.executor.heartbeatInterval", "1s")
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")
