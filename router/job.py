@@ -86,7 +86,10 @@ def routed(source: DataFrame, output: OutputSpec, meter: Meter | None) -> DataFr
     )
     keep = F.col("problem").isNull() & condition
     if meter is not None:
-        matched = source.where(meter.filter(keep, F.col("timestamp")))
+        # Counted in a column, then filtered: a filter's condition is pushed below the source's
+        # projection, with the parse inlined (and run again) for each field it reads.
+        counted = meter.counted(keep, F.col("timestamp"))
+        matched = source.withColumn("kept", counted).where(F.col("kept")).drop("kept")
     else:
         matched = (
             source.observe("read", F.count(F.lit(1)).alias("in"))

@@ -1,7 +1,7 @@
 """An output's live counts, from the JVM meter (stack/java/RouterMeter.java).
 
 Spark reports a query's observed metrics when its epoch ends: under Real-time Mode that is the
-checkpoint interval, a minute or more. Outputs written by Spark's Kafka sink filter through the
+checkpoint interval, a minute or more. Outputs written by Spark's Kafka sink are counted by the
 meter instead, a JVM function on the per-event path that counts into accumulators; running
 tasks send those to the driver with every executor heartbeat, so the counts are seconds old
 whatever the interval. Batch sinks keep their per-batch counts: what they deliver is known only
@@ -41,10 +41,11 @@ class Meter:
         self._meter = sc._jvm.RouterMeter.create(sc._jsc.sc(), name, array)
         self._seen = [0] * (BUCKETS + len(bounds) + 1)
 
-    def filter(self, keep: Column, timestamp: Column) -> Column:
-        """`keep` as a filter that counts: every event read, those kept, and the latency of
-        those kept (now minus `timestamp`, epoch ms) as the query handles them."""
-        return Column(self._meter.filter(keep._jc, timestamp._jc))
+    def counted(self, keep: Column, timestamp: Column) -> Column:
+        """`keep` (a filter's condition), true or false, counted: every event read, those kept,
+        and the latency of those kept (now minus `timestamp`, epoch ms) as the query handles
+        them."""
+        return Column(self._meter.counted(keep._jc, timestamp._jc))
 
     def take(self) -> Counts:
         """The counts since the last call. A task that fails takes its partial counts with it

@@ -27,9 +27,9 @@ import scala.jdk.javaapi.CollectionConverters;
  * with every heartbeat, and {@link Live} on the driver adds those to the finished tasks' values.
  * So the counts are seconds old whatever the interval.
  *
- * The column it makes is the output's filter: it passes the events its condition keeps and
- * counts every event it sees as read, those it keeps as matched and each kept event's latency
- * (now minus its ingest time, in the histogram's buckets) at the moment the query handles it.
+ * The column it makes is the output's filter condition, true or false, counted: every event it
+ * sees as read, those it keeps as matched and each kept event's latency (now minus its ingest
+ * time, in the histogram's buckets) at the moment the query handles it.
  */
 public final class RouterMeter implements UDF2<Boolean, Long, Boolean> {
     static final int IN = 0;
@@ -75,8 +75,8 @@ public final class RouterMeter implements UDF2<Boolean, Long, Boolean> {
         return true;
     }
 
-    /** The filter column: nondeterministic, so the optimizer neither moves nor repeats it. */
-    public Column filter(Column keep, Column timestamp) {
+    /** The counted column: nondeterministic, so the optimizer neither moves nor repeats it. */
+    public Column counted(Column keep, Column timestamp) {
         return functions.udf(this, DataTypes.BooleanType).asNondeterministic().apply(keep, timestamp);
     }
 

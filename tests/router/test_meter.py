@@ -25,15 +25,15 @@ ROWS = [
 ]
 
 
-def test_meter_passes_what_the_filter_keeps_and_counts_it(spark: SparkSession) -> None:
+def test_meter_says_what_the_filter_keeps_and_counts_it(spark: SparkSession) -> None:
     meter = Meter(spark, "test.counts")
     now = int(time.time() * 1000)
     frame = spark.createDataFrame(
         [(keep, None if s is None else now - round(s * 1000)) for keep, s in ROWS],
         "keep boolean, ts long",
     )
-    kept = frame.where(meter.filter(F.col("keep"), F.col("ts"))).collect()
-    assert len(kept) == 5 and all(row.keep for row in kept)
+    rows = frame.select("keep", meter.counted(F.col("keep"), F.col("ts")).alias("kept")).collect()
+    assert [row.kept for row in rows] == [bool(row.keep) for row in rows]
 
     counts = meter.take()
     timed = [s for keep, s in ROWS if keep and s is not None]
@@ -49,7 +49,7 @@ def test_meter_passes_what_the_filter_keeps_and_counts_it(spark: SparkSession) -
 def test_meter_reports_a_running_task_before_it_ends(spark: SparkSession) -> None:
     meter = Meter(spark, "test.running")
     slow = F.udf(lambda x: (time.sleep(0.05), x)[1], "long")  # 200 rows: a task of 10 s or more
-    frame = spark.range(0, 200, 1, 1).where(meter.filter(F.lit(True), F.lit(None).cast("long")))
+    frame = spark.range(0, 200, 1, 1).where(meter.counted(F.lit(True), F.lit(None).cast("long")))
     job = threading.Thread(target=frame.select(slow("id")).collect)
     job.start()
     seen = 0
