@@ -20,7 +20,7 @@ from fastapi.templating import Jinja2Templates
 from pydantic import ValidationError
 
 from contracts.errors import Forbidden, InvalidSpec, KeystoneError, Unauthorized
-from contracts.spec import OutputSpec, StreamSpec, field_errors
+from contracts.spec import DEFAULT_TRIGGERS, OutputSpec, StreamSpec, field_errors
 from control.api import PlaneDep
 from control.models import PreviewRequest
 from control.plane import Plane
@@ -35,6 +35,7 @@ from dashboards.prometheus import PrometheusError, instant
 HERE = Path(__file__).parent / "web"
 COOKIE = "keystone_token"
 templates = Jinja2Templates(directory=HERE / "templates")
+templates.env.globals["default_triggers"] = DEFAULT_TRIGGERS  # the interval field's hint
 router = APIRouter(prefix="/ui", include_in_schema=False)
 static = StaticFiles(directory=HERE / "static")
 # uPlot, as the bootstrap installed it from npm (package-lock.json in web/).

@@ -89,7 +89,7 @@ def routed(source: DataFrame, output: OutputSpec, meter: Meter | None) -> DataFr
         # Counted in a column, then filtered: a filter's condition is pushed below the source's
         # projection, with the parse inlined (and run again) for each field it reads.
         counted = meter.counted(keep, F.col("timestamp"))
-        matched = source.withColumn("kept", counted).where(F.col("kept")).drop("kept")
+        matched = source.withColumn("kept", counted).where(F.col("kept"))
     else:
         matched = (
             source.observe("read", F.count(F.lit(1)).alias("in"))

@@ -39,10 +39,18 @@ public final class RouterMeter implements UDF2<Boolean, Long, Boolean> {
 
     private final LongAccumulator[] counts;
     private final long[] boundsMs;
+    // The driver's side only (never sent to executors): where the totals are, and whose.
+    private final transient Live live;
+    private final transient long[] ids;
 
-    private RouterMeter(LongAccumulator[] counts, long[] boundsMs) {
+    private RouterMeter(LongAccumulator[] counts, long[] boundsMs, Live live) {
         this.counts = counts;
         this.boundsMs = boundsMs;
+        this.live = live;
+        this.ids = new long[counts.length];
+        for (int i = 0; i < counts.length; i++) {
+            ids[i] = counts[i].id();
+        }
     }
 
     /** A meter whose accumulators are named `<name>.<slot>` and registered with Spark. */
@@ -53,7 +61,7 @@ public final class RouterMeter implements UDF2<Boolean, Long, Boolean> {
             counts[i] = sc.longAccumulator(name + "." + i);
             live.track(counts[i].id());
         }
-        return new RouterMeter(counts, boundsMs);
+        return new RouterMeter(counts, boundsMs, live);
     }
 
     @Override
@@ -82,11 +90,7 @@ public final class RouterMeter implements UDF2<Boolean, Long, Boolean> {
 
     /** Every count so far: in, matched, latency sum (ms), then the buckets (not cumulative). */
     public long[] totals() {
-        long[] ids = new long[counts.length];
-        for (int i = 0; i < counts.length; i++) {
-            ids[i] = counts[i].id();
-        }
-        return Live.of(SparkContext.getOrCreate()).totals(ids);
+        return live.totals(ids);
     }
 
     /**
