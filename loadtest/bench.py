@@ -14,8 +14,10 @@ from contracts.settings import CHECKOUT
 DOCS = CHECKOUT / "docs" / "benchmarks.md"
 
 
-def make_event(seq: int) -> bytes:
-    """A realistic 1 KB event: nested fields, varied types, and a text payload."""
+def make_event(seq: int, object_fields: int = 0) -> bytes:
+    """A realistic 1 KB event: nested fields, varied types, and a text payload. With
+    `object_fields`, its `device` and `user` objects hold that many more fields each (the event
+    then outgrows 1 KB: a richer event, whose objects a reader reads a field or two of)."""
     event = {
         "event": "playback_start",
         "seq": seq,
@@ -29,8 +31,11 @@ def make_event(seq: int) -> bytes:
         "muted": False,
         "variant": "a" if seq % 2 == 0 else "b",  # a filter on it keeps half
     }
+    for i in range(object_fields):
+        event["device"][f"attr{i}"] = f"value-{i}"
+        event["user"][f"pref{i}"] = {"on": i % 2 == 0, "level": i}
     pad = 1024 - len(json.dumps(event, separators=(",", ":"))) - len(',"notes":""')
-    event["notes"] = "x" * pad
+    event["notes"] = "x" * max(0, pad)
     return json.dumps(event, separators=(",", ":")).encode()
 
 

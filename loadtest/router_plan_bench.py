@@ -1,6 +1,7 @@
 """The router's per-event plan against the hand-written job's, without Kafka in the way.
 
-    python -m loadtest.router_plan_bench [--events 400000] [--rounds 7] [--jfr FILE] [--write-docs]
+    python -m loadtest.router_plan_bench [--events 400000] [--rounds 7] [--object-fields N]
+                                         [--jfr FILE] [--write-docs]
 
 Both plans of `loadtest.router_bench` (the router's output query as `router.job.routed` builds
 it, and the hand-written job) run over the same cached batch of 1 KB events with the proxy's
@@ -8,7 +9,8 @@ headers, into Spark's noop sink, in one task thread, taking turns. Each run is c
 CPU time, steadier than wall time on a shared VM (other processes' load and the hypervisor's
 steal do not count); the minimum over the rounds is the plan's cost. Needs no stack. `--jfr`
 records the whole run with Java Flight Recorder (`jfr print --events jdk.ExecutionSample FILE`
-shows where the router's CPU goes).
+shows where the router's CPU goes). `--object-fields N` gives the event's two objects N more
+fields each, which neither plan reads (`loadtest.bench.make_event`).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from contracts import envelope
 from contracts.settings import Settings
 from loadtest.bench import machine, make_event, write_section
 from loadtest.router_bench import handwritten_records, spec
-from router.job import fields_read, routed
+from router.job import paths_read_by, routed
 from router.meter import Meter
 from router.sinks.base import Route
 from router.sinks.kafka import KafkaSink
@@ -42,14 +44,16 @@ COMMAND = "python -m loadtest.router_plan_bench --write-docs"
 DISTINCT = 20_000  # distinct events, repeated to make up the batch
 
 
-def cached_events(spark: SparkSession, events: int) -> tuple[DataFrame, int]:
+def cached_events(
+    spark: SparkSession, events: int, object_fields: int = 0
+) -> tuple[DataFrame, int]:
     """About `events` fronting records (the Kafka source's columns) held in memory, and how many
     there are."""
     common = envelope.common_headers(int(time.time() * 1000), "bench", "bench", "bench")
     stamped = []
     for seq in range(DISTINCT):
         guid = str(uuid.uuid4()).encode()
-        stamped.append((guid, make_event(seq), envelope.event_headers(guid, common)))
+        stamped.append((guid, make_event(seq, object_fields), envelope.event_headers(guid, common)))
     rows = spark.createDataFrame(
         stamped, "key binary, value binary, headers array<struct<key:string,value:binary>>"
     )
@@ -80,16 +84,20 @@ def cost(spark: SparkSession, plan: Callable[[], DataFrame]) -> tuple[float, flo
     return jvm_cpu_seconds(spark) - cpu, time.perf_counter() - wall
 
 
-def positive(text: str) -> int:
-    if not text.isdigit() or int(text) == 0:
-        raise argparse.ArgumentTypeError(f"a whole number above 0, not {text!r}")
-    return int(text)
+def at_least(minimum: int) -> Callable[[str], int]:
+    def whole(text: str) -> int:
+        if not text.isdigit() or int(text) < minimum:
+            raise argparse.ArgumentTypeError(f"a whole number from {minimum}, not {text!r}")
+        return int(text)
+
+    return whole
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--events", type=positive, default=400_000)
-    parser.add_argument("--rounds", type=positive, default=7)
+    parser.add_argument("--events", type=at_least(1), default=400_000)
+    parser.add_argument("--rounds", type=at_least(1), default=7)
+    parser.add_argument("--object-fields", type=at_least(0), default=0, metavar="N")
     parser.add_argument("--jfr", help="record the run with Java Flight Recorder into this file")
     parser.add_argument("--write-docs", action="store_true")
     args = parser.parse_args()
@@ -106,14 +114,14 @@ def main() -> None:
     # As in a streaming query, which never plans adaptively.
     spark.conf.set("spark.sql.adaptive.enabled", "false")
     with console.status(f"caching {args.events:,} events…"):
-        batch, events = cached_events(spark, args.events)
+        batch, events = cached_events(spark, args.events, args.object_fields)
     stream = spec("bench", "microbatch", "1 second")
     output = stream.outputs[0]
     sink = KafkaSink(Route(settings, stream, output))
     meter = Meter(spark, "bench.out")
     plans: dict[str, Callable[[], DataFrame]] = {
         "router": lambda: sink.frame(
-            routed(source_columns(batch, None, fields_read([output])), output, meter)
+            routed(source_columns(batch, None, paths_read_by([output])), output, meter)
         ),
         "hand-written": lambda: handwritten_records(batch),
     }
@@ -136,7 +144,8 @@ def main() -> None:
     share = rows["hand-written"][0] / rows["router"][0]
     console.print(f"router over hand-written, by CPU: {share:.2f}")
     if args.write_docs:
-        write_section("router-plan-bench", "Router", markdown(args, events, rows, share))
+        marker = "router-plan-bench" + ("-object-fields" if args.object_fields else "")
+        write_section(marker, "Router", markdown(args, events, rows, share))
         console.print("wrote docs/benchmarks.md")
 
 
@@ -147,8 +156,11 @@ def markdown(
         f"| {name} | {cpu:.2f} | {wall:.2f} | {events / cpu:,.0f} |"
         for name, (cpu, wall) in rows.items()
     )
+    command = COMMAND + (f" --object-fields {args.object_fields}" if args.object_fields else "")
+    size = len(make_event(0, args.object_fields))
     return (
-        f"Command: `{COMMAND}`, {time.strftime('%Y-%m-%d')}: {events:,} cached events, "
+        f"Command: `{command}`, {time.strftime('%Y-%m-%d')}: {events:,} cached events "
+        f"of {size:,} B, "
         f"one task thread, minimum of {args.rounds} rounds; no stack.\nMachine: {machine()}.\n\n"
         "| plan | CPU s | wall s | events per CPU s |\n| --- | ---: | ---: | ---: |\n"
         f"{lines}\n\nRouter over hand-written, by CPU: {share:.2f}.\n"

@@ -26,7 +26,7 @@ from contracts.names import dead_letter_topic
 from contracts.schema import parse_schema
 from contracts.settings import Settings
 from contracts.spec import OutputSpec, StreamSpec
-from router.lang.ast import top_level_fields
+from router.lang.ast import paths_read
 from router.lang.parser import parse_filter, parse_projection
 from router.lang.spark import compile_filter, compile_projection
 from router.meter import Meter
@@ -49,9 +49,9 @@ def runs_realtime(output: OutputSpec) -> bool:
     return output.delivery.mode == "realtime" and SINKS[output.sink.type].realtime
 
 
-def fields_read(outputs: list[OutputSpec]) -> frozenset[str]:
-    """The payload's top-level fields these outputs' filters and projections read."""
-    return top_level_fields(
+def paths_read_by(outputs: list[OutputSpec]) -> frozenset[tuple[str, ...]]:
+    """The payload's field paths these outputs' filters and projections read."""
+    return paths_read(
         *(parse_filter(o.filter) for o in outputs if o.filter),
         *(parse_projection(o.projection) for o in outputs),
     )
@@ -124,7 +124,7 @@ class Router:
             starts[output.name] = lambda o=output: self.start_output(o)
         return starts
 
-    def _source(self, starting: str, limited: bool, fields: frozenset[str]) -> DataFrame:
+    def _source(self, starting: str, limited: bool, paths: frozenset[tuple[str, ...]]) -> DataFrame:
         schema = self.spec.avro_schema
         return fronting(
             self.spark,
@@ -133,7 +133,7 @@ class Router:
             starting=starting,
             max_per_trigger=BATCH_LIMIT if limited else None,
             schema=parse_schema(schema) if schema is not None else None,
-            fields=fields,
+            paths=paths,
         )
 
     def start_output(self, output: OutputSpec) -> StreamingQuery:
@@ -141,7 +141,7 @@ class Router:
         sink = sink_for(route)
         sink.prepare(self.spark)
         realtime = runs_realtime(output)
-        source = self._source(output.start, limited=not realtime, fields=fields_read([output]))
+        source = self._source(output.start, limited=not realtime, paths=paths_read_by([output]))
         frame = sink.frame(routed(source, output, self.meters.get(output.name)))
         writer = self._writer(frame, route.name, route.checkpoint.as_posix())
         if realtime:
@@ -155,12 +155,12 @@ class Router:
 
     def start_dead_letters(self) -> StreamingQuery:
         starts = {o.start for o in self.spec.outputs}
-        # Every field any output reads: an event one output cannot read (a field whose value no
-        # VARIANT can hold, such as a lone surrogate) is then a dead letter, never just skipped.
+        # Every path any output reads: an event one output cannot read (a value no VARIANT can
+        # hold, such as a lone surrogate) is then a dead letter, never just skipped.
         source = self._source(
             "earliest" if "earliest" in starts else "latest",
             limited=True,
-            fields=fields_read(self.spec.outputs),
+            paths=paths_read_by(self.spec.outputs),
         )
         reason = F.struct(
             F.lit(envelope.DLQ_REASON).alias("key"), F.col("problem").cast("binary").alias("value")

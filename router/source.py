@@ -1,8 +1,8 @@
 """The router's one source seam: a stream's fronting topic as the columns every output uses.
 
 `fronting()` reads Spark's Kafka source, streaming (the router) or as a batch (backfills,
-rewinds, tests), and `envelope()` turns records into: `payload`, the event's top-level fields
-that the reader asks for, each a VARIANT; the metadata from the headers; and `problem`, the
+rewinds, tests), and `envelope()` turns records into: `payload`, the values at the field paths
+the reader asks for, each a VARIANT; the metadata from the headers; and `problem`, the
 reason a record cannot be routed (not JSON, not an object, no guid or ingest time, not matching
 the stream's Avro schema: it then goes to the dead-letter topic), or null. Anything that yields
 these columns can feed the same outputs and sinks.
@@ -10,7 +10,7 @@ these columns can feed the same outputs and sinks.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from typing import Any
 
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -21,7 +21,7 @@ from contracts import envelope as headers
 from contracts.names import fronting_topic
 from contracts.settings import Settings
 from router.avro import schema_problem
-from router.lang.spark import variant_path
+from router.lang.ast import dotted
 
 
 def fronting(
@@ -33,12 +33,12 @@ def fronting(
     starting: str = "latest",
     max_per_trigger: int | None = None,
     schema: dict[str, Any] | None = None,
-    fields: Collection[str] = (),
+    paths: Collection[tuple[str, ...]] = (),
 ) -> DataFrame:
     """`starting` applies to a query's first run only; later runs resume from the checkpoint.
     `max_per_trigger` bounds a micro-batch (catching up after an outage, say); `schema`, the
-    stream's parsed Avro schema, dead-letters the events that do not match it; `fields` are the
-    payload's top-level names the reader uses."""
+    stream's parsed Avro schema, dead-letters the events that do not match it; `paths` are the
+    payload's field paths the reader uses."""
     reader = (
         (spark.readStream if streaming else spark.read)
         .format("kafka")
@@ -49,7 +49,7 @@ def fronting(
     )
     if max_per_trigger is not None:
         reader = reader.option("maxOffsetsPerTrigger", max_per_trigger)
-    return envelope(reader.load(), schema, fields)
+    return envelope(reader.load(), schema, paths)
 
 
 JSON_SPACE = " \t\n\r"
@@ -62,38 +62,84 @@ STRICT_JSON = {
 }
 
 
-def parse_fields(text: Column, fields: Collection[str]) -> Column:
-    """A struct of the event's top-level `fields`, each a VARIANT (SQL NULL when absent, a
-    variant null for a JSON null), and CORRUPT, set when the text is not a JSON object. Only
-    these fields become variants: the parser skips the rest of the event, which is what makes
-    this cheaper than parsing the whole event into one VARIANT."""
-    schema = StructType(
-        [StructField(name, VariantType()) for name in sorted(fields)]
-        + [StructField(CORRUPT, StringType())]
+Tree = dict[str, "Tree | None"]  # a name read whole maps to None
+
+
+def shape(paths: Collection[tuple[str, ...]]) -> Tree:
+    """The paths as a tree of names: a name read whole is a leaf, one read only through longer
+    paths holds the tree of those."""
+    tree: Tree = {}
+    for path in sorted(paths, key=len):  # a shorter path first: it covers the longer ones
+        node: Tree | None = tree
+        for name in path[:-1]:
+            node = node.setdefault(name, {})
+            if node is None:
+                break
+        else:
+            node[path[-1]] = None
+    return tree
+
+
+def _schema(tree: Tree) -> StructType:
+    return StructType(
+        [
+            StructField(name, VariantType() if sub is None else _schema(sub))
+            for name, sub in sorted(tree.items())
+        ]
     )
-    return F.from_json(text, schema, STRICT_JSON)
+
+
+def parse_tree(text: Column, tree: Tree) -> Column:
+    """The text parsed with the tree's shape: each leaf a VARIANT (SQL NULL when absent, a
+    variant null for a JSON null), each inner name a struct of its children; and CORRUPT, set
+    when the text is not a JSON object or a value is not of the shape. The parser skips all
+    else, which is what makes reading only the paths a reader uses cheaper than parsing whole
+    values into VARIANTs. A value not of the shape (`user` a string where the tree reads
+    `user.id`) is null and the parser goes on (Spark's partial results): its paths are missing,
+    as they are to the Python evaluator."""
+    return F.from_json(text, _schema(tree).add(StructField(CORRUPT, StringType())), STRICT_JSON)
+
+
+def _read(parsed: Column, tree: Tree, path: tuple[str, ...]) -> Column:
+    """The VARIANT at `path` in a struct parsed with the tree's shape."""
+    node: Tree | None = tree
+    for depth, name in enumerate(path):
+        parsed, node = parsed[name], node[name]
+        if node is None:
+            return _get(parsed, path[depth + 1 :])
+    raise ValueError(f"{dotted(path)} is not in the tree")
+
+
+def _get(value: Column, path: tuple[str, ...]) -> Column:
+    # Names are [A-Za-z_][A-Za-z0-9_]* (the parser admits nothing else), so the path is plain.
+    return F.variant_get(value, "$." + dotted(path), "variant") if path else value
+
+
+def _struct(
+    paths: Collection[tuple[str, ...]], read: Callable[[tuple[str, ...]], Column]
+) -> Column:
+    return F.struct(*(read(path).alias(dotted(path)) for path in sorted(paths)))
+
+
+def payload(parsed: Column, paths: Collection[tuple[str, ...]]) -> Column:
+    """A struct of one VARIANT for each path, named by the dotted path, from the text parsed
+    with the paths' shape (`parse_tree(text, shape(paths))`)."""
+    tree = shape(paths)
+    return _struct(paths, lambda path: _read(parsed, tree, path))
 
 
 def envelope(
-    frame: DataFrame, schema: dict[str, Any] | None = None, fields: Collection[str] = ()
+    frame: DataFrame,
+    schema: dict[str, Any] | None = None,
+    paths: Collection[tuple[str, ...]] = (),
 ) -> DataFrame:
-    """`fields`: the top-level names the reader's filter and projection use (`payload` holds
-    those). With an Avro `schema` the whole event is parsed, to check it."""
+    """`paths`: the payload's field paths the reader's filter and projection use (`payload`
+    holds those). With an Avro `schema` the whole event is parsed, to check it."""
     # One pass over the headers into a map (reversed, so that with the session's LAST_WIN
     # policy the first of a repeated header wins), and the text read once.
     text = F.col("value").cast("string")
     entries = F.coalesce("headers", F.array().cast("array<struct<key:string,value:binary>>"))
-    whole = F.try_parse_json(text) if schema is not None else None
-    if whole is None:
-        payload = parse_fields(text, fields)
-    else:
-        payload = F.struct(
-            *(
-                F.variant_get(whole, variant_path((name,)), "variant").alias(name)
-                for name in sorted(fields)
-            ),
-            F.when(whole.isNull(), text).alias(CORRUPT),
-        )
+    parsed = F.try_parse_json(text) if schema is not None else parse_tree(text, shape(paths))
     read = frame.select(
         "key",
         "value",
@@ -101,8 +147,7 @@ def envelope(
         "topic",
         "partition",
         "offset",
-        payload.alias("payload"),
-        *([] if whole is None else [whole.alias("whole")]),
+        parsed.alias("parsed"),
         # An object starts with '{' (cheaper than asking a parsed event its type); trimming
         # copies the text, so only text that does not start with it at once is trimmed.
         F.when(text.startswith("{"), F.lit(True))
@@ -110,6 +155,15 @@ def envelope(
         .alias("is_object"),
         F.map_from_entries(F.reverse(entries)).alias("meta"),
     )
+    parsed = F.col("parsed")
+    if schema is None:
+        value = payload(parsed, paths)
+        # Rare: CORRUPT is set for a value not of the shape too, and only then is the text
+        # parsed again, whole (unlike from_json, in code Spark generates for the projection).
+        is_json = parsed[CORRUPT].isNull() | F.try_parse_json(text).isNotNull()
+    else:
+        value = _struct(paths, lambda path: _get(parsed, path))
+        is_json = parsed.isNotNull()
 
     def meta(name: str) -> Column:
         return F.col("meta")[name].cast("string")
@@ -121,12 +175,12 @@ def envelope(
             ~F.coalesce("is_object", F.lit(False)),
             F.when(F.try_parse_json(text).isNull(), "not JSON").otherwise("not a JSON object"),
         )
-        .when(F.col("payload")[CORRUPT].isNotNull(), "not JSON")
+        .when(~is_json, "not JSON")
         .when(meta(headers.GUID).isNull(), f"no {headers.GUID} header")
         .when(timestamp.isNull(), f"no {headers.TIMESTAMP} header of epoch milliseconds")
     )
     if schema is not None:
-        mismatch = schema_problem(F.col("whole"), schema)
+        mismatch = schema_problem(F.col("parsed"), schema)
         problem = problem.when(mismatch.isNotNull(), mismatch)
     return read.select(
         "key",
@@ -135,7 +189,7 @@ def envelope(
         "topic",
         "partition",
         "offset",
-        "payload",
+        value.alias("payload"),
         meta(headers.GUID).alias("guid"),
         timestamp.alias("timestamp"),
         meta(headers.HOST).alias("host"),

@@ -96,14 +96,14 @@ class Projection:
     columns: tuple[Column, ...] = ()
 
 
-def top_level_fields(*nodes: Expr | Projection | None) -> frozenset[str]:
-    """The payload's top-level names that these filters and projections read: all of an event
-    the router needs parsed."""
-    names: set[str] = set()
+def paths_read(*nodes: Expr | Projection | None) -> frozenset[tuple[str, ...]]:
+    """The payload's field paths that these filters and projections read: all of an event the
+    router needs parsed."""
+    paths: set[tuple[str, ...]] = set()
 
     def visit(node: object) -> None:
         if isinstance(node, Field):
-            names.add(node.path[0])
+            paths.add(node.path)
         elif isinstance(node, Compare):
             visit(node.left)
             visit(node.right)
@@ -120,7 +120,11 @@ def top_level_fields(*nodes: Expr | Projection | None) -> frozenset[str]:
 
     for node in nodes:
         visit(node)
-    return frozenset(names)
+    return frozenset(paths)
+
+
+def dotted(path: tuple[str, ...]) -> str:
+    return ".".join(path)
 
 
 def json_type(value: object) -> str:

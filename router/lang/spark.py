@@ -1,8 +1,8 @@
 """The Spark backend: the AST compiled to Column expressions, no Python on the per-event path.
 
-The payload is a struct of the event's top-level fields, each a VARIANT (`router.source.
-parse_fields`: SQL NULL when absent, a variant null for a JSON null); each operand becomes a
-typed view (its JSON type, and its value read as a string, a double and a boolean) so
+The payload is a struct of one VARIANT for each field path read, named by the dotted path
+(`router.source.payload`: SQL NULL when absent, a variant null for a JSON null); each operand
+becomes a typed view (its JSON type, and its value read as a string, a double and a boolean) so
 comparisons follow exactly the rules the Python evaluator follows. Only Column functions are
 used: the user's text never reaches Spark as SQL; field paths are validated names, constants are
 literals.
@@ -32,6 +32,7 @@ from router.lang.ast import (
     Or,
     Projection,
     Truth,
+    dotted,
     json_type,
 )
 
@@ -49,15 +50,9 @@ class Typed:
         return {"string": self.string, "number": self.number, "boolean": self.boolean}[kind]
 
 
-def variant_path(path: tuple[str, ...]) -> str:
-    # Names are [A-Za-z_][A-Za-z0-9_]* (the parser admits nothing else), so the path is plain.
-    return "$." + ".".join(path)
-
-
 def field_value(payload: Column, path: tuple[str, ...]) -> Column:
     """The value at `path` as a VARIANT, SQL NULL when it is missing."""
-    top = payload[path[0]]
-    return top if len(path) == 1 else F.variant_get(top, variant_path(path[1:]), "variant")
+    return payload[dotted(path)]
 
 
 def _variant(value: Column) -> Typed:

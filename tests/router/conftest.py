@@ -12,8 +12,8 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from contracts.settings import Settings
-from router.lang.ast import Expr, Projection, top_level_fields
-from router.source import parse_fields
+from router.lang.ast import Expr, Projection, paths_read
+from router.source import parse_tree, payload, shape
 from stack import jars
 
 SCHEMA = StructType(
@@ -38,6 +38,7 @@ def spark() -> Iterator[SparkSession]:
         .config("spark.sql.shuffle.partitions", "1")
         .config("spark.jars", str(jars.shipped_jar(Settings(), "RouterMeter")))
         .config("spark.executor.heartbeatInterval", "1s")
+        .config("spark.sql.json.enablePartialResults", "true")  # as stack.spark pins it
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")
@@ -48,15 +49,15 @@ def spark() -> Iterator[SparkSession]:
 def frame(
     spark: SparkSession, rows: list[tuple[dict, dict]], *read: Expr | Projection | None
 ) -> DataFrame:
-    """Events (with their metadata) as the router sees them: the text, `payload` (the top-level
-    fields that the filters and projections in `read` use, parsed as the router parses them),
+    """Events (with their metadata) as the router sees them: the text, `payload` (the field
+    paths that the filters and projections in `read` use, parsed as the router parses them),
     `whole` (the event as one VARIANT, what the Avro check reads) and the metadata."""
     data = [
         (json.dumps(e), m.get("guid"), m.get("timestamp"), m.get("host"), m.get("app"))
         for e, m in rows
     ]
+    paths = paths_read(*read)
+    parsed = parse_tree(F.col("value"), shape(paths))
     return spark.createDataFrame(data, SCHEMA).select(
-        "*",
-        parse_fields(F.col("value"), top_level_fields(*read)).alias("payload"),
-        F.parse_json("value").alias("whole"),
+        "*", payload(parsed, paths).alias("payload"), F.parse_json("value").alias("whole")
     )

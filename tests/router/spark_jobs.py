@@ -1,7 +1,7 @@
 """Spark applications the router tests run as separate processes (the connector's jars must be
 on the JVM from its start), each printing one JSON line.
 
-    python -m tests.router.spark_jobs read-fronting STREAM [FIELD ...]
+    python -m tests.router.spark_jobs read-fronting STREAM [PATH ...]   (dotted: user.id)
     python -m tests.router.spark_jobs read-tables   (a table name a line on stdin)
 """
 
@@ -17,12 +17,19 @@ from router.source import fronting
 from stack.spark import spark_session
 
 
-def read_fronting(stream: str, *fields: str) -> list[dict]:
-    """The stream's events as the router reads them, `payload` holding `fields`."""
+def read_fronting(stream: str, *paths: str) -> list[dict]:
+    """The stream's events as the router reads them, `payload` holding `paths`."""
     settings = Settings()
     spark = spark_session(settings, "test-read-fronting")
     rows = (
-        fronting(spark, settings, stream, streaming=False, starting="earliest", fields=fields)
+        fronting(
+            spark,
+            settings,
+            stream,
+            streaming=False,
+            starting="earliest",
+            paths=[tuple(path.split(".")) for path in paths],
+        )
         .select(
             "guid",
             "timestamp",

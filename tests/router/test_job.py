@@ -11,7 +11,7 @@ import pytest
 from contracts.errors import InvalidSpec
 from contracts.settings import Settings
 from contracts.spec import load_spec
-from router.job import fields_read, router_master, runs_realtime
+from router.job import paths_read_by, router_master, runs_realtime
 from router.metrics import LATENCY_BUCKETS, LatencyHistogram, lag_of, latency_counts
 
 SPEC = {
@@ -74,7 +74,7 @@ def test_latency_histogram_is_cumulative_like_prometheus_wants() -> None:
     assert samples[("keystone_delivery_latency_seconds_count", None)] == 8
 
 
-def test_each_query_parses_the_fields_its_outputs_read() -> None:
+def test_each_query_parses_the_paths_its_outputs_read() -> None:
     spec = load_spec(
         {
             "name": "plays",
@@ -92,7 +92,8 @@ def test_each_query_parses_the_fields_its_outputs_read() -> None:
         }
     )
     a, b, c = spec.outputs
-    assert fields_read([a]) == {"user", "n", "kind", "title", "device"}
-    assert fields_read([b]) == {"ok"} and fields_read([c]) == frozenset()
+    read = {("user", "country"), ("n",), ("kind",), ("title",), ("device", "type")}
+    assert paths_read_by([a]) == read
+    assert paths_read_by([b]) == {("ok",)} and paths_read_by([c]) == frozenset()
     # The dead-letter query's: all of them, so what any output cannot read is a dead letter.
-    assert fields_read(spec.outputs) == {"user", "n", "kind", "title", "device", "ok"}
+    assert paths_read_by(spec.outputs) == read | {("ok",)}

@@ -1,9 +1,10 @@
 """How the router reads an event's text: it parses only the top-level fields its output uses,
 yet says "not JSON" and "not a JSON object" exactly when Python's strict json module would
 (NaN refused), which is the proxy's check but for a number too large for a double and an
-escaped lone surrogate in a field the reader does not use: the proxy refuses both, the router
-reads them. A lone surrogate in a field it uses cannot be held by a VARIANT: the event is then
-"not JSON" to that reader, and the stream's dead-letter query reads every field any output
+escaped lone surrogate in a value the reader does not use: the proxy refuses both, the router
+reads them. A lone surrogate in a value it uses cannot be held by a VARIANT: the event is then
+"not JSON" to that reader (as is one anywhere in an event not of the shape the reader's paths
+expect, which is parsed again whole), and the stream's dead-letter query reads every path any output
 reads, so such an event is a dead letter, never silently skipped. The fields' values are the
 agreement tests' business (tests/router/lang). One more difference, kept from Spark's parsers:
 text after a complete value is ignored. The proxy never writes such records; only a producer
@@ -51,6 +52,8 @@ def _refuse(constant: str) -> None:
 
 
 STRICT = json.JSONDecoder(parse_constant=_refuse)
+# Read whole, and through objects that events often hold something else in (parsed again then).
+PATHS = [(NAMES[0],), (NAMES[1], NAMES[2]), (NAMES[2], NAMES[0], NAMES[1])]
 
 
 def expected_problem(text: str) -> str | None:
@@ -67,7 +70,7 @@ def test_not_json_exactly_when_the_proxy_would_refuse_it(
     spark: SparkSession, texts: list[str]
 ) -> None:
     rows = [(b"k", t.encode(), HEADERS, "t", 0, i) for i, t in enumerate(texts)]
-    read = envelope(spark.createDataFrame(rows, SCHEMA), fields=NAMES).orderBy("offset")
+    read = envelope(spark.createDataFrame(rows, SCHEMA), paths=PATHS).orderBy("offset")
     for text, row in zip(texts, read.collect(), strict=True):
         assert row["problem"] == expected_problem(text), text
 
@@ -75,7 +78,12 @@ def test_not_json_exactly_when_the_proxy_would_refuse_it(
 def test_a_field_no_variant_can_hold_makes_the_event_unreadable_to_its_readers(
     spark: SparkSession,
 ) -> None:
-    text = '{"a": 1, "z": "\\ud800"}'
+    text = '{"a": 1, "z": "\\ud800", "o": {"a": 1, "z": "\\ud800"}}'
     frame = spark.createDataFrame([(b"k", text.encode(), HEADERS, "t", 0, 0)], SCHEMA)
-    assert envelope(frame, fields=["a"]).first()["problem"] is None
-    assert envelope(frame, fields=["a", "z"]).first()["problem"] == "not JSON"
+    assert envelope(frame, paths=[("a",), ("o", "a")]).first()["problem"] is None
+    assert envelope(frame, paths=[("a",), ("z",)]).first()["problem"] == "not JSON"
+    assert envelope(frame, paths=[("o", "z")]).first()["problem"] == "not JSON"
+    assert envelope(frame, paths=[("o",)]).first()["problem"] == "not JSON"
+    # Not of the shape its paths expect (`a` is no object): the event is parsed again whole, to
+    # tell whether it is JSON, and then the surrogate anywhere in it makes it a dead letter.
+    assert envelope(frame, paths=[("a", "b")]).first()["problem"] == "not JSON"

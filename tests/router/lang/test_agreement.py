@@ -62,7 +62,8 @@ METADATA_VALUES = st.fixed_dictionaries(
         "app": st.sampled_from(["a", "player"]),
     },
 )
-PATHS = st.lists(st.sampled_from(NAMES), min_size=1, max_size=2).map(lambda p: Field(tuple(p)))
+# Up to three names: a value not an object is then met both at the top and inside an object.
+PATHS = st.lists(st.sampled_from(NAMES), min_size=1, max_size=3).map(lambda p: Field(tuple(p)))
 OPERANDS: st.SearchStrategy[Operand] = (
     PATHS | st.sampled_from(sorted(METADATA)).map(Meta) | SCALARS.map(Const)
 )

@@ -60,6 +60,10 @@ CASES = [
     ("Country = 'US'", False),  # ...names are case-sensitive
     ("country < 'V' and country >= 'US'", True),  # strings in code point order
     ("ok = true and false = false", True),
+    # A path through a value that is not an object is missing; the rest is read all the same.
+    ("country.code is null and n = 5", True),
+    ("device.tags.x is null and device.type = 'tv'", True),
+    ("device.type.x is null and device.type = 'tv'", True),
 ]
 
 
