@@ -19,6 +19,7 @@ bench: bootstrap
 	.venv/bin/python -m loadtest.proxy_bench --write-docs
 	.venv/bin/python -m loadtest.router_bench --write-docs
 	.venv/bin/python -m loadtest.router_plan_bench --write-docs
+	.venv/bin/python -m loadtest.router_plan_bench --write-docs --object-fields 20
 	.venv/bin/python -m loadtest.e2e_bench --write-docs
 
 down:

@@ -57,6 +57,13 @@ def paths_read_by(outputs: list[OutputSpec]) -> frozenset[tuple[str, ...]]:
     )
 
 
+def dead_letter_paths(outputs: list[OutputSpec]) -> frozenset[tuple[str, ...]]:
+    """The top-level names the outputs' paths start in, read whole: an event that one output
+    cannot read (`router.source.payload`) has a value under one of these that no VARIANT can
+    hold, or is not JSON, so the dead-letter query finds every one."""
+    return frozenset(path[:1] for path in paths_read_by(outputs))
+
+
 def router_master(settings: Settings, spec: StreamSpec) -> str:
     """Real-time Mode keeps one task running per topic partition for each realtime query; a
     local master gets that many task threads (and two for the micro-batch queries)."""
@@ -155,12 +162,12 @@ class Router:
 
     def start_dead_letters(self) -> StreamingQuery:
         starts = {o.start for o in self.spec.outputs}
-        # Every path any output reads: an event one output cannot read (a value no VARIANT can
-        # hold, such as a lone surrogate) is then a dead letter, never just skipped.
+        # An event one output cannot read (a value no VARIANT can hold, such as a lone
+        # surrogate) is then a dead letter, never just skipped.
         source = self._source(
             "earliest" if "earliest" in starts else "latest",
             limited=True,
-            paths=paths_read_by(self.spec.outputs),
+            paths=dead_letter_paths(self.spec.outputs),
         )
         reason = F.struct(
             F.lit(envelope.DLQ_REASON).alias("key"), F.col("problem").cast("binary").alias("value")

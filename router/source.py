@@ -92,25 +92,23 @@ def _schema(tree: Tree) -> StructType:
 def parse_tree(text: Column, tree: Tree) -> Column:
     """The text parsed with the tree's shape: each leaf a VARIANT (SQL NULL when absent, a
     variant null for a JSON null), each inner name a struct of its children; and CORRUPT, set
-    when the text is not a JSON object or a value is not of the shape. The parser skips all
-    else, which is what makes reading only the paths a reader uses cheaper than parsing whole
-    values into VARIANTs. A value not of the shape (`user` a string where the tree reads
-    `user.id`) is null and the parser goes on (Spark's partial results): its paths are missing,
-    as they are to the Python evaluator."""
+    when the text is not a JSON object, a leaf's value cannot be a VARIANT, or a value is not of
+    the shape (not an object where the tree reads into one). The parser skips all else, which is
+    what makes reading only the paths a reader uses cheaper than whole values as VARIANTs."""
     return F.from_json(text, _schema(tree).add(StructField(CORRUPT, StringType())), STRICT_JSON)
 
 
-def _read(parsed: Column, tree: Tree, path: tuple[str, ...]) -> Column:
+def _variant_at(parsed: Column, tree: Tree, path: tuple[str, ...]) -> Column:
     """The VARIANT at `path` in a struct parsed with the tree's shape."""
     node: Tree | None = tree
     for depth, name in enumerate(path):
         parsed, node = parsed[name], node[name]
         if node is None:
-            return _get(parsed, path[depth + 1 :])
+            return _variant_get(parsed, path[depth + 1 :])
     raise ValueError(f"{dotted(path)} is not in the tree")
 
 
-def _get(value: Column, path: tuple[str, ...]) -> Column:
+def _variant_get(value: Column, path: tuple[str, ...]) -> Column:
     # Names are [A-Za-z_][A-Za-z0-9_]* (the parser admits nothing else), so the path is plain.
     return F.variant_get(value, "$." + dotted(path), "variant") if path else value
 
@@ -121,11 +119,30 @@ def _struct(
     return F.struct(*(read(path).alias(dotted(path)) for path in sorted(paths)))
 
 
-def payload(parsed: Column, paths: Collection[tuple[str, ...]]) -> Column:
-    """A struct of one VARIANT for each path, named by the dotted path, from the text parsed
-    with the paths' shape (`parse_tree(text, shape(paths))`)."""
-    tree = shape(paths)
-    return _struct(paths, lambda path: _read(parsed, tree, path))
+def parse(text: Column, paths: Collection[tuple[str, ...]]) -> tuple[Column, Column]:
+    """The text parsed with the paths' shape and, only where that parse says CORRUPT (a value
+    not of the shape, such as `user` a string where `user.id` is read; or not JSON at all),
+    parsed again by the top-level names the paths start in. Both in one projection: Spark
+    evaluates the shaped parse once for both (a common subexpression), and a projection with a
+    `from_json` in it runs outside the code Spark generates for the rest of the query."""
+    shaped = parse_tree(text, shape(paths))
+    again = parse_tree(text, shape({path[:1] for path in paths}))
+    return shaped, F.when(shaped[CORRUPT].isNotNull(), again)
+
+
+def payload(
+    parsed: Column, again: Column, paths: Collection[tuple[str, ...]]
+) -> tuple[Column, Column]:
+    """The payload, a struct of one VARIANT for each path named by the dotted path, and whether
+    the event is readable (JSON, and its values at the paths VARIANTs), from `parse`'s two
+    columns. Where the shaped parse says CORRUPT the paths are read from the top-level VARIANTs:
+    what a path through a value that is not an object, or a repeated key, reads then is what the
+    Python evaluator reads."""
+    tree, top = shape(paths), shape({path[:1] for path in paths})
+    shaped = parsed[CORRUPT].isNull()
+    value = F.when(shaped, _struct(paths, lambda path: _variant_at(parsed, tree, path)))
+    value = value.otherwise(_struct(paths, lambda path: _variant_at(again, top, path)))
+    return value, shaped | again[CORRUPT].isNull()
 
 
 def envelope(
@@ -139,7 +156,11 @@ def envelope(
     # policy the first of a repeated header wins), and the text read once.
     text = F.col("value").cast("string")
     entries = F.coalesce("headers", F.array().cast("array<struct<key:string,value:binary>>"))
-    parsed = F.try_parse_json(text) if schema is not None else parse_tree(text, shape(paths))
+    if schema is None:
+        shaped, again = parse(text, paths)
+        parsed = [shaped.alias("parsed"), again.alias("again")]
+    else:
+        parsed = [F.try_parse_json(text).alias("parsed")]
     read = frame.select(
         "key",
         "value",
@@ -147,7 +168,7 @@ def envelope(
         "topic",
         "partition",
         "offset",
-        parsed.alias("parsed"),
+        *parsed,
         # An object starts with '{' (cheaper than asking a parsed event its type); trimming
         # copies the text, so only text that does not start with it at once is trimmed.
         F.when(text.startswith("{"), F.lit(True))
@@ -155,15 +176,11 @@ def envelope(
         .alias("is_object"),
         F.map_from_entries(F.reverse(entries)).alias("meta"),
     )
-    parsed = F.col("parsed")
     if schema is None:
-        value = payload(parsed, paths)
-        # Rare: CORRUPT is set for a value not of the shape too, and only then is the text
-        # parsed again, whole (unlike from_json, in code Spark generates for the projection).
-        is_json = parsed[CORRUPT].isNull() | F.try_parse_json(text).isNotNull()
+        value, readable = payload(F.col("parsed"), F.col("again"), paths)
     else:
-        value = _struct(paths, lambda path: _get(parsed, path))
-        is_json = parsed.isNotNull()
+        value = _struct(paths, lambda path: _variant_get(F.col("parsed"), path))
+        readable = F.col("parsed").isNotNull()
 
     def meta(name: str) -> Column:
         return F.col("meta")[name].cast("string")
@@ -175,7 +192,7 @@ def envelope(
             ~F.coalesce("is_object", F.lit(False)),
             F.when(F.try_parse_json(text).isNull(), "not JSON").otherwise("not a JSON object"),
         )
-        .when(~is_json, "not JSON")
+        .when(~readable, "not JSON")
         .when(meta(headers.GUID).isNull(), f"no {headers.GUID} header")
         .when(timestamp.isNull(), f"no {headers.TIMESTAMP} header of epoch milliseconds")
     )

@@ -39,9 +39,6 @@ def spark_conf(settings: Settings, app_name: str, master: str | None = None) -> 
         "spark.executor.heartbeatInterval": "1s",
         # The proxy accepts a repeated key and Python reads the last; Spark then reads the same.
         "spark.sql.variant.allowDuplicateKeys": "true",
-        # The router parses only the paths it reads; where a value is not the object a path
-        # goes through, the parser must go on with the rest (router.source.parse_tree).
-        "spark.sql.json.enablePartialResults": "true",
         # The router reads an event's headers into a map, where the first of a repeated header
         # must win (the map is built reversed; see router.source).
         "spark.sql.mapKeyDedupPolicy": "LAST_WIN",

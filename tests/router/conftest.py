@@ -13,7 +13,7 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from contracts.settings import Settings
 from router.lang.ast import Expr, Projection, paths_read
-from router.source import parse_tree, payload, shape
+from router.source import parse, payload
 from stack import jars
 
 SCHEMA = StructType(
@@ -38,7 +38,6 @@ def spark() -> Iterator[SparkSession]:
         .config("spark.sql.shuffle.partitions", "1")
         .config("spark.jars", str(jars.shipped_jar(Settings(), "RouterMeter")))
         .config("spark.executor.heartbeatInterval", "1s")
-        .config("spark.sql.json.enablePartialResults", "true")  # as stack.spark pins it
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")
@@ -57,7 +56,7 @@ def frame(
         for e, m in rows
     ]
     paths = paths_read(*read)
-    parsed = parse_tree(F.col("value"), shape(paths))
+    value, _ = payload(*parse(F.col("value"), paths), paths)
     return spark.createDataFrame(data, SCHEMA).select(
-        "*", payload(parsed, paths).alias("payload"), F.parse_json("value").alias("whole")
+        "*", value.alias("payload"), F.parse_json("value").alias("whole")
     )

@@ -11,7 +11,7 @@ import pytest
 from contracts.errors import InvalidSpec
 from contracts.settings import Settings
 from contracts.spec import load_spec
-from router.job import paths_read_by, router_master, runs_realtime
+from router.job import dead_letter_paths, paths_read_by, router_master, runs_realtime
 from router.metrics import LATENCY_BUCKETS, LatencyHistogram, lag_of, latency_counts
 
 SPEC = {
@@ -95,5 +95,13 @@ def test_each_query_parses_the_paths_its_outputs_read() -> None:
     read = {("user", "country"), ("n",), ("kind",), ("title",), ("device", "type")}
     assert paths_read_by([a]) == read
     assert paths_read_by([b]) == {("ok",)} and paths_read_by([c]) == frozenset()
-    # The dead-letter query's: all of them, so what any output cannot read is a dead letter.
     assert paths_read_by(spec.outputs) == read | {("ok",)}
+    # The dead-letter query's: the top-level values any of them reads in, whole.
+    assert dead_letter_paths(spec.outputs) == {
+        ("user",),
+        ("n",),
+        ("kind",),
+        ("title",),
+        ("device",),
+        ("ok",),
+    }
