@@ -33,7 +33,7 @@ from router.meter import Meter
 from router.metrics import STREAM_LEVEL, ProgressListener, RouterMetrics
 from router.sinks.base import ROUTED, RecordSink, Route
 from router.sinks.registry import SINKS, sink_for
-from router.source import fronting
+from router.source import fronting, top_level
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +61,7 @@ def dead_letter_paths(outputs: list[OutputSpec]) -> frozenset[tuple[str, ...]]:
     """The top-level names the outputs' paths start in, read whole: an event that one output
     cannot read (`router.source.payload`) has a value under one of these that no VARIANT can
     hold, or is not JSON, so the dead-letter query finds every one."""
-    return frozenset(path[:1] for path in paths_read_by(outputs))
+    return top_level(paths_read_by(outputs))
 
 
 def router_master(settings: Settings, spec: StreamSpec) -> str:

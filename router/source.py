@@ -80,6 +80,11 @@ def shape(paths: Collection[tuple[str, ...]]) -> Tree:
     return tree
 
 
+def top_level(paths: Collection[tuple[str, ...]]) -> frozenset[tuple[str, ...]]:
+    """The top-level names the paths start in, as paths that read them whole."""
+    return frozenset(path[:1] for path in paths)
+
+
 def _schema(tree: Tree) -> StructType:
     return StructType(
         [
@@ -126,7 +131,7 @@ def parse(text: Column, paths: Collection[tuple[str, ...]]) -> tuple[Column, Col
     evaluates the shaped parse once for both (a common subexpression), and a projection with a
     `from_json` in it runs outside the code Spark generates for the rest of the query."""
     shaped = parse_tree(text, shape(paths))
-    again = parse_tree(text, shape({path[:1] for path in paths}))
+    again = parse_tree(text, shape(top_level(paths)))
     return shaped, F.when(shaped[CORRUPT].isNotNull(), again)
 
 
@@ -138,7 +143,7 @@ def payload(
     columns. Where the shaped parse says CORRUPT the paths are read from the top-level VARIANTs:
     what a path through a value that is not an object, or a repeated key, reads then is what the
     Python evaluator reads."""
-    tree, top = shape(paths), shape({path[:1] for path in paths})
+    tree, top = shape(paths), shape(top_level(paths))
     shaped = parsed[CORRUPT].isNull()
     value = F.when(shaped, _struct(paths, lambda path: _variant_at(parsed, tree, path)))
     value = value.otherwise(_struct(paths, lambda path: _variant_at(again, top, path)))
