@@ -157,6 +157,10 @@ def envelope(
 ) -> DataFrame:
     """`paths`: the payload's field paths the reader's filter and projection use (`payload`
     holds those). With an Avro `schema` the whole event is parsed, to check it."""
+    # JSON's names, and the language's, are case-sensitive: `user.id` and `user.ID` are two
+    # paths, so two fields of the parse and of the payload, which Spark by default resolves
+    # regardless of case (and so calls ambiguous). Set here, for every reader of a payload.
+    frame.sparkSession.conf.set("spark.sql.caseSensitive", "true")
     # One pass over the headers into a map (reversed, so that with the session's LAST_WIN
     # policy the first of a repeated header wins), and the text read once.
     text = F.col("value").cast("string")

@@ -9,21 +9,17 @@ from collections.abc import Iterator
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import LongType, StringType, StructField, StructType
 
+from contracts.envelope import METADATA
 from contracts.settings import Settings
 from router.lang.ast import Expr, Projection, paths_read
-from router.source import parse, payload
+from router.source import envelope
 from stack import jars
 
-SCHEMA = StructType(
-    [
-        StructField("value", StringType()),
-        StructField("guid", StringType()),
-        StructField("timestamp", LongType()),
-        StructField("host", StringType()),
-        StructField("app", StringType()),
-    ]
+# The records of Spark's Kafka source.
+KAFKA = (
+    "key binary, value binary, headers array<struct<key:string,value:binary>>, "
+    "topic string, partition int, offset long"
 )
 
 
@@ -48,15 +44,15 @@ def spark() -> Iterator[SparkSession]:
 def frame(
     spark: SparkSession, rows: list[tuple[dict, dict]], *read: Expr | Projection | None
 ) -> DataFrame:
-    """Events (with their metadata) as the router sees them: the text, `payload` (the field
-    paths that the filters and projections in `read` use, parsed as the router parses them),
-    `whole` (the event as one VARIANT, what the Avro check reads) and the metadata."""
-    data = [
-        (json.dumps(e), m.get("guid"), m.get("timestamp"), m.get("host"), m.get("app"))
+    """Events (with their metadata) read as the router reads them (`router.source.envelope`):
+    `payload` (the field paths that the filters and projections in `read` use), the metadata
+    from the headers, `value` (the text), and `whole` (the event as one VARIANT, what the Avro
+    check reads)."""
+    records = [
+        (None, json.dumps(e).encode(), [(METADATA[n], str(v).encode()) for n, v in m.items()])
         for e, m in rows
     ]
-    paths = paths_read(*read)
-    value, _ = payload(*parse(F.col("value"), paths), paths)
-    return spark.createDataFrame(data, SCHEMA).select(
-        "*", value.alias("payload"), F.parse_json("value").alias("whole")
-    )
+    kafka = spark.createDataFrame([(*r, "t", 0, i) for i, r in enumerate(records)], KAFKA)
+    events = envelope(kafka, paths=paths_read(*read)).orderBy("offset")
+    events = events.withColumn("value", F.col("value").cast("string"))
+    return events.withColumn("whole", F.parse_json("value"))

@@ -26,12 +26,9 @@ from router.job import dead_letter_paths, paths_read_by
 from router.lang.evaluate import project
 from router.lang.parser import parse_projection
 from router.source import envelope
+from tests.router.conftest import KAFKA
 from tests.router.lang.test_agreement import EVENTS, NAMES
 
-SCHEMA = (
-    "key binary, value binary, headers array<struct<key:string,value:binary>>, "
-    "topic string, partition int, offset long"
-)
 HEADERS = [("ks_guid", b"g-1"), ("ks_ts", b"1700000000000")]
 # Texts near JSON: valid events, then edited one character at a time, padded, or not objects.
 EDITS = st.lists(
@@ -77,7 +74,7 @@ def test_not_json_exactly_when_the_proxy_would_refuse_it(
     spark: SparkSession, texts: list[str]
 ) -> None:
     rows = [(b"k", t.encode(), HEADERS, "t", 0, i) for i, t in enumerate(texts)]
-    read = envelope(spark.createDataFrame(rows, SCHEMA), paths=PATHS).orderBy("offset")
+    read = envelope(spark.createDataFrame(rows, KAFKA), paths=PATHS).orderBy("offset")
     for text, row in zip(texts, read.collect(), strict=True):
         assert row["problem"] == expected_problem(text), text
 
@@ -86,7 +83,7 @@ def test_a_value_no_variant_can_hold_makes_the_event_unreadable_to_its_readers(
     spark: SparkSession,
 ) -> None:
     text = '{"a": 1, "z": "\\ud800", "o": {"a": 1, "z": "\\ud800"}}'
-    frame = spark.createDataFrame([(b"k", text.encode(), HEADERS, "t", 0, 0)], SCHEMA)
+    frame = spark.createDataFrame([(b"k", text.encode(), HEADERS, "t", 0, 0)], KAFKA)
     assert envelope(frame, paths=[("a",), ("o", "a")]).first()["problem"] is None
     assert envelope(frame, paths=[("a",), ("z",)]).first()["problem"] == "not JSON"
     assert envelope(frame, paths=[("o", "z")]).first()["problem"] == "not JSON"
@@ -110,7 +107,7 @@ def test_what_one_output_cannot_read_the_dead_letter_query_finds(spark: SparkSes
     )
     deep, whole = stream.outputs
     text = '{"t": {"a": "not an object", "z": "\\ud800"}}'
-    frame = spark.createDataFrame([(b"k", text.encode(), HEADERS, "t", 0, 0)], SCHEMA)
+    frame = spark.createDataFrame([(b"k", text.encode(), HEADERS, "t", 0, 0)], KAFKA)
 
     def problem(paths: frozenset[tuple[str, ...]]) -> str | None:
         return envelope(frame, paths=paths).first()["problem"]
@@ -134,7 +131,7 @@ def test_a_repeated_key_keeps_its_last_value_along_a_path(
 ) -> None:
     # What the Python evaluator reads: json keeps a repeated key's last value.
     assert project(parse_projection(["a.b"]), json.loads(text), {}).get("b") == value
-    frame = spark.createDataFrame([(b"k", text.encode(), HEADERS, "t", 0, 0)], SCHEMA)
+    frame = spark.createDataFrame([(b"k", text.encode(), HEADERS, "t", 0, 0)], KAFKA)
     [row] = (
         envelope(frame, paths=[("a", "b")])
         .select("problem", F.to_json("payload").alias("payload"))

@@ -34,7 +34,8 @@ from router.lang.parser import parse_filter
 from router.lang.spark import compile_filter, compile_projection
 from tests.router.conftest import frame
 
-NAMES = ["a", "b", "c"]  # few names, so that paths often exist (and often do not)
+# Few names, so that paths often exist (and often do not); "A" is not "a".
+NAMES = ["a", "b", "A"]
 TEXT = st.text(alphabet="ab%_\\\né 'x", max_size=4)
 SCALARS = (
     st.none()

@@ -57,7 +57,9 @@ CASES = [
     ("app = 'player' and timestamp > 1600000000000 and host like 'proxy-%'", True),
     ("guid = 'g-2'", False),
     ("AND_ = 1 Or country = 'US'", True),  # keywords in any case...
-    ("Country = 'US'", False),  # ...names are case-sensitive
+    ("Country = 'US'", False),  # ...names are case-sensitive, at every level
+    ("Country is null and country = 'US'", True),
+    ("device.Type is null and device.type = 'tv'", True),
     ("country < 'V' and country >= 'US'", True),  # strings in code point order
     ("ok = true and false = false", True),
     # A path through a value that is not an object is missing; the rest is read all the same.
