@@ -28,6 +28,16 @@ def test_a_document_is_indexed_by_guid_in_its_days_index_on_one_line() -> None:
     assert json.loads(source) == {"a": 1} and end == b""
 
 
+def test_a_multiline_record_is_put_on_one_line_as_written() -> None:
+    big = "1" + "0" * 350  # beyond a double, as the proxy and Python accept it
+    record = '{\r\n "n": ' + big + ',\n "s": "a\\nb",\n "i": 18446744073709551617\n}'
+    _, source, end = _doc("plays-search-", Row(guid="g", timestamp=0, record=record)).lines.split(
+        b"\n"
+    )
+    assert json.loads(source) == json.loads(record) and end == b""
+    assert big.encode() in source and b"18446744073709551617" in source
+
+
 def test_a_refusal_keeps_elasticsearchs_reason() -> None:
     result = {"status": 400, "error": {"type": "mapper_parsing_exception", "reason": "bad"}}
     assert _reason(result) == (
