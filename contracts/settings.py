@@ -13,6 +13,10 @@ from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 CHECKOUT = Path(__file__).resolve().parent.parent
+MAX_EVENT_BYTES = 1024 * 1024
+# Room beside an event's bytes in its Kafka record: key, headers (a dead letter's reason too) and
+# the record's own framing.
+RECORD_HEADROOM = 64 * 1024
 
 # Which address setting makes each service external when it is set explicitly.
 ADDRESS_SETTING: dict[str, str] = {
@@ -67,7 +71,7 @@ class Settings(BaseSettings):
     # The ingest proxy.
     proxy_port: int = 18080
     proxy_workers: int = Field(2, ge=1, description="Server processes behind the one port.")
-    max_event_bytes: int = 1024 * 1024
+    max_event_bytes: int = MAX_EVENT_BYTES
     max_request_bytes: int = 10 * 1024 * 1024
     kafka_linger_ms: int = Field(
         2, description="How long the proxy's producer waits to fill a batch: latency vs. load."
@@ -138,6 +142,13 @@ class Settings(BaseSettings):
     def is_embedded(self, service: str) -> bool:
         """True when the stack runs this service itself (its address was not set)."""
         return ADDRESS_SETTING[service] not in self.model_fields_set
+
+    @property
+    def max_record_bytes(self) -> int:
+        """The largest Kafka record the project writes: an event at the limit with its key and
+        headers, or dead-lettered with its reason. Its producers and the topics it creates are
+        set to take it (Kafka's defaults stop short of an event of 1 MiB)."""
+        return self.max_event_bytes + RECORD_HEADROOM
 
     @property
     def run_dir(self) -> Path:

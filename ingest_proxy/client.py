@@ -22,6 +22,7 @@ from confluent_kafka import Producer
 from contracts import envelope
 from contracts.errors import KeystoneError, Unavailable
 from contracts.names import fronting_topic
+from contracts.settings import MAX_EVENT_BYTES, RECORD_HEADROOM
 
 
 class SendFailed(KeystoneError):
@@ -131,7 +132,13 @@ class ProxyClient:
 class DirectProducer:
     """Writes to a stream's fronting topic with the proxy's metadata, skipping HTTP."""
 
-    def __init__(self, bootstrap: str, app: str, ack_timeout: float = 30.0) -> None:
+    def __init__(
+        self,
+        bootstrap: str,
+        app: str,
+        ack_timeout: float = 30.0,
+        max_record_bytes: int = MAX_EVENT_BYTES + RECORD_HEADROOM,
+    ) -> None:
         self.app = app
         self.host = socket.gethostname()
         self.ack_timeout = ack_timeout
@@ -142,6 +149,7 @@ class DirectProducer:
                 "enable.idempotence": True,
                 "linger.ms": 5,
                 "message.timeout.ms": int(ack_timeout * 1000),
+                "message.max.bytes": max_record_bytes,
             }
         )
 

@@ -7,6 +7,8 @@ the schema and the partition key). Any broken event refuses the whole request, n
 from __future__ import annotations
 
 import json
+import re
+from itertools import accumulate
 from typing import Any
 
 import orjson
@@ -15,6 +17,12 @@ from contracts.errors import BadRequest, PayloadTooLarge, UnsupportedMediaType
 
 JSON = "application/json"
 NDJSON = "application/x-ndjson"
+# Deeper events are refused: Python's decoder (about 1,000 levels, less the caller's stack),
+# orjson's (1,024) and the router's Jackson (1,000) each stop somewhere; this is below all.
+MAX_DEPTH = 512
+_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"')
+_OPEN_CLOSE = bytes.maketrans(b"[{]}", b"\x02\x02\x00\x00")
+_OTHER = bytes(set(range(256)) - set(b"[{]}"))
 
 
 class Event:
@@ -78,7 +86,18 @@ def parse_events(body: bytes, kind: str, max_event_bytes: int) -> list[Event]:
                 index=index,
                 limit=max_event_bytes,
             )
+        if _depth(event.raw) > MAX_DEPTH:
+            raise BadRequest(f"event {index} is nested more than {MAX_DEPTH} deep", index=index)
     return events
+
+
+def _depth(raw: bytes) -> int:
+    """How deep the JSON text nests, or 0 for a text too short or with too few brackets to be
+    too deep (each level takes two bytes; the exact walk is for the rare text that could be)."""
+    if len(raw) <= 2 * MAX_DEPTH or raw.count(b"[") + raw.count(b"{") <= MAX_DEPTH:
+        return 0
+    brackets = _STRING.sub(b"", raw).translate(_OPEN_CLOSE, _OTHER)  # 2 opens, 0 closes
+    return max((level - i for i, level in enumerate(accumulate(brackets), start=1)), default=0)
 
 
 def _json(text: str) -> list[Event]:
@@ -89,6 +108,8 @@ def _json(text: str) -> list[Event]:
         value, end = _decoder.raw_decode(text, start)
     except ValueError as e:
         raise BadRequest(f"the body is not JSON: {e}") from e
+    except RecursionError as e:
+        raise BadRequest(f"the body is nested more than {MAX_DEPTH} deep") from e
     if _skip_space(text, end) != len(text):
         raise BadRequest(f"the body has more after its JSON value (at character {end})")
     return [_event(value, text[start:end], "the body")]
@@ -106,6 +127,10 @@ def _array(text: str, start: int) -> list[Event]:
                 value, end = _decoder.raw_decode(text, pos)
             except ValueError as e:
                 raise BadRequest(f"event {index} is not JSON: {e}", index=index) from e
+            except RecursionError as e:
+                raise BadRequest(
+                    f"event {index} is nested more than {MAX_DEPTH} deep", index=index
+                ) from e
             events.append(_event(value, text[pos:end], f"event {index}", index=index))
             pos = _skip_space(text, end)
             if text.startswith(",", pos):
@@ -130,6 +155,10 @@ def _ndjson(text: str) -> list[Event]:
             is_object = _is_object(line)
         except ValueError as e:
             raise BadRequest(f"line {number} is not JSON: {e}", line=number) from e
+        except RecursionError as e:
+            raise BadRequest(
+                f"line {number} is nested more than {MAX_DEPTH} deep", line=number
+            ) from e
         if not is_object:
             raise BadRequest(f"line {number} is not a JSON object", line=number)
         events.append(Event(line.encode("utf-8")))

@@ -50,6 +50,7 @@ class Publisher:
                 "enable.idempotence": True,
                 "linger.ms": settings.kafka_linger_ms,
                 "queue.buffering.max.messages": settings.kafka_queue_max_messages,
+                "message.max.bytes": settings.max_record_bytes,
                 # Bounded: an event Kafka has not acknowledged by then is reported failed (503).
                 "message.timeout.ms": timeout_ms,
                 "socket.timeout.ms": min(timeout_ms, 60000),

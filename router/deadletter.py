@@ -21,6 +21,7 @@ class DeadLetters:
     bootstrap: str
     topic: str
     output: str
+    max_record_bytes: int
 
     def send(self, records: list[tuple[bytes | None, bytes, list, str]]) -> None:
         """Writes (key, value, headers, reason) records and returns once Kafka has them all."""
@@ -33,7 +34,12 @@ class DeadLetters:
                 failures.append(str(error))
 
         producer = Producer(
-            {"bootstrap.servers": self.bootstrap, "acks": "all", "enable.idempotence": True}
+            {
+                "bootstrap.servers": self.bootstrap,
+                "acks": "all",
+                "enable.idempotence": True,
+                "message.max.bytes": self.max_record_bytes,
+            }
         )
         for key, value, headers, reason in records:
             carried = [(h["key"], h["value"]) for h in headers or []]

@@ -184,6 +184,7 @@ class Router:
             .trigger(processingTime=DEAD_LETTER_TRIGGER)
             .format("kafka")
             .option("kafka.bootstrap.servers", self.settings.kafka_bootstrap)
+            .option("kafka.max.request.size", self.settings.max_record_bytes)
             .start()
         )
 

@@ -12,9 +12,18 @@ from confluent_kafka import (
     Producer,
 )
 
+from contracts.settings import Settings
+
 
 def produce(bootstrap: str, topic: str, records: list[tuple[bytes, dict[str, str]]]) -> None:
-    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True})
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "acks": "all",
+            "enable.idempotence": True,
+            "message.max.bytes": Settings().max_record_bytes,
+        }
+    )
     for value, headers in records:
         producer.produce(topic, value, headers=headers)
     assert producer.flush(30) == 0, "records still unacknowledged after 30 s"

@@ -95,8 +95,9 @@ class RecordSink(Sink):
     realtime = True
 
     def attach(self, writer: DataStreamWriter, report: Callable[[Outcome], None]) -> None:
-        writer.format("kafka").option(
-            "kafka.bootstrap.servers", self.route.settings.kafka_bootstrap
+        settings = self.route.settings
+        writer.format("kafka").option("kafka.bootstrap.servers", settings.kafka_bootstrap).option(
+            "kafka.max.request.size", settings.max_record_bytes
         )
 
 

@@ -185,6 +185,7 @@ class ElasticsearchSink(BatchSink):
                 route.settings.kafka_bootstrap,
                 dead_letter_topic(route.stream.name),
                 route.output.name,
+                route.settings.max_record_bytes,
             ),
         )
         rows = frame.select("key", "value", "headers", "guid", "timestamp", "record")

@@ -26,6 +26,17 @@ def test_ndjson_lines_are_events_and_blank_lines_are_skipped() -> None:
     assert [e.raw for e in events] == [b'{"a":1}', b'{"b": 2}']
 
 
+def deep(depth: int) -> bytes:
+    """An object `depth` deep: arrays in it."""
+    return b'{"a":' + b"[" * (depth - 1) + b"]" * (depth - 1) + b"}"
+
+
+def test_nesting_is_counted_outside_strings_and_allowed_to_the_limit() -> None:
+    events = parse_events(deep(512) + b'\n{"s":"' + b"[" * 600 + b'\\"{"}', NDJSON, 10**6)
+    assert len(events) == 2
+    assert len(parse_events(b"[" + deep(512) + b"]", JSON, 10**6)) == 1
+
+
 @pytest.mark.parametrize(
     ("body", "kind", "message", "details"),
     [
@@ -41,6 +52,12 @@ def test_ndjson_lines_are_events_and_blank_lines_are_skipped() -> None:
         (b'{"a":1}\n{"b":\n', NDJSON, "line 2 is not JSON", {"line": 2}),
         (b'{"a":1}\n[1]\n', NDJSON, "line 2 is not a JSON object", {"line": 2}),
         (b'{"a":"\xff"}', JSON, "not UTF-8", {}),
+        (deep(513), JSON, "event 0 is nested more than 512 deep", {"index": 0}),
+        (b"[{}," + deep(600) + b"]", JSON, "event 1 is nested more than 512", {"index": 1}),
+        (deep(3000), JSON, "the body is nested more than 512 deep", {}),
+        (b"[" + deep(3000) + b"]", JSON, "event 0 is nested more than 512", {"index": 0}),
+        (b"{}\n" + deep(600), NDJSON, "event 1 is nested more than 512 deep", {"index": 1}),
+        (b"{}\n" + deep(3000), NDJSON, "line 2 is nested more than 512 deep", {"line": 2}),
     ],
 )
 def test_broken_bodies_name_the_event(body: bytes, kind: str, message: str, details: dict) -> None:

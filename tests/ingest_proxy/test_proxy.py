@@ -20,6 +20,7 @@ from hypothesis.errors import Unsatisfiable
 
 from contracts import envelope
 from contracts.names import fronting_topic
+from contracts.settings import MAX_EVENT_BYTES
 from ingest_proxy.client import DirectProducer, ProxyClient, SendFailed
 from loadtest.topics import read_topic
 from stack.processes import PidFile, stop
@@ -89,6 +90,7 @@ def _register(stack: Stack, folder: Path, tenant: Tenant) -> None:
         ("typed", {"schema": SCHEMA}),
         ("outage", {}),
         ("crowd", {}),
+        ("large", {}),
     ):
         spec = {
             "name": tenant.stream(stream),
@@ -162,6 +164,15 @@ def test_events_are_stamped_and_their_bytes_kept(tenant: Tenant) -> None:
         assert str(uuid.UUID(guid)) == guid
 
 
+def test_an_event_as_large_as_the_limit_is_accepted_whole(tenant: Tenant) -> None:
+    pad = b"x" * (MAX_EVENT_BYTES - len(b'{"pad":""}'))
+    answer = tenant.post("large", b'{"pad":"' + pad + b'"}')
+    assert answer.status_code == 202, answer.text
+    [message] = tenant.topic("large")
+    assert message.value() == b'{"pad":"' + pad + b'"}'
+    assert dict(message.headers())[envelope.GUID].decode() == answer.json()["guids"][0]
+
+
 def test_a_field_can_be_the_partition_key(tenant: Tenant) -> None:
     body = b'[{"user": {"id": "u1"}}, {"user": {"id": 7}}, {"other": 1}]'
     answer = tenant.post("crowd", body, params={"key": "user.id"})
@@ -191,6 +202,7 @@ def test_a_field_can_be_the_partition_key(tenant: Tenant) -> None:
         ("request over 10 MiB without a length", 413, "PayloadTooLarge"),
         ("schema mismatch", 422, "SchemaMismatch"),
         ("over the quota", 429, "RateLimited"),
+        ("nested too deep", 400, "BadRequest"),
     ],
 )
 def test_refusals_are_clear(tenant: Tenant, case: str, status: int, error: str) -> None:
@@ -219,6 +231,9 @@ def test_refusals_are_clear(tenant: Tenant, case: str, status: int, error: str) 
         ),
         "schema mismatch": lambda: tenant.post(
             "typed", b'[{"title": "ok", "user": {"id": 1}}, {"title": 5, "user": {"id": "x"}}]'
+        ),
+        "nested too deep": lambda: tenant.post(
+            "refused", b'{"a":' + b"[" * 3000 + b"]" * 3000 + b"}"
         ),
         "over the quota": lambda: tenant.post(
             "refused", b"[" + b",".join([event] * 6) + b"]", app="slow"

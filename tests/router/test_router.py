@@ -26,6 +26,7 @@ import httpx
 import pytest
 
 from contracts import envelope
+from contracts.settings import MAX_EVENT_BYTES
 from control.fleet import Deployment
 from ingest_proxy.client import DirectProducer
 from loadtest.topics import read_topic
@@ -108,6 +109,8 @@ MALFORMED = [
         {"ks_guid": "bad-5", "ks_ts": "1"},
         "does not match the stream's schema at user.id",
     ),
+    # As large as an event may be: its dead letter, reason and all, must fit.
+    (b"x" * MAX_EVENT_BYTES, {"ks_guid": "bad-6", "ks_ts": "1"}, "not JSON"),
 ]
 KAFKA_RATE = 100  # events per second while the router is killed
 
