@@ -12,16 +12,31 @@ _NAME = re.compile(NAME_PATTERN)
 
 
 def check_name(name: str, what: str = "name") -> str:
-    if not isinstance(name, str) or not _NAME.fullmatch(name):
+    # '__' joins a stream's and an output's names into a Hive table's: in a name, it would
+    # let `a__b` + `c` and `a` + `b__c` share one table.
+    if not isinstance(name, str) or not _NAME.fullmatch(name) or "__" in name:
         raise InvalidName(
             f"{what} {name!r} is not valid: use 2 to 63 characters, lower-case letters, digits "
-            "and '_', starting with a letter"
+            "and single '_'s, starting with a letter"
+        )
+    return name
+
+
+def check_stream_name(name: str) -> str:
+    """A stream's name, which must also leave its outputs' default topics (`<stream>.<output>`)
+    clear of every fronting and dead-letter topic (`keystone.<stream>`), including Kafka's
+    rule that '.' and '_' collide."""
+    check_name(name, "stream")
+    if name.split("_")[0] == "keystone":
+        raise InvalidName(
+            f"stream {name!r} is not valid: 'keystone' and names starting 'keystone_' are "
+            "reserved (its output topics would be other streams' fronting topics)"
         )
     return name
 
 
 def fronting_topic(stream: str) -> str:
-    return f"keystone.{check_name(stream, 'stream')}"
+    return f"keystone.{check_stream_name(stream)}"
 
 
 def dead_letter_topic(stream: str) -> str:
@@ -30,17 +45,17 @@ def dead_letter_topic(stream: str) -> str:
 
 def output_topic(stream: str, output: str) -> str:
     """A Kafka output's topic when its sink names none."""
-    return f"{check_name(stream, 'stream')}.{check_name(output, 'output')}"
+    return f"{check_stream_name(stream)}.{check_name(output, 'output')}"
 
 
 HIVE_DATABASE = "keystone"
 
 
 def hive_table(stream: str, output: str) -> str:
-    """The table name within HIVE_DATABASE (two underscores: stream names may hold one)."""
-    return f"{check_name(stream, 'stream')}__{check_name(output, 'output')}"
+    """The table name within HIVE_DATABASE (two underscores: names hold single ones only)."""
+    return f"{check_stream_name(stream)}__{check_name(output, 'output')}"
 
 
 def index_prefix(stream: str, output: str) -> str:
     """Elasticsearch indices are `<prefix>yyyy.mm.dd`, one per day of ingest time (UTC)."""
-    return f"{check_name(stream, 'stream')}-{check_name(output, 'output')}-"
+    return f"{check_stream_name(stream)}-{check_name(output, 'output')}-"

@@ -22,10 +22,11 @@ from pydantic import (
 )
 
 from contracts.errors import InvalidSpec
-from contracts.names import check_name
+from contracts.names import check_name, check_stream_name
 from contracts.schema import parse_schema
 
 Name = Annotated[str, AfterValidator(check_name)]
+StreamName = Annotated[str, AfterValidator(check_stream_name)]
 # Apps and owners are labels and headers, never topic names: dashes are fine.
 Principal = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_-]{1,62}$")]
 _TRIGGER = re.compile(r"^[1-9][0-9]* (second|seconds|minute|minutes)$")
@@ -46,10 +47,13 @@ class KafkaSink(_Strict):
     @field_validator("topic")
     @classmethod
     def _legal_topic(cls, topic: str | None) -> str | None:
-        if topic is not None and (not _TOPIC.fullmatch(topic) or topic.startswith("keystone.")):
+        # Kafka refuses a topic whose name differs from another's only in '.' against '_'.
+        if topic is not None and (
+            not _TOPIC.fullmatch(topic) or topic.startswith(("keystone.", "keystone_"))
+        ):
             raise ValueError(
                 "a Kafka topic is 1 to 249 of [a-zA-Z0-9._-] and may not start with 'keystone.' "
-                "(fronting topics are reached with a keystone sink)"
+                "or 'keystone_' (fronting topics are reached with a keystone sink)"
             )
         return topic
 
@@ -64,7 +68,7 @@ class ElasticsearchSink(_Strict):
 
 class KeystoneSink(_Strict):
     type: Literal["keystone"] = "keystone"
-    stream: Name
+    stream: StreamName
 
 
 SinkConfig = Annotated[
@@ -142,7 +146,7 @@ class Objectives(_Strict):
 class StreamSpec(_Strict):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
-    name: Name
+    name: StreamName
     owner: Principal
     partitions: int = Field(6, ge=1, le=1024)
     producers: list[Principal] = Field(default_factory=list)

@@ -4,6 +4,7 @@ compiler is tested against. `event` is the parsed payload; `metadata` holds guid
 
 from __future__ import annotations
 
+import math
 import re
 from functools import lru_cache
 from typing import Any
@@ -49,7 +50,7 @@ def truth(expr: Expr, event: dict[str, Any], metadata: dict[str, Any]) -> Truth3
         if kind != json_type(right) or kind not in ("string", "number", "boolean"):
             return None
         if kind == "number":  # as doubles, as Spark compares them
-            left, right = float(left), float(right)
+            left, right = _double(left), _double(right)
         return COMPARISONS[expr.op](left, right)
     if isinstance(expr, IsNull):
         return json_type(value_of(expr.operand, event, metadata)) in ("null", "missing")
@@ -75,6 +76,13 @@ def truth(expr: Expr, event: dict[str, Any], metadata: dict[str, Any]) -> Truth3
             return True
         return None if left is None or right is None else False
     raise TypeError(f"not an expression: {expr!r}")
+
+
+def _double(number: float) -> float:
+    try:
+        return float(number)
+    except OverflowError:  # an integer beyond the largest double: infinite, as in Spark
+        return math.inf if number > 0 else -math.inf
 
 
 def matches(expr: Expr | None, event: dict[str, Any], metadata: dict[str, Any]) -> bool:

@@ -35,6 +35,10 @@ def test_a_spec_loads_with_defaults_by_sink() -> None:
     [
         ({"name": "Bad-Name"}, "name", "is not valid"),
         ({"name": "keystone.x"}, "name", "is not valid"),
+        ({"name": "keystone"}, "name", "reserved"),  # its output x's topic: keystone.x
+        ({"name": "keystone_a"}, "name", "reserved"),  # output b: keystone_a.b ~ keystone.a_b
+        ({"name": "a__b"}, "name", "single '_'s"),  # a__b + c, a + b__c: one Hive table
+        ({"outputs": [{"name": "b__c", "sink": {"type": "hive"}}]}, "outputs.0.name", "'_'s"),
         ({"owner": "Team A"}, "owner", "should match pattern"),
         ({"partitions": 0}, "partitions", "greater than or equal to 1"),
         (
@@ -50,6 +54,11 @@ def test_a_spec_loads_with_defaults_by_sink() -> None:
             {"outputs": [{"name": "o1", "sink": {"type": "kafka", "topic": "keystone.x"}}]},
             "outputs.0.sink.kafka.topic",
             "may not start with 'keystone.'",
+        ),
+        (
+            {"outputs": [{"name": "o1", "sink": {"type": "kafka", "topic": "keystone_x"}}]},
+            "outputs.0.sink.kafka.topic",
+            "or 'keystone_'",
         ),
         ({"outputs": [{"name": "o1", "sink": {"type": "s3"}}]}, "outputs.0.sink", "does not match"),
         ({"outputs": [{"name": "o1", "sink": {"type": "hive"}}] * 2}, "outputs", "unique: o1"),

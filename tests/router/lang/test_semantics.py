@@ -24,6 +24,7 @@ EVENT = {
     "s5": "5",
     "big": 123456789012345678901234567890,
     "name": "50%_off\n",
+    "huge": 10**400,  # beyond a double
 }
 META = {"guid": "g-1", "timestamp": 1700000000000, "host": "proxy-1", "app": "player"}
 CASES = [
@@ -34,6 +35,7 @@ CASES = [
     ("n > 4.5 and n <= 5", True),
     ("d = 1.5", True),
     ("big > 1e29", True),
+    ("huge > 1e308 and not huge < 0", True),
     ("n = '5'", False),  # a type mismatch is unknown...
     ("not n = '5'", False),  # ...and so is its negation
     ("s5 = 5", False),
