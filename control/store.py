@@ -39,6 +39,8 @@ from contracts.spec import Principal, StreamSpec
 PREFIX = "keystone:"
 VERSION = f"{PREFIX}version"
 AUDIT = f"{PREFIX}audit"
+# Deleted streams' names and their owners: the topics, tables and indices stay, so the name does.
+RETIRED = f"{PREFIX}retired_streams"
 AUDIT_KEPT = 100_000  # entries; older ones are trimmed
 _LABEL = TypeAdapter(Principal)
 
@@ -135,16 +137,27 @@ class Store:
     ) -> tuple[StreamSpec | None, StreamSpec | None]:
         """Applies `change` (old spec or None -> new spec or None to delete) atomically against
         every other registry write: if anything changes meanwhile, it runs again on the new
-        state. `change` validates and may raise. The audit entry is written in the same step."""
+        state. `change` validates and may raise. The audit entry is written in the same step.
+        A deleted stream's name stays its owner's: another owner's stream of that name would
+        read (and write) the data its topics, tables and indices keep."""
 
         def write(tx: redis.client.Pipeline) -> tuple[StreamSpec | None, StreamSpec | None]:
             raw = tx.get(f"{PREFIX}stream:{name}")
             old = StreamSpec.model_validate_json(raw) if raw is not None else None
             new = change(old)
+            if old is None and new is not None:
+                retired = tx.hget(RETIRED, name)
+                if retired is not None and retired.decode() != new.owner:
+                    raise Conflict(
+                        f"stream name {name!r} was another owner's: their deleted stream's "
+                        "topics, tables and indices keep its data, so choose another name"
+                    )
             tx.multi()
             if new is None:
                 tx.delete(f"{PREFIX}stream:{name}")
                 tx.srem(f"{PREFIX}streams", name)
+                if old is not None:
+                    tx.hset(RETIRED, name, old.owner)
             else:
                 tx.set(f"{PREFIX}stream:{name}", new.to_json())
                 tx.sadd(f"{PREFIX}streams", name)

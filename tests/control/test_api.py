@@ -158,6 +158,13 @@ def test_owners_see_and_change_only_their_own_streams_and_apps(admin: Api, uniqu
     assert actions == [(f"alice-{unique}", "stream.create"), (f"alice-{unique}", "app.create")]
     alice.ok("DELETE", f"/v1/streams/{mine}")
 
+    # Its topics keep Alice's events: the name stays hers, never Bob's.
+    for method, path in (("POST", "/v1/streams"), ("PUT", f"/v1/streams/{mine}")):
+        taken = bob.call(method, path, spec(mine, f"bob-{unique}"))
+        assert taken.status_code == 409 and "another owner's" in taken.text, taken.text
+    alice.ok("POST", "/v1/streams", spec(mine, f"alice-{unique}"))
+    alice.ok("DELETE", f"/v1/streams/{mine}")
+
 
 def test_tokens_are_checked_and_rotation_and_removal_take_effect(admin: Api, unique: str) -> None:
     nobody = admin.as_(None).call("GET", "/v1/streams")
