@@ -31,7 +31,7 @@ from router.lang.parser import parse_filter, parse_projection
 from router.lang.spark import compile_filter, compile_projection
 from router.meter import Meter
 from router.metrics import STREAM_LEVEL, ProgressListener, RouterMetrics
-from router.sinks.base import ROUTED, RecordSink, Route
+from router.sinks.base import ROUTED, RecordSink, Route, to_kafka
 from router.sinks.registry import SINKS, sink_for
 from router.source import fronting, top_level
 
@@ -179,14 +179,8 @@ class Router:
             F.lit(dead_letter_topic(self.spec.name)).alias("topic"),
         )
         checkpoint = self.settings.checkpoints_dir / self.spec.name / STREAM_LEVEL
-        return (
-            self._writer(frame, f"{self.spec.name}.{STREAM_LEVEL}", checkpoint.as_posix())
-            .trigger(processingTime=DEAD_LETTER_TRIGGER)
-            .format("kafka")
-            .option("kafka.bootstrap.servers", self.settings.kafka_bootstrap)
-            .option("kafka.max.request.size", self.settings.max_record_bytes)
-            .start()
-        )
+        writer = self._writer(frame, f"{self.spec.name}.{STREAM_LEVEL}", checkpoint.as_posix())
+        return to_kafka(writer.trigger(processingTime=DEAD_LETTER_TRIGGER), self.settings).start()
 
     @staticmethod
     def _writer(frame: DataFrame, name: str, checkpoint: str) -> DataStreamWriter:

@@ -13,8 +13,7 @@ def create_topics(settings: Settings, partitions: dict[str, int]) -> list[str]:
     """Creates each topic with its partition count unless it exists; returns those created.
     Each takes records of the settings' largest (whatever the broker's default)."""
     admin = AdminClient({"bootstrap.servers": settings.kafka_bootstrap})
-    # A record batch of one such record, with the batch's own framing.
-    config = {"max.message.bytes": str(settings.max_record_bytes + 1024)}
+    config = {"max.message.bytes": str(settings.max_record_bytes)}
     futures = admin.create_topics(
         [NewTopic(t, n, settings.kafka_replication, config=config) for t, n in partitions.items()],
         request_timeout=15,

@@ -95,10 +95,16 @@ class RecordSink(Sink):
     realtime = True
 
     def attach(self, writer: DataStreamWriter, report: Callable[[Outcome], None]) -> None:
-        settings = self.route.settings
-        writer.format("kafka").option("kafka.bootstrap.servers", settings.kafka_bootstrap).option(
-            "kafka.max.request.size", settings.max_record_bytes
-        )
+        to_kafka(writer, self.route.settings)
+
+
+def to_kafka(writer: DataStreamWriter, settings: Settings) -> DataStreamWriter:
+    """The writer pointed at Spark's Kafka sink, taking records as large as the project's."""
+    return (
+        writer.format("kafka")
+        .option("kafka.bootstrap.servers", settings.kafka_bootstrap)
+        .option("kafka.max.request.size", settings.max_record_bytes)
+    )
 
 
 class BatchSink(Sink):
