@@ -43,6 +43,12 @@ def dead_letter_topic(stream: str) -> str:
     return f"{fronting_topic(stream)}.dlq"
 
 
+def topic_key(topic: str) -> str:
+    """Kafka's collision form of a topic name: it refuses two topics that differ only in '.'
+    against '_', so topics are owned, and compared, in this form."""
+    return topic.replace(".", "_")
+
+
 def output_topic(stream: str, output: str) -> str:
     """A Kafka output's topic when its sink names none."""
     return f"{check_stream_name(stream)}.{check_name(output, 'output')}"

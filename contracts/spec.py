@@ -22,7 +22,7 @@ from pydantic import (
 )
 
 from contracts.errors import InvalidSpec
-from contracts.names import check_name, check_stream_name
+from contracts.names import check_name, check_stream_name, output_topic
 from contracts.schema import parse_schema
 
 Name = Annotated[str, AfterValidator(check_name)]
@@ -174,6 +174,14 @@ class StreamSpec(_Strict):
 
     def output(self, name: str) -> OutputSpec | None:
         return next((o for o in self.outputs if o.name == name), None)
+
+    def kafka_topics(self) -> dict[str, str]:
+        """Each Kafka output's topic, by output name."""
+        return {
+            o.name: o.sink.topic or output_topic(self.name, o.name)
+            for o in self.outputs
+            if o.sink.type == "kafka"
+        }
 
     def to_json(self) -> str:
         return self.model_dump_json(by_alias=True, exclude_none=False)

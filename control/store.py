@@ -13,6 +13,9 @@ writer that WATCHes it knows nobody changed anything between its checks and its 
     keystone:apps               set of app names
     keystone:app:<name>         hash: key_sha256, rate (events/s, 0 = unlimited), owner, created
     keystone:key:<sha256>       the app a key belongs to
+    keystone:retired_streams    hash: deleted streams' names and their owners, kept for good
+    keystone:topics             hash: Kafka output topics (in Kafka's collision form) and their
+                                owners, kept for good
     keystone:version            incremented on every registry change
     keystone:router:<stream>    hash: the fleet's view of the stream's router (RouterState)
     keystone:audit              stream of changes: who, action, target, detail
@@ -33,6 +36,7 @@ import redis
 from pydantic import TypeAdapter, ValidationError
 
 from contracts.errors import Conflict, InvalidName, NotFound, Unavailable
+from contracts.names import topic_key
 from contracts.settings import Settings
 from contracts.spec import Principal, StreamSpec
 
@@ -41,6 +45,8 @@ VERSION = f"{PREFIX}version"
 AUDIT = f"{PREFIX}audit"
 # Deleted streams' names and their owners: the topics, tables and indices stay, so the name does.
 RETIRED = f"{PREFIX}retired_streams"
+# Kafka output topics and their owners, for the same reason.
+TOPICS = f"{PREFIX}topics"
 AUDIT_KEPT = 100_000  # entries; older ones are trimmed
 _LABEL = TypeAdapter(Principal)
 
@@ -139,7 +145,8 @@ class Store:
         every other registry write: if anything changes meanwhile, it runs again on the new
         state. `change` validates and may raise. The audit entry is written in the same step.
         A deleted stream's name stays its owner's: another owner's stream of that name would
-        read (and write) the data its topics, tables and indices keep."""
+        read (and write) the data its topics, tables and indices keep. So does a Kafka output's
+        topic, from the first spec stored that writes to it (`change` checks the claims)."""
 
         def write(tx: redis.client.Pipeline) -> tuple[StreamSpec | None, StreamSpec | None]:
             raw = tx.get(f"{PREFIX}stream:{name}")
@@ -161,9 +168,21 @@ class Store:
             else:
                 tx.set(f"{PREFIX}stream:{name}", new.to_json())
                 tx.sadd(f"{PREFIX}streams", name)
+                for topic in new.kafka_topics().values():
+                    tx.hsetnx(TOPICS, topic_key(topic), new.owner)
             return old, new
 
         return self._transact(write, audit)
+
+    def retired_streams(self) -> dict[str, str]:
+        """Deleted streams' names and their owners."""
+        retired = self._call(self.redis.hgetall, RETIRED)
+        return {k.decode(): v.decode() for k, v in retired.items()}
+
+    def topic_owners(self) -> dict[str, str]:
+        """Kafka output topics (in Kafka's collision form) and their owners."""
+        claims = self._call(self.redis.hgetall, TOPICS)
+        return {k.decode(): v.decode() for k, v in claims.items()}
 
     def get_stream(self, name: str) -> StreamSpec:
         raw = self._call(self.redis.get, f"{PREFIX}stream:{name}")

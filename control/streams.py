@@ -18,7 +18,7 @@ from contracts.spec import OutputSpec, StreamSpec, load_spec
 from control.provisioner import provision
 from control.store import Store, audit
 from control.tenancy import Caller
-from control.validation import check_spec, route_problems
+from control.validation import check_spec, route_problems, topic_problems
 
 
 @dataclass(frozen=True)
@@ -150,6 +150,8 @@ class Streams:
         ]
         streams = {s.name: s for s in self.store.streams()}
         problems += route_problems(spec, streams, caller.admin)
+        owners = self.store.retired_streams() | {n: s.owner for n, s in streams.items()}
+        problems += topic_problems(spec, self.store.topic_owners(), owners)
         if problems:
             raise InvalidSpec("the stream spec is not valid", problems=problems)
         return spec

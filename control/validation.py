@@ -5,6 +5,7 @@ or deploys anything.)"""
 from __future__ import annotations
 
 from contracts.errors import ExpressionError, InvalidSpec
+from contracts.names import topic_key
 from contracts.spec import StreamSpec
 from router.lang.parser import parse_filter, parse_projection
 from router.sinks.registry import validate_sinks
@@ -61,6 +62,39 @@ def route_problems(spec: StreamSpec, streams: dict[str, StreamSpec], admin: bool
         if cycle is not None:
             loop = " -> ".join([spec.name, *cycle])
             problems.append({"field": field, "message": f"this would make a cycle: {loop}"})
+    return problems
+
+
+def topic_problems(
+    spec: StreamSpec, topic_owners: dict[str, str], stream_owners: dict[str, str]
+) -> list[dict]:
+    """Kafka outputs' topics against other owners'. A topic is the owner's whose output first
+    wrote to it, for good, since it keeps their records (`topic_owners`, in Kafka's collision
+    form). A topic an output names must also stay out of another owner's streams' default
+    topics, `<stream>.<output>`, live or deleted (`stream_owners`), or it could take one of
+    theirs before they add that output."""
+    topics = spec.kafka_topics()
+    problems = []
+    for index, output in enumerate(spec.outputs):
+        if output.name not in topics:
+            continue
+        topic, named = topics[output.name], output.sink.topic is not None
+        key = topic_key(topic)
+        field = f"outputs.{index}.{'sink.topic' if named else 'name'}"
+        holder = topic_owners.get(key, spec.owner)
+        theirs = sorted(
+            s for s, o in stream_owners.items() if o != spec.owner and key.startswith(f"{s}_")
+        )
+        if holder != spec.owner:
+            message = f"topic {topic!r} (or one Kafka counts as the same) is another owner's"
+        elif named and theirs:
+            message = (
+                f"topic {topic!r} could be another owner's: stream {theirs[0]!r}'s outputs "
+                f"write to '{theirs[0]}.<output>'"
+            )
+        else:
+            continue
+        problems.append({"field": field, "message": f"{message}: choose another"})
     return problems
 
 

@@ -16,7 +16,7 @@ import httpx
 from pyspark.sql import SparkSession
 
 from contracts import envelope
-from contracts.names import HIVE_DATABASE, fronting_topic, hive_table, index_prefix, output_topic
+from contracts.names import HIVE_DATABASE, fronting_topic, hive_table, index_prefix
 from contracts.settings import Settings
 from contracts.spec import OutputSpec, StreamSpec
 from loadtest.topics import read_topic
@@ -95,7 +95,7 @@ def reader_for(
     """The reader of an output's sink; Hive needs a Spark session."""
     sink = output.sink
     if sink.type == "kafka":
-        return KafkaReader(settings, sink.topic or output_topic(spec.name, output.name))
+        return KafkaReader(settings, spec.kafka_topics()[output.name])
     if sink.type == "keystone":
         return KafkaReader(settings, fronting_topic(sink.stream), by_header=True)
     if sink.type == "elasticsearch":

@@ -5,7 +5,6 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from contracts.names import output_topic
 from router.sinks.base import RecordSink
 from router.topics import create_topics
 
@@ -15,8 +14,7 @@ class KafkaSink(RecordSink):
 
     @property
     def topic(self) -> str:
-        route = self.route
-        return route.output.sink.topic or output_topic(route.stream.name, route.output.name)
+        return self.route.stream.kafka_topics()[self.route.output.name]
 
     def provision(self) -> list[str]:
         created = create_topics(self.route.settings, {self.topic: self.route.stream.partitions})

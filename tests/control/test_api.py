@@ -166,6 +166,30 @@ def test_owners_see_and_change_only_their_own_streams_and_apps(admin: Api, uniqu
     alice.ok("DELETE", f"/v1/streams/{mine}")
 
 
+def test_a_kafka_topic_stays_the_owner_s_who_first_wrote_to_it(
+    stack: Stack, admin: Api, unique: str
+) -> None:
+    alice, bob = owner(admin, f"alice-{unique}"), owner(admin, f"bob-{unique}")
+    hers, named = f"hers_{unique}", kafka_output("named", sink={"type": "kafka", "topic": unique})
+    alice.ok("POST", "/v1/streams", spec(hers, f"alice-{unique}", outputs=[kafka_output(), named]))
+    alice.ok("DELETE", f"/v1/streams/{hers}")  # the topics keep her records, so they stay hers
+
+    # Her topics as named, as Kafka counts them the same, and her deleted stream's outputs-to-be.
+    for topic in (f"{hers}.copy", f"{hers}_copy", unique, f"{hers}.later"):
+        output = kafka_output("out", sink={"type": "kafka", "topic": topic})
+        answer = bob.call(
+            "POST", "/v1/streams", spec(f"bobs_{unique}", f"bob-{unique}", outputs=[output])
+        )
+        assert answer.status_code == 422, (topic, answer.text)
+        [problem] = answer.json()["problems"]
+        assert problem["field"] == "outputs.0.sink.topic" and "owner's" in problem["message"]
+    topics = AdminClient({"bootstrap.servers": stack.address("kafka")}).list_topics(timeout=10)
+    assert f"{hers}.later" not in topics.topics  # nothing refused was provisioned
+
+    alice.ok("POST", "/v1/streams", spec(f"again_{unique}", f"alice-{unique}", outputs=[named]))
+    alice.ok("DELETE", f"/v1/streams/again_{unique}")
+
+
 def test_tokens_are_checked_and_rotation_and_removal_take_effect(admin: Api, unique: str) -> None:
     nobody = admin.as_(None).call("GET", "/v1/streams")
     assert nobody.status_code == 401 and nobody.headers["WWW-Authenticate"] == "Bearer"

@@ -2,7 +2,7 @@ import pytest
 
 from contracts.errors import InvalidSpec
 from contracts.spec import StreamSpec, load_spec
-from control.validation import check_spec, route_problems
+from control.validation import check_spec, route_problems, topic_problems
 
 
 def spec(**output: object) -> dict:
@@ -66,3 +66,49 @@ def test_a_route_that_closes_a_cycle_is_refused_with_the_loop() -> None:
     # Replacing a stream's spec drops its old routes from the graph.
     assert route_problems(stream("bb"), stored, admin=False) == []
     assert route_problems(stream("cc", "team-a", "bb"), {**stored, "bb": stream("bb")}, False) == []
+
+
+def kafka_stream(name: str, owner: str, **topics: str | None) -> StreamSpec:
+    """A stream whose outputs write to Kafka: output name -> its named topic (None: default)."""
+    outputs = [{"name": o, "sink": {"type": "kafka", "topic": t}} for o, t in topics.items()]
+    return load_spec({"name": name, "owner": owner, "outputs": outputs})
+
+
+# Alice's: stream `orders` (output `search`, default topic) and her named topic `audit.log`;
+# Bob's deleted stream `billing`.
+CLAIMS = {"orders_search": "alice", "audit_log": "alice"}
+STREAMS = {"orders": "alice", "billing": "bob"}
+
+
+@pytest.mark.parametrize(
+    ("owner", "output", "topic", "field", "words"),
+    [
+        # Another owner's topic, as named or as Kafka counts it the same ('.' is '_').
+        ("bob", "copy", "orders.search", "sink.topic", "'orders.search' (or one Kafka"),
+        ("bob", "copy", "orders_search", "sink.topic", "is another owner's"),
+        ("bob", "copy", "audit.log", "sink.topic", "is another owner's"),
+        # A default topic that collides: stream `audit` + output `log` is `audit.log`.
+        ("bob", "log", None, "name", "'audit.log' (or one Kafka counts as the same)"),
+        # Where another owner's stream may add outputs, live or deleted.
+        ("bob", "copy", "orders.refunds", "sink.topic", "stream 'orders''s outputs"),
+        ("bob", "copy", "orders_refunds_eu", "sink.topic", "'orders.<output>'"),
+        ("alice", "copy", "billing.x", "sink.topic", "stream 'billing'"),
+    ],
+)
+def test_a_kafka_topic_of_another_owner_is_refused(
+    owner: str, output: str, topic: str | None, field: str, words: str
+) -> None:
+    spec = kafka_stream("audit", owner, **{output: topic})
+    [problem] = topic_problems(spec, CLAIMS, {**STREAMS, "audit": owner})
+    assert problem["field"] == f"outputs.0.{field}" and words in problem["message"], problem
+
+
+def test_an_owner_may_write_to_their_own_topics_and_to_free_ones() -> None:
+    mine = kafka_stream(
+        "audit", "alice", log=None, aa="orders.search", bb="audit_log", cc="orders.x"
+    )
+    assert topic_problems(mine, CLAIMS, {**STREAMS, "audit": "alice"}) == []
+    # Bob: free topics, and his own stream's outputs (a name that merely starts like
+    # `orders_...` is not the stream `orders`'s).
+    free = kafka_stream("ordersx", "bob", aa="orders", bb="ordersx.y", cc="billing.x", dd=None)
+    assert topic_problems(free, CLAIMS, {**STREAMS, "ordersx": "bob"}) == []
