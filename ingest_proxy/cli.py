@@ -42,7 +42,10 @@ def send(
     """Send events to a stream through the proxy (or straight to Kafka with --direct APP)."""
     events = _events(source.read())
     if direct:
-        result = DirectProducer(ctx.obj.kafka_bootstrap, direct).send(stream, events)
+        producer = DirectProducer(
+            ctx.obj.kafka_bootstrap, direct, max_event_bytes=ctx.obj.max_event_bytes
+        )
+        result = producer.send(stream, events)
     else:
         app_key = key or os.environ.get("KEYSTONE_APP_KEY")
         if not app_key:

@@ -20,7 +20,7 @@ import httpx
 from confluent_kafka import Producer
 
 from contracts import envelope
-from contracts.errors import KeystoneError, Unavailable
+from contracts.errors import KeystoneError, PayloadTooLarge, Unavailable
 from contracts.names import fronting_topic
 from contracts.settings import MAX_EVENT_BYTES, RECORD_HEADROOM
 
@@ -130,16 +130,18 @@ class ProxyClient:
 
 
 class DirectProducer:
-    """Writes to a stream's fronting topic with the proxy's metadata, skipping HTTP."""
+    """Writes to a stream's fronting topic with the proxy's metadata, skipping HTTP, and holds
+    events to the proxy's size limit (the router's dead letters carry an event whole)."""
 
     def __init__(
         self,
         bootstrap: str,
         app: str,
         ack_timeout: float = 30.0,
-        max_record_bytes: int = MAX_EVENT_BYTES + RECORD_HEADROOM,
+        max_event_bytes: int = MAX_EVENT_BYTES,
     ) -> None:
         self.app = app
+        self.max_event_bytes = max_event_bytes
         self.host = socket.gethostname()
         self.ack_timeout = ack_timeout
         self._producer = Producer(
@@ -149,7 +151,7 @@ class DirectProducer:
                 "enable.idempotence": True,
                 "linger.ms": 5,
                 "message.timeout.ms": int(ack_timeout * 1000),
-                "message.max.bytes": max_record_bytes,
+                "message.max.bytes": max_event_bytes + RECORD_HEADROOM,
             }
         )
 
@@ -163,14 +165,22 @@ class DirectProducer:
             if err is not None:
                 failures.append(err.str())
 
-        for event in events:
+        values = [_as_bytes(event) for event in events]
+        for index, value in enumerate(values):  # all checked before any is sent
+            if len(value) > self.max_event_bytes:
+                raise PayloadTooLarge(
+                    f"event {index} is {len(value)} bytes; the limit is {self.max_event_bytes}",
+                    index=index,
+                    limit=self.max_event_bytes,
+                )
+        for value in values:
             guid = str(uuid.uuid4())
             guids.append(guid)
             while True:
                 try:
                     self._producer.produce(
                         topic,
-                        _as_bytes(event),
+                        value,
                         guid.encode(),
                         headers=envelope.event_headers(guid.encode(), common),
                         on_delivery=delivered,

@@ -117,8 +117,8 @@ def main() -> None:
         batch, events = cached_events(spark, args.events, args.object_fields)
     stream = spec("bench", "microbatch", "1 second")
     output = stream.outputs[0]
-    sink = KafkaSink(Route(settings, stream, output))
     meter = Meter(spark, "bench.out")
+    sink = KafkaSink(Route(settings, stream, output, meter))
     plans: dict[str, Callable[[], DataFrame]] = {
         "router": lambda: sink.frame(
             routed(source_columns(batch, None, paths_read_by([output])), output, meter)

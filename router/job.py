@@ -144,12 +144,13 @@ class Router:
         )
 
     def start_output(self, output: OutputSpec) -> StreamingQuery:
-        route = Route(self.settings, self.spec, output)
+        meter = self.meters.get(output.name)
+        route = Route(self.settings, self.spec, output, meter)
         sink = sink_for(route)
         sink.prepare(self.spark)
         realtime = runs_realtime(output)
         source = self._source(output.start, limited=not realtime, paths=paths_read_by([output]))
-        frame = sink.frame(routed(source, output, self.meters.get(output.name)))
+        frame = sink.frame(routed(source, output, meter))
         writer = self._writer(frame, route.name, route.checkpoint.as_posix())
         if realtime:
             writer = writer.trigger(realTime=output.delivery.trigger)

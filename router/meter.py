@@ -16,7 +16,8 @@ from pyspark.sql import Column, SparkSession
 
 from router.metrics import LATENCY_BUCKETS
 
-IN, MATCHED, LATENCY_SUM_MS, BUCKETS = 0, 1, 2, 3  # the meter's slots, as in RouterMeter.java
+# The meter's slots, as in RouterMeter.java.
+IN, MATCHED, DELIVERED, DEAD_LETTERED, LATENCY_SUM_MS, BUCKETS = range(6)
 
 
 @dataclass(frozen=True)
@@ -25,6 +26,8 @@ class Counts:
 
     read: int
     matched: int
+    delivered: int
+    dead_lettered: int  # records too large for the sink, sent to the dead-letter topic
     latency: dict[str, float]  # histogram bucket counts, as `router.metrics.latency_counts`
 
 
@@ -47,6 +50,10 @@ class Meter:
         them."""
         return Column(self._meter.counted(keep._jc, timestamp._jc))
 
+    def sent(self, fits: Column) -> Column:
+        """`fits`, counted: true as delivered, false as dead-lettered."""
+        return Column(self._meter.sent(fits._jc))
+
     def take(self) -> Counts:
         """The counts since the last call. A task that fails takes its partial counts with it
         and its events are read again, so a total can fall back: only what goes past the
@@ -60,4 +67,4 @@ class Meter:
         }
         latency["latency_count"] = float(sum(buckets))
         latency["latency_sum"] = new[LATENCY_SUM_MS] / 1000.0
-        return Counts(new[IN], new[MATCHED], latency)
+        return Counts(new[IN], new[MATCHED], new[DELIVERED], new[DEAD_LETTERED], latency)

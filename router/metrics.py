@@ -131,7 +131,8 @@ class RouterMetrics:
     def metered(self, output: str, counts: Counts) -> None:
         self.count(output, "in", counts.read)
         self.count(output, "matched", counts.matched)
-        self.count(output, "delivered", counts.matched)
+        self.count(output, "delivered", counts.delivered)
+        self.count(output, "dead_letter", counts.dead_lettered)
         self.latency.add(self.stream, output, counts.latency)
 
     def outcome(self, output: str, outcome: Outcome) -> None:

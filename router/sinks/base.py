@@ -5,7 +5,8 @@ deploying it (no I/O, no Spark session), apart from the I/O: `prepare()` creates
 writes to, idempotently, and `attach()` points a streaming writer at it. Two families:
 
 - `RecordSink` (kafka, keystone): the routed frame becomes Kafka records written by Spark's own
-  Kafka sink, so these can run under Real-time Mode.
+  Kafka sink, so these can run under Real-time Mode. A record larger than an event may be
+  goes to the dead-letter topic instead (see `RecordSink`).
 - `BatchSink` (hive, elasticsearch): `write_batch()` delivers one micro-batch and says what
   became of it. Spark replays a batch id after a crash, and a replay must leave no duplicates.
 
@@ -20,13 +21,19 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql.streaming import DataStreamWriter
 
+from contracts import envelope
+from contracts.names import dead_letter_topic
 from contracts.settings import Settings
 from contracts.spec import OutputSpec, StreamSpec
+
+if TYPE_CHECKING:
+    from router.meter import Meter  # which imports the metrics, which import this module
 
 ROUTED = ("key", "value", "headers", "guid", "timestamp", "hops", "record")
 
@@ -38,6 +45,7 @@ class Route:
     settings: Settings
     stream: StreamSpec
     output: OutputSpec
+    meter: Meter | None = None  # the router's live counts of a record sink's output
 
     @property
     def name(self) -> str:
@@ -90,9 +98,51 @@ class Sink(ABC):
 
 
 class RecordSink(Sink):
-    """Spark's Kafka sink: `frame()` yields key, value, headers and topic."""
+    """Spark's Kafka sink: `frame()` yields key, value, headers and topic.
+
+    One record over the writer's limit fails the query, and again each time it is started, so
+    the output would stall for good. A projected record larger than an event may be (a
+    projection repeating a large field, say) goes to the dead-letter topic instead, as the
+    fronting record with the reason; the route's meter counts it as dead-lettered, the rest as
+    delivered."""
 
     realtime = True
+
+    @property
+    @abstractmethod
+    def topic(self) -> str:
+        """Where the records go."""
+
+    @abstractmethod
+    def carried(self) -> tuple[Column, Column]:
+        """A delivered record's key and headers, from the routed columns (its value is the
+        projected record)."""
+
+    def frame(self, routed: DataFrame) -> DataFrame:
+        limit = self.route.settings.max_event_bytes
+        size = F.octet_length("record")
+        meter = self.route.meter
+        checked = routed.withColumn("fits", meter.sent(size <= limit) if meter else size <= limit)
+        key, headers = self.carried()
+        reason = F.format_string(f"the output record is %d bytes, over the limit of {limit}", size)
+        why = F.array(
+            F.struct(F.lit(envelope.DLQ_REASON).alias("key"), reason.cast("binary").alias("value")),
+            F.struct(
+                F.lit(envelope.DLQ_OUTPUT).alias("key"),
+                F.lit(self.route.output.name).cast("binary").alias("value"),
+            ),
+        )
+        fits = F.col("fits")
+        return checked.select(
+            F.when(fits, key).otherwise(F.col("key")).alias("key"),
+            F.when(fits, F.col("record").cast("binary")).otherwise(F.col("value")).alias("value"),
+            F.when(fits, headers)
+            .otherwise(F.concat(F.coalesce("headers", F.array()), why))
+            .alias("headers"),
+            F.when(fits, F.lit(self.topic))
+            .otherwise(F.lit(dead_letter_topic(self.route.stream.name)))
+            .alias("topic"),
+        )
 
     def attach(self, writer: DataStreamWriter, report: Callable[[Outcome], None]) -> None:
         to_kafka(writer, self.route.settings)

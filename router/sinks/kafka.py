@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pyspark.sql import DataFrame
+from pyspark.sql import Column
 from pyspark.sql import functions as F
 
 from router.sinks.base import RecordSink
@@ -20,10 +20,5 @@ class KafkaSink(RecordSink):
         created = create_topics(self.route.settings, {self.topic: self.route.stream.partitions})
         return [f"topic {t}" for t in created]
 
-    def frame(self, routed: DataFrame) -> DataFrame:
-        return routed.select(
-            F.col("guid").cast("binary").alias("key"),
-            F.col("record").alias("value"),
-            "headers",
-            F.lit(self.topic).alias("topic"),
-        )
+    def carried(self) -> tuple[Column, Column]:
+        return F.col("guid").cast("binary"), F.col("headers")

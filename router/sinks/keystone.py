@@ -6,7 +6,7 @@ The event keeps its guid, ingest time and producing app; `ks_stream` names the n
 
 from __future__ import annotations
 
-from pyspark.sql import DataFrame
+from pyspark.sql import Column
 from pyspark.sql import functions as F
 
 from contracts import envelope
@@ -39,7 +39,7 @@ class KeystoneSink(RecordSink):
             )
         return []
 
-    def frame(self, routed: DataFrame) -> DataFrame:
+    def carried(self) -> tuple[Column, Column]:
         replaced = (envelope.HOPS, envelope.STREAM)
         kept = F.filter("headers", lambda h: ~h["key"].isin(*replaced))
         added = F.array(
@@ -52,9 +52,4 @@ class KeystoneSink(RecordSink):
                 F.lit(self.route.output.sink.stream).cast("binary").alias("value"),
             ),
         )
-        return routed.select(
-            "key",
-            F.col("record").alias("value"),
-            F.concat(kept, added).alias("headers"),
-            F.lit(self.topic).alias("topic"),
-        )
+        return F.col("key"), F.concat(kept, added)

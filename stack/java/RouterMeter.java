@@ -10,6 +10,7 @@ import org.apache.spark.scheduler.SparkListener;
 import org.apache.spark.scheduler.SparkListenerExecutorMetricsUpdate;
 import org.apache.spark.scheduler.SparkListenerTaskEnd;
 import org.apache.spark.sql.Column;
+import org.apache.spark.sql.api.java.UDF1;
 import org.apache.spark.sql.api.java.UDF2;
 import org.apache.spark.sql.functions;
 import org.apache.spark.sql.types.DataTypes;
@@ -19,7 +20,8 @@ import scala.Tuple4;
 import scala.jdk.javaapi.CollectionConverters;
 
 /**
- * Counts one output's events as its tasks run: in, matched and the delivery latency histogram.
+ * Counts one output's events as its tasks run: in, matched, delivered, dead-lettered and the
+ * delivery latency histogram.
  *
  * A query's observed metrics reach the driver only when its epoch ends, and under Real-time Mode
  * an epoch is the checkpoint interval (a minute, say). This meter is a UDF on the per-event path
@@ -29,13 +31,17 @@ import scala.jdk.javaapi.CollectionConverters;
  *
  * The column it makes is the output's filter condition, true or false, counted: every event it
  * sees as read, those it keeps as matched and each kept event's latency (now minus its ingest
- * time, in the histogram's buckets) at the moment the query handles it.
+ * time, in the histogram's buckets) at the moment the query handles it. A second column, {@link
+ * #sent}, counts each projected record as delivered or, when it is too large to deliver,
+ * dead-lettered.
  */
 public final class RouterMeter implements UDF2<Boolean, Long, Boolean> {
     static final int IN = 0;
     static final int MATCHED = 1;
-    static final int LATENCY_SUM_MS = 2;
-    static final int BUCKETS = 3;  // then one count per latency bucket, the last one unbounded
+    static final int DELIVERED = 2;
+    static final int DEAD_LETTERED = 3;
+    static final int LATENCY_SUM_MS = 4;
+    static final int BUCKETS = 5;  // then one count per latency bucket, the last one unbounded
 
     private final LongAccumulator[] counts;
     private final long[] boundsMs;
@@ -88,7 +94,25 @@ public final class RouterMeter implements UDF2<Boolean, Long, Boolean> {
         return functions.udf(this, DataTypes.BooleanType).asNondeterministic().apply(keep, timestamp);
     }
 
-    /** Every count so far: in, matched, latency sum (ms), then the buckets (not cumulative). */
+    /** `fits`, counted: true as delivered, else (the record goes to the dead-letter topic) as
+     * dead-lettered. Nondeterministic too, so it runs once per record. */
+    public Column sent(Column fits) {
+        Sent sent = new Sent(counts[DELIVERED], counts[DEAD_LETTERED]);
+        return functions.udf(sent, DataTypes.BooleanType).asNondeterministic().apply(fits);
+    }
+
+    private record Sent(LongAccumulator delivered, LongAccumulator deadLettered)
+            implements UDF1<Boolean, Boolean> {
+        @Override
+        public Boolean call(Boolean fits) {
+            boolean delivers = Boolean.TRUE.equals(fits);
+            (delivers ? delivered : deadLettered).add(1);
+            return delivers;
+        }
+    }
+
+    /** Every count so far: in, matched, delivered, dead-lettered, latency sum (ms), then the
+     * buckets (not cumulative). */
     public long[] totals() {
         return live.totals(ids);
     }

@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis.errors import Unsatisfiable
 
 from contracts import envelope
+from contracts.errors import PayloadTooLarge
 from contracts.names import fronting_topic
 from contracts.settings import MAX_EVENT_BYTES
 from ingest_proxy.client import DirectProducer, ProxyClient, SendFailed
@@ -313,6 +314,14 @@ def test_direct_producer_stamps_the_same_metadata(tenant: Tenant) -> None:
         headers = dict(m.headers())
         assert set(headers) == {"ks_guid", "ks_ts", "ks_host", "ks_app", "ks_stream"}
         assert headers["ks_app"] == tenant.app("player").encode()
+
+    # Held to the proxy's limit per event: one over it and nothing of the batch is written.
+    small = DirectProducer(tenant.bootstrap, tenant.app("player"), max_event_bytes=100)
+    marker = f'{{"direct": "{uuid.uuid4()}"}}'.encode()
+    with pytest.raises(PayloadTooLarge, match="event 1 is 101 bytes; the limit is 100"):
+        small.send(tenant.stream("crowd"), [marker, b"x" * 101])
+    assert small.send(tenant.stream("crowd"), [b"y" * 100]).guids  # the limit itself is fine
+    assert marker not in [m.value() for m in tenant.topic("crowd")]
 
 
 def test_health_readiness_and_metrics(tenant: Tenant) -> None:

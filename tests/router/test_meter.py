@@ -46,6 +46,18 @@ def test_meter_says_what_the_filter_keeps_and_counts_it(spark: SparkSession) -> 
     assert meter.take().read == 0  # what was taken is not counted again
 
 
+def test_meter_counts_each_record_sent_as_delivered_or_dead_lettered(spark: SparkSession) -> None:
+    meter = Meter(spark, "test.sent")
+    fits = [True, False, True, None, True]  # None: a record of unknown size never goes out
+    frame = spark.createDataFrame([(f,) for f in fits], "fits boolean")
+    # Used three times, as a record sink's frame does: still counted once per record.
+    sent = frame.withColumn("sent", meter.sent(F.col("fits")))
+    rows = sent.select(*(F.col("sent").alias(f"use{i}") for i in range(3))).collect()
+    assert [tuple(row) for row in rows] == [(bool(f),) * 3 for f in fits]
+    counts = meter.take()
+    assert (counts.delivered, counts.dead_lettered, counts.read) == (3, 2, 0)
+
+
 def test_meter_reports_a_running_task_before_it_ends(spark: SparkSession) -> None:
     meter = Meter(spark, "test.running")
     slow = F.udf(lambda x: (time.sleep(0.05), x)[1], "long")  # 200 rows: a task of 10 s or more

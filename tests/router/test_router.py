@@ -90,7 +90,8 @@ SPEC = {
         {
             "name": "errors",
             "filter": "kind = 'error' or amount like 'lots%'",
-            "projection": ["n", "kind", "user.id as uid"],
+            # `again`: the record of event OVERSIZE is larger than an event may be.
+            "projection": ["n", "kind", "user.id as uid", "amount", "amount as again"],
             "sink": {"type": "keystone", "stream": TARGET},
             "start": "earliest",
         },
@@ -113,6 +114,7 @@ MALFORMED = [
     (b"x" * MAX_EVENT_BYTES, {"ks_guid": "bad-6", "ks_ts": "1"}, "not JSON"),
 ]
 KAFKA_RATE = 100  # events per second while the router is killed
+OVERSIZE = 1234  # its amount is 60% of the largest event, so its `errors` record is too large
 
 
 def event(n: int) -> dict:
@@ -120,7 +122,21 @@ def event(n: int) -> dict:
         "n": n,
         "kind": ("click", "view", "error")[n % 3],
         "user": {"id": n % 50, "country": ("US", "CA", "FR", None)[n % 4]},
-        "amount": f"lots of {n}" if n % 97 == 0 else n * 3,
+        "amount": (
+            f"lots of {n}{'!' * (MAX_EVENT_BYTES * 6 // 10) if n == OVERSIZE else ''}"
+            if n % 97 == 0 or n == OVERSIZE
+            else n * 3
+        ),
+    }
+
+
+def fitting(records: dict[str, dict]) -> dict[str, dict]:
+    """The records a Kafka or Keystone output delivers: those no larger than an event may be
+    (the others are its dead letters)."""
+    return {
+        g: r
+        for g, r in records.items()
+        if len(json.dumps(r, separators=(",", ":")).encode()) <= MAX_EVENT_BYTES
     }
 
 
@@ -275,7 +291,7 @@ def wait_for(what: str, done: Callable[[], bool], timeout: float) -> None:
 def realtime_outputs_caught_up(routed: Routed) -> bool:
     clicks = routed.fronting.expected("clicks")
     search = {g for g in routed.fronting.expected("search") if not _text_amount(routed, g)}
-    errors = routed.fronting.expected("errors")
+    errors = fitting(routed.fronting.expected("errors"))
     return (
         set(clicks) <= {g for g, _ in routed.kafka_output()}
         and search <= set(routed.es_output())
@@ -334,7 +350,8 @@ def test_four_outputs_hold_exactly_what_the_python_evaluator_expects(routed: Rou
     assert refused and len(search) > len(refused)
     assert routed.es_output() == {g: r for g, r in search.items() if g not in refused}
 
-    errors = routed.fronting.expected("errors")
+    errors = fitting(routed.fronting.expected("errors"))
+    assert len(errors) == len(routed.fronting.expected("errors")) - 1  # OVERSIZE's
     forwarded = routed.keystone_output()
     assert {g: r for g, r, _ in forwarded} == errors and len(forwarded) == len(errors)
     assert {(h["ks_hops"], h["ks_stream"], h["ks_app"]) for _, _, h in forwarded} == {
@@ -347,7 +364,7 @@ def test_unreadable_events_and_refused_documents_reach_the_dead_letter_topic(
 ) -> None:
     search = routed.fronting.expected("search")
     refused = {g for g in search if _text_amount(routed, g)}
-    wanted = len(MALFORMED) + len(refused)
+    wanted = len(MALFORMED) + len(refused) + 1  # and OVERSIZE's record from `errors`
     wait_for("dead letters", lambda: len(routed.dead_letters()) >= wanted, timeout=60)
     letters = routed.dead_letters()
     stream_level = [d for d in letters if "ks_dlq_output" not in d["headers"]]
@@ -363,6 +380,14 @@ def test_unreadable_events_and_refused_documents_reach_the_dead_letter_topic(
         assert "mapper_parsing_exception" in letter["headers"]["ks_dlq_reason"]
         payload, _ = routed.fronting.events[letter["headers"]["ks_guid"]]
         assert json.loads(letter["value"]) == payload  # the original bytes, not the record
+    [oversize] = [d for d in letters if d["headers"].get("ks_dlq_output") == "errors"]
+    payload, _ = routed.fronting.events[oversize["headers"]["ks_guid"]]
+    assert payload["n"] == OVERSIZE and json.loads(oversize["value"]) == payload
+    size = len(json.dumps(routed.fronting.expected("errors")[oversize["headers"]["ks_guid"]]))
+    reason = oversize["headers"]["ks_dlq_reason"]
+    assert reason.startswith("the output record is ") and f"limit of {MAX_EVENT_BYTES}" in reason
+    assert abs(int(reason.split()[4]) - size) < 100, (reason, size)
+    assert len(letters) == wanted  # no dead letter twice
 
 
 def test_metrics_count_every_stage_of_every_output(routed: Routed) -> None:
@@ -381,7 +406,9 @@ def test_metrics_count_every_stage_of_every_output(routed: Routed) -> None:
     assert value("search", "delivered") == len(expected("search")) - search_refused
     assert value("search", "dead_letter") == search_refused
     assert value("archive", "delivered") == 1500
-    assert value("errors", "delivered") == len(expected("errors"))
+    assert value("errors", "matched") == len(expected("errors"))
+    assert value("errors", "delivered") == len(fitting(expected("errors")))
+    assert value("errors", "dead_letter") == 1
     assert value("_stream", "dead_letter") == len(MALFORMED)
     assert value("clicks", "in") == 1500 + len(MALFORMED)
     assert f'keystone_router_up{{stream="{STREAM}"}} 1.0' in text
