@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from contracts.errors import Conflict, Forbidden, InvalidSpec, NotFound
+from contracts.names import topic_key
 from contracts.settings import Settings
 from contracts.spec import OutputSpec, StreamSpec, load_spec
 from control.provisioner import provision
@@ -151,7 +152,11 @@ class Streams:
         streams = {s.name: s for s in self.store.streams()}
         problems += route_problems(spec, streams, caller.admin)
         owners = self.store.retired_streams() | {n: s.owner for n, s in streams.items()}
-        problems += topic_problems(spec, self.store.topic_owners(), owners)
+        # Stored specs' topics too: a registry from before topics were claimed has no claims.
+        topics = {
+            topic_key(t): s.owner for s in streams.values() for t in s.kafka_topics().values()
+        }
+        problems += topic_problems(spec, topics | self.store.topic_owners(), owners)
         if problems:
             raise InvalidSpec("the stream spec is not valid", problems=problems)
         return spec

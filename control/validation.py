@@ -72,7 +72,7 @@ def topic_problems(
     wrote to it, for good, since it keeps their records (`topic_owners`, in Kafka's collision
     form). A topic an output names must also stay out of another owner's streams' default
     topics, `<stream>.<output>`, live or deleted (`stream_owners`), or it could take one of
-    theirs before they add that output."""
+    theirs before they add that output (a topic already the owner's stays theirs)."""
     topics = spec.kafka_topics()
     problems = []
     for index, output in enumerate(spec.outputs):
@@ -81,13 +81,13 @@ def topic_problems(
         topic, named = topics[output.name], output.sink.topic is not None
         key = topic_key(topic)
         field = f"outputs.{index}.{'sink.topic' if named else 'name'}"
-        holder = topic_owners.get(key, spec.owner)
+        holder = topic_owners.get(key)
         theirs = sorted(
             s for s, o in stream_owners.items() if o != spec.owner and key.startswith(f"{s}_")
         )
-        if holder != spec.owner:
+        if holder not in (None, spec.owner):
             message = f"topic {topic!r} (or one Kafka counts as the same) is another owner's"
-        elif named and theirs:
+        elif named and holder is None and theirs:
             message = (
                 f"topic {topic!r} could be another owner's: stream {theirs[0]!r}'s outputs "
                 f"write to '{theirs[0]}.<output>'"

@@ -116,7 +116,8 @@ class Router:
         self.metrics = metrics
         metrics.declare([o.name for o in spec.outputs])
         # Spark's Kafka sink reports only as an epoch ends, a Real-time Mode checkpoint interval
-        # apart: its outputs are metered as they run (and delivered as the sink is handed them).
+        # apart: its outputs are metered as they run (delivered, or dead-lettered when too
+        # large, as the sink is handed them).
         self.meters = {
             o.name: Meter(spark, f"{spec.name}.{o.name}")
             for o in spec.outputs

@@ -2,10 +2,10 @@
 
 Counts come from where Spark knows them, with no Python on the per-event path: outputs written
 by Spark's Kafka sink are counted by their meters as they run (router.meter: in, matched, handed
-to the sink as delivered, and the latency histogram); batch sinks' queries observe their `in`
-and `matched` counts per batch, and the sinks report what each batch delivered and
-dead-lettered; the dead-letter query's Kafka sink reports the rows it wrote. A listener on the
-query progress feeds the per-batch figures in here.
+to the sink as delivered or, too large, to the dead-letter topic, and the latency histogram);
+batch sinks' queries observe their `in` and `matched` counts per batch, and the sinks report
+what each batch delivered and dead-lettered; the dead-letter query's Kafka sink reports the rows
+it wrote. A listener on the query progress feeds the per-batch figures in here.
 """
 
 from __future__ import annotations

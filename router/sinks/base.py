@@ -5,8 +5,8 @@ deploying it (no I/O, no Spark session), apart from the I/O: `prepare()` creates
 writes to, idempotently, and `attach()` points a streaming writer at it. Two families:
 
 - `RecordSink` (kafka, keystone): the routed frame becomes Kafka records written by Spark's own
-  Kafka sink, so these can run under Real-time Mode. A record larger than an event may be
-  goes to the dead-letter topic instead (see `RecordSink`).
+  Kafka sink, so these can run under Real-time Mode. A record too large for Kafka goes to the
+  dead-letter topic instead (see `RecordSink`).
 - `BatchSink` (hive, elasticsearch): `write_batch()` delivers one micro-batch and says what
   became of it. Spark replays a batch id after a crash, and a replay must leave no duplicates.
 
@@ -122,7 +122,8 @@ class RecordSink(Sink):
         limit = self.route.settings.max_event_bytes
         size = F.octet_length("record")
         meter = self.route.meter
-        checked = routed.withColumn("fits", meter.sent(size <= limit) if meter else size <= limit)
+        assert meter is not None, "the router gives a record sink's route its meter"
+        checked = routed.withColumn("fits", meter.sent(size <= limit))
         key, headers = self.carried()
         reason = F.format_string(f"the output record is %d bytes, over the limit of {limit}", size)
         why = F.array(

@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis.errors import Unsatisfiable
 
 from contracts.names import fronting_topic
+from control.store import TOPICS, Store
 from router.lang.evaluate import matches, project
 from router.lang.parser import parse_filter, parse_projection
 from tests.conftest import Api, Stack, eventually, owner
@@ -174,20 +175,31 @@ def test_a_kafka_topic_stays_the_owner_s_who_first_wrote_to_it(
     alice.ok("POST", "/v1/streams", spec(hers, f"alice-{unique}", outputs=[kafka_output(), named]))
     alice.ok("DELETE", f"/v1/streams/{hers}")  # the topics keep her records, so they stay hers
 
-    # Her topics as named, as Kafka counts them the same, and her deleted stream's outputs-to-be.
-    for topic in (f"{hers}.copy", f"{hers}_copy", unique, f"{hers}.later"):
+    def refused(topic: str) -> str:
         output = kafka_output("out", sink={"type": "kafka", "topic": topic})
         answer = bob.call(
             "POST", "/v1/streams", spec(f"bobs_{unique}", f"bob-{unique}", outputs=[output])
         )
         assert answer.status_code == 422, (topic, answer.text)
         [problem] = answer.json()["problems"]
-        assert problem["field"] == "outputs.0.sink.topic" and "owner's" in problem["message"]
+        assert problem["field"] == "outputs.0.sink.topic"
+        return problem["message"]
+
+    # Her topics as named and as Kafka counts them the same; her deleted stream's outputs-to-be.
+    for topic in (f"{hers}.copy", f"{hers}_copy", unique):
+        assert "is another owner's" in refused(topic), topic
+    assert f"stream '{hers}''s outputs write to" in refused(f"{hers}.later")
     topics = AdminClient({"bootstrap.servers": stack.address("kafka")}).list_topics(timeout=10)
     assert f"{hers}.later" not in topics.topics  # nothing refused was provisioned
 
-    alice.ok("POST", "/v1/streams", spec(f"again_{unique}", f"alice-{unique}", outputs=[named]))
-    alice.ok("DELETE", f"/v1/streams/again_{unique}")
+    again = f"again_{unique}"
+    alice.ok("POST", "/v1/streams", spec(again, f"alice-{unique}", outputs=[named]))
+    # A stored spec's topic is its owner's even without a claim (a registry from before them).
+    store = Store.connect(stack.settings)
+    store.redis.hdel(TOPICS, unique)
+    assert "is another owner's" in refused(unique)
+    store.close()
+    alice.ok("DELETE", f"/v1/streams/{again}")
 
 
 def test_tokens_are_checked_and_rotation_and_removal_take_effect(admin: Api, unique: str) -> None:

@@ -112,3 +112,6 @@ def test_an_owner_may_write_to_their_own_topics_and_to_free_ones() -> None:
     # `orders_...` is not the stream `orders`'s).
     free = kafka_stream("ordersx", "bob", aa="orders", bb="ordersx.y", cc="billing.x", dd=None)
     assert topic_problems(free, CLAIMS, {**STREAMS, "ordersx": "bob"}) == []
+    # A topic already hers stays hers when another owner's stream (Bob's `billing`) comes later.
+    claimed = kafka_stream("audit", "alice", aa="billing.x")
+    assert topic_problems(claimed, {"billing_x": "alice"}, {**STREAMS, "audit": "alice"}) == []
