@@ -1,7 +1,8 @@
 """The control API on the real stack (control, Redis, Kafka, the proxy): validation, tenancy,
 apps and grants as the proxy enforces them, provisioning, preview, the audit log.
 
-Streams here have no outputs unless a test needs a router, so no router runs for nothing."""
+Streams here have no outputs unless a test needs one (a router, a Kafka output's topic), and
+those are deleted at once, so no router runs for long."""
 
 from __future__ import annotations
 
