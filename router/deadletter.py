@@ -1,9 +1,10 @@
 """The dead-letter topic `keystone.<stream>.dlq`: events no output can deliver, with the reason.
 
 A record there is the fronting record unchanged (key, value, headers) plus `ks_dlq_reason` and,
-when an output rather than the stream refused it, `ks_dlq_output`. Two writers: the stream's own
-query for events it cannot read (Spark's Kafka sink, in the job), and `DeadLetters` for a sink's
-refusals (an Elasticsearch mapping conflict), which runs inside Spark tasks.
+when an output rather than the stream refused it, `ks_dlq_output`. Written by Spark's Kafka sink
+with `dead_letter_headers`, for the events the stream's own query cannot read (in the job) and a
+Kafka or Keystone output's records too large to deliver (`RecordSink`); and by `DeadLetters` for a
+sink's refusals (an Elasticsearch mapping conflict), which runs inside Spark tasks.
 """
 
 from __future__ import annotations
@@ -11,9 +12,23 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from confluent_kafka import Producer
+from pyspark.sql import Column
+from pyspark.sql import functions as F
 
 from contracts import envelope
 from contracts.errors import SinkError
+
+
+def dead_letter_headers(reason: Column, output: str | None = None) -> Column:
+    """The fronting record's `headers` plus `ks_dlq_reason` and, when an output refused it,
+    `ks_dlq_output`: the headers of a dead letter Spark's Kafka sink writes."""
+    added = {envelope.DLQ_REASON: reason}
+    if output is not None:
+        added[envelope.DLQ_OUTPUT] = F.lit(output)
+    structs = [
+        F.struct(F.lit(k).alias("key"), v.cast("binary").alias("value")) for k, v in added.items()
+    ]
+    return F.concat(F.coalesce("headers", F.array()), F.array(*structs))
 
 
 @dataclass(frozen=True)

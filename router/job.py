@@ -21,11 +21,11 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
-from contracts import envelope
 from contracts.names import dead_letter_topic
 from contracts.schema import parse_schema
 from contracts.settings import Settings
 from contracts.spec import OutputSpec, StreamSpec
+from router.deadletter import dead_letter_headers
 from router.lang.ast import paths_read
 from router.lang.parser import parse_filter, parse_projection
 from router.lang.spark import compile_filter, compile_projection
@@ -171,13 +171,10 @@ class Router:
             limited=True,
             paths=dead_letter_paths(self.spec.outputs),
         )
-        reason = F.struct(
-            F.lit(envelope.DLQ_REASON).alias("key"), F.col("problem").cast("binary").alias("value")
-        )
         frame = source.where(F.col("problem").isNotNull()).select(
             "key",
             "value",
-            F.concat(F.coalesce("headers", F.array()), F.array(reason)).alias("headers"),
+            dead_letter_headers(F.col("problem")).alias("headers"),
             F.lit(dead_letter_topic(self.spec.name)).alias("topic"),
         )
         checkpoint = self.settings.checkpoints_dir / self.spec.name / STREAM_LEVEL

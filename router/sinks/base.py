@@ -27,10 +27,10 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import DataStreamWriter
 
-from contracts import envelope
 from contracts.names import dead_letter_topic
 from contracts.settings import Settings
 from contracts.spec import OutputSpec, StreamSpec
+from router.deadletter import dead_letter_headers
 
 if TYPE_CHECKING:
     from router.meter import Meter  # which imports the metrics, which import this module
@@ -126,19 +126,12 @@ class RecordSink(Sink):
         checked = routed.withColumn("fits", meter.sent(size <= limit))
         key, headers = self.carried()
         reason = F.format_string(f"the output record is %d bytes, over the limit of {limit}", size)
-        why = F.array(
-            F.struct(F.lit(envelope.DLQ_REASON).alias("key"), reason.cast("binary").alias("value")),
-            F.struct(
-                F.lit(envelope.DLQ_OUTPUT).alias("key"),
-                F.lit(self.route.output.name).cast("binary").alias("value"),
-            ),
-        )
         fits = F.col("fits")
         return checked.select(
             F.when(fits, key).otherwise(F.col("key")).alias("key"),
             F.when(fits, F.col("record").cast("binary")).otherwise(F.col("value")).alias("value"),
             F.when(fits, headers)
-            .otherwise(F.concat(F.coalesce("headers", F.array()), why))
+            .otherwise(dead_letter_headers(reason, self.route.output.name))
             .alias("headers"),
             F.when(fits, F.lit(self.topic))
             .otherwise(F.lit(dead_letter_topic(self.route.stream.name)))
