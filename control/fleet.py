@@ -208,7 +208,9 @@ class Fleet:
 
     def _ended(self, deployed: Deployment, state: RouterState, now: float) -> None:
         """The router's process is gone: asked to (a stop) or not (a failure, retried later)."""
-        code = reap(deployed.pid)  # None for a router adopted from an earlier control
+        # None for a router adopted from an earlier control; a child of ours that /proc shows
+        # gone may need a moment before it can be reaped.
+        code = reap(deployed.pid, timeout=5)
         _kill_group(deployed.pid)  # its JVM must not outlive it
         deployed.remove(self.settings)
         if state.state == "stopping":

@@ -91,11 +91,17 @@ def spawn(
     return proc.pid
 
 
-def reap(pid: int) -> int | None:
-    """`pid`'s exit code once it has ended, if this process spawned it; None while it runs, or
-    when another process spawned it (its parent, or init, reaps it)."""
+def reap(pid: int, timeout: float = 0) -> int | None:
+    """`pid`'s exit code once it has ended, if this process spawned it; None while it runs (for
+    up to `timeout` seconds), or when another process spawned it (its parent, or init, reaps
+    it). A process killed shows as a zombie in /proc while its threads may still be exiting,
+    and cannot be reaped until they have: `timeout` waits for that."""
     proc = _CHILDREN.get(pid)
-    if proc is None or proc.poll() is None:
+    if proc is None:
+        return None
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
         return None
     del _CHILDREN[pid]
     return proc.returncode

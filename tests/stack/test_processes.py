@@ -2,6 +2,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -72,6 +73,26 @@ def test_a_killed_childs_exit_status_outlives_other_processes_being_started(
     subprocess.run(["true"], check=True)
     assert reap(pid) == -signal.SIGKILL
     assert reap(pid) is None  # reaped once
+
+
+def test_a_child_that_looks_gone_while_its_threads_exit_is_reaped_within_the_timeout(
+    tmp_path: Path,
+) -> None:
+    # A killed router's main thread is a zombie in /proc before its other threads have ended,
+    # and no wait can reap it until they have: the fleet must wait, not report no exit status.
+    leader_exits_first = (
+        "import ctypes, os, threading, time\n"
+        "threading.Thread(target=lambda: (time.sleep(1.5), os._exit(3))).start()\n"
+        "ctypes.CDLL(None).pthread_exit(None)\n"
+    )
+    argv = [sys.executable, "-c", leader_exits_first]
+    pid = spawn(argv, tmp_path / "t.log", PidFile(tmp_path / "t.pid"), cwd=tmp_path)
+    deadline = time.monotonic() + 10
+    while process_start_time(pid) is not None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert process_start_time(pid) is None  # looks gone...
+    assert reap(pid) is None  # ...but cannot be reaped yet
+    assert reap(pid, timeout=10) == 3
 
 
 def test_port_in_use_tells_a_listening_port_from_a_free_one() -> None:
