@@ -2,10 +2,10 @@
 
 The proxy refuses such events with a 422 (`contracts.schema`, fastavro); events that reach the
 fronting topic another way (a direct producer, a mirror) are checked here with the same rules,
-compiled to Column expressions over the VARIANT payload, and dead-lettered with the first field
-path that fails. The rules are fastavro's for JSON-decoded values: a missing field counts as null
-unless the field has a default; int and long take integers in range, float and double any
-number; bytes and fixed can never match JSON; extra fields are allowed.
+compiled to Column expressions over the event parsed as one VARIANT, and dead-lettered with the
+first field path that fails. The rules are fastavro's for JSON-decoded values: a missing field
+counts as null unless the field has a default; int and long take integers in range, float and
+double any number; bytes and fixed can never match JSON; extra fields are allowed.
 """
 
 from __future__ import annotations

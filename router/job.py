@@ -33,7 +33,7 @@ from router.meter import Meter
 from router.metrics import STREAM_LEVEL, ProgressListener, RouterMetrics
 from router.sinks.base import ROUTED, RecordSink, Route, to_kafka
 from router.sinks.registry import SINKS, sink_for
-from router.source import fronting, top_level
+from router.source import fronting
 
 log = logging.getLogger(__name__)
 
@@ -58,10 +58,9 @@ def paths_read_by(outputs: list[OutputSpec]) -> frozenset[tuple[str, ...]]:
 
 
 def dead_letter_paths(outputs: list[OutputSpec]) -> frozenset[tuple[str, ...]]:
-    """The top-level names the outputs' paths start in, read whole: an event that one output
-    cannot read (`router.source.payload`) has a value under one of these that no VARIANT can
-    hold, or is not JSON, so the dead-letter query finds every one."""
-    return top_level(paths_read_by(outputs))
+    """Every path the outputs read: an event one output cannot read (`router.source.read_paths`)
+    cannot be read at all of them either, so the dead-letter query finds every one."""
+    return paths_read_by(outputs)
 
 
 def router_master(settings: Settings, spec: StreamSpec) -> str:
@@ -164,8 +163,8 @@ class Router:
 
     def start_dead_letters(self) -> StreamingQuery:
         starts = {o.start for o in self.spec.outputs}
-        # An event one output cannot read (a value no VARIANT can hold, such as a lone
-        # surrogate) is then a dead letter, never just skipped.
+        # An event one output cannot read (a string it reads holds a lone surrogate, say) is
+        # then a dead letter, never just skipped.
         source = self._source(
             "earliest" if "earliest" in starts else "latest",
             limited=True,

@@ -31,9 +31,10 @@ JAVA_CLASSES = {
     "LoopbackElasticsearch": lambda s: [bundle_dir(s, "elasticsearch")],
     "ForklessLocalFileSystem": lambda s: [PYSPARK_JARS],
     "RouterMeter": lambda s: [PYSPARK_JARS],
+    "JsonPaths": lambda s: [PYSPARK_JARS],
 }
 # Classes that Spark ships to its executors (by `spark.jars`), so they are packed as a jar too.
-SHIPPED = ("RouterMeter",)
+SHIPPED = ("RouterMeter", "JsonPaths")
 
 
 def bundle_dir(settings: Settings, bundle: str) -> Path:

@@ -1,11 +1,12 @@
 """The Spark backend: the AST compiled to Column expressions, no Python on the per-event path.
 
-The payload is a struct of one VARIANT for each field path read, named by the dotted path
-(`router.source.payload`: SQL NULL when absent, a variant null for a JSON null); each operand
-becomes a typed view (its JSON type, and its value read as a string, a double and a boolean) so
-comparisons follow exactly the rules the Python evaluator follows. Only Column functions are
-used: the user's text never reaches Spark as SQL; field paths are validated names, constants are
-literals.
+The payload is a struct with a field for each field path read, named by the dotted path
+(`router.source.read_paths`): the value's JSON type (`kind`, "missing" when absent), its own
+text in the event (`json`) and a string's decoded value (`string`). Each operand becomes a typed
+view (its JSON type, and its value read as a string, a double and a boolean) so comparisons
+follow exactly the rules the Python evaluator follows; a projected value is its text, as the
+producer wrote it. Only Column functions are used: the user's text never reaches Spark as SQL;
+field paths and output names are validated names, constants are literals.
 """
 
 from __future__ import annotations
@@ -51,27 +52,14 @@ class Typed:
 
 
 def field_value(payload: Column, path: tuple[str, ...]) -> Column:
-    """The value at `path` as a VARIANT, SQL NULL when it is missing."""
+    """The value at `path`: a struct of its `kind`, `json` text and decoded `string`."""
     return payload[dotted(path)]
 
 
-def _variant(value: Column) -> Typed:
-    schema = F.schema_of_variant(value)
-    kind = (
-        F.when(value.isNull(), "missing")
-        .when(schema == "STRING", "string")
-        .when(schema == "BOOLEAN", "boolean")
-        .when(schema == "VOID", "null")
-        .when(schema.startswith("OBJECT"), "object")
-        .when(schema.startswith("ARRAY"), "array")
-        .otherwise("number")  # BIGINT, DECIMAL(p,s) or DOUBLE: what parse_json makes of numbers
-    )
-    return Typed(
-        kind,
-        F.try_variant_get(value, "$", "string"),
-        F.try_variant_get(value, "$", "double"),
-        F.try_variant_get(value, "$", "boolean"),
-    )
+def _field(value: Column) -> Typed:
+    json = value["json"]
+    # A JSON number's text is a valid double's (a larger one reads as infinite, as in Python).
+    return Typed(value["kind"], value["string"], json.try_cast("double"), json == "true")
 
 
 def _typed(operand: Operand, payload: Column, metadata: Mapping[str, Column]) -> Typed:
@@ -93,7 +81,7 @@ def _typed(operand: Operand, payload: Column, metadata: Mapping[str, Column]) ->
             column.cast("double"),
             F.lit(None).cast("boolean"),
         )
-    return _variant(field_value(payload, operand.path))
+    return _field(field_value(payload, operand.path))
 
 
 def compile_filter(expr: Expr | None, payload: Column, metadata: Mapping[str, Column]) -> Column:
@@ -146,14 +134,24 @@ def compile_projection(
     projection: Projection, payload: Column, raw: Column, metadata: Mapping[str, Column]
 ) -> Column:
     """The output record as JSON text: the event's own text for '*', else an object of the
-    chosen fields (a missing field is left out, a JSON null stays null)."""
+    chosen fields, each value its text in the event (a missing field is left out, a JSON null
+    stays null)."""
     if projection.whole:
         return raw
-    fields = []
+    members = []
     for column in projection.columns:
         if isinstance(column.source, Field):
-            value = field_value(payload, column.source.path)
+            json = field_value(payload, column.source.path)["json"]
         else:
-            value = metadata[column.source.name]
-        fields.append(value.alias(column.name))
-    return F.to_json(F.struct(*fields))
+            json = _meta_json(metadata[column.source.name], METADATA[column.source.name])
+        # Output names are validated names: nothing in them to escape.
+        members.append(F.concat(F.lit(f'"{column.name}":'), json))
+    return F.concat(F.lit("{"), F.concat_ws(",", *members), F.lit("}"))
+
+
+def _meta_json(value: Column, kind: str) -> Column:
+    """A metadata value as JSON text, null when absent."""
+    if kind == "number":
+        return value.cast("string")
+    quoted = F.to_json(F.struct(value.alias("v")))  # {"v":"..."}, escaped as JSON requires
+    return F.when(value.isNotNull(), quoted.substr(F.lit(6), F.length(quoted) - 6))

@@ -1,15 +1,13 @@
-"""How the router reads an event's text: it parses only the values at the paths its output
-uses, yet says "not JSON" and "not a JSON object" exactly when Python's strict json module would
-(NaN refused), which is the proxy's check but for a number too large for a double and an
-escaped lone surrogate in a value the reader does not use: the proxy refuses both, the router
-reads them. A lone surrogate in a value it uses cannot be held by a VARIANT: the event is then
-"not JSON" to that reader (so is one anywhere in a top-level value its paths start in, if the
-event is not of the shape its paths expect: it is then parsed again by those top-level names),
-and the stream's dead-letter query reads those top-level values of every output whole, so such
-an event is a dead letter, never silently skipped. The values are the agreement tests' business
-(tests/router/lang), but for repeated keys, which Python's dicts cannot make. One more
-difference, kept from Spark's parsers: text after a complete value is ignored. The proxy never
-writes such records; only a producer writing to Kafka directly could."""
+"""How the router reads an event's text: it reads only the values at the paths its output uses,
+yet says "not JSON" and "not a JSON object" exactly when Python's strict json module would (NaN
+refused), which is the proxy's check but for a number too large for a double and an escaped
+lone surrogate in a string the reader does not decode: the proxy refuses both, the router reads
+them. A lone surrogate in a string read at a path has no Spark string to hold it as Python does:
+the event is then "not JSON" to that reader, and the stream's dead-letter query reads every path
+of every output, so such an event is a dead letter, never silently skipped. The values are the
+agreement tests' business (tests/router/lang), but for repeated keys, which Python's dicts cannot
+make. One more difference, kept from Spark's parsers: text after a complete value is ignored.
+The proxy never writes such records; only a producer writing to Kafka directly could."""
 
 from __future__ import annotations
 
@@ -19,7 +17,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyspark.sql import SparkSession
-from pyspark.sql import functions as F
 
 from contracts.spec import load_spec
 from router.job import dead_letter_paths, paths_read_by
@@ -79,7 +76,7 @@ def test_not_json_exactly_when_the_proxy_would_refuse_it(
         assert row["problem"] == expected_problem(text), text
 
 
-def test_a_value_no_variant_can_hold_makes_the_event_unreadable_to_its_readers(
+def test_a_lone_surrogate_in_a_string_read_makes_the_event_unreadable_to_its_readers(
     spark: SparkSession,
 ) -> None:
     text = '{"a": 1, "z": "\\ud800", "o": {"a": 1, "z": "\\ud800"}}'
@@ -87,11 +84,11 @@ def test_a_value_no_variant_can_hold_makes_the_event_unreadable_to_its_readers(
     assert envelope(frame, paths=[("a",), ("o", "a")]).first()["problem"] is None
     assert envelope(frame, paths=[("a",), ("z",)]).first()["problem"] == "not JSON"
     assert envelope(frame, paths=[("o", "z")]).first()["problem"] == "not JSON"
-    assert envelope(frame, paths=[("o",)]).first()["problem"] == "not JSON"
-    # Not of the shape the paths expect (`a` and `o.a` are no objects): parsed again by the
-    # top-level names, `a` is readable and `o` is not.
-    assert envelope(frame, paths=[("a", "b")]).first()["problem"] is None
-    assert envelope(frame, paths=[("o", "a", "b")]).first()["problem"] == "not JSON"
+    # Read whole, an object keeps its text as it is, escapes and all: JSON Python reads alike.
+    [row] = envelope(frame, paths=[("o",)]).select("problem", "payload.o.json").collect()
+    assert row["problem"] is None and json.loads(row["json"]) == json.loads(text)["o"]
+    # Paths through values that are not objects read nothing there, and decode nothing.
+    assert envelope(frame, paths=[("a", "b"), ("o", "a", "b")]).first()["problem"] is None
 
 
 def test_what_one_output_cannot_read_the_dead_letter_query_finds(spark: SparkSession) -> None:
@@ -100,19 +97,19 @@ def test_what_one_output_cannot_read_the_dead_letter_query_finds(spark: SparkSes
             "name": "plays",
             "owner": "team",
             "outputs": [
-                {"name": "deep", "projection": ["t.a.b"], "sink": {"type": "kafka"}},
-                {"name": "whole", "projection": ["t.a"], "sink": {"type": "kafka"}},
+                {"name": "deep", "projection": ["t.z"], "sink": {"type": "kafka"}},
+                {"name": "whole", "projection": ["t"], "sink": {"type": "kafka"}},
             ],
         }
     )
     deep, whole = stream.outputs
-    text = '{"t": {"a": "not an object", "z": "\\ud800"}}'
+    text = '{"t": {"a": "x", "z": "\\ud800"}}'
     frame = spark.createDataFrame([(b"k", text.encode(), HEADERS, "t", 0, 0)], KAFKA)
 
     def problem(paths: frozenset[tuple[str, ...]]) -> str | None:
         return envelope(frame, paths=paths).first()["problem"]
 
-    assert problem(paths_read_by([whole])) is None  # `t.a` is all it parses
+    assert problem(paths_read_by([whole])) is None  # `t` is read as its text
     assert problem(paths_read_by([deep])) == "not JSON"
     assert problem(dead_letter_paths(stream.outputs)) == "not JSON"
 
@@ -132,10 +129,6 @@ def test_a_repeated_key_keeps_its_last_value_along_a_path(
     # What the Python evaluator reads: json keeps a repeated key's last value.
     assert project(parse_projection(["a.b"]), json.loads(text), {}).get("b") == value
     frame = spark.createDataFrame([(b"k", text.encode(), HEADERS, "t", 0, 0)], KAFKA)
-    [row] = (
-        envelope(frame, paths=[("a", "b")])
-        .select("problem", F.to_json("payload").alias("payload"))
-        .collect()
-    )
+    [row] = envelope(frame, paths=[("a", "b")]).select("problem", "payload.`a.b`.json").collect()
     assert row["problem"] is None
-    assert json.loads(row["payload"]).get("a.b") == value
+    assert (None if row["json"] is None else json.loads(row["json"])) == value

@@ -8,11 +8,12 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from router.lang.ast import METADATA
+from router.lang.ast import METADATA, paths_read
 from router.lang.evaluate import matches, project
 from router.lang.parser import parse_filter, parse_projection
 from router.lang.spark import compile_filter, compile_projection
-from tests.router.conftest import frame
+from router.source import envelope
+from tests.router.conftest import KAFKA, frame
 
 EVENT = {
     "country": "US",
@@ -122,3 +123,28 @@ def test_star_keeps_the_event_text_as_it_is(spark: SparkSession) -> None:
         .collect()
     )
     assert row["out"] == json.dumps(EVENT)
+
+
+def test_a_projected_value_is_its_text_in_the_event(spark: SparkSession) -> None:
+    # Exactly what the producer wrote: no number normalised, an integer beyond 38 digits exact,
+    # escapes and spacing kept; metadata escaped as JSON requires.
+    text = (
+        '{"d": 1.50, "e": 1E2, "huge": 1234567890123456789012345678901234567890123,'
+        ' "s": "caf\\u00e9 \\"q\\"", "o": {"x": [1, 2], "y": null}}'
+    )
+    headers = [("ks_guid", b'g-"1'), ("ks_ts", b"1700000000000")]
+    projection = parse_projection(["d", "e", "huge", "s", "o", "guid", "timestamp", "host"])
+    metadata = {name: F.col(name) for name in METADATA}
+    events = envelope(
+        spark.createDataFrame([(b"k", text.encode(), headers, "t", 0, 0)], KAFKA),
+        paths=paths_read(projection),
+    )
+    record = compile_projection(projection, F.col("payload"), F.col("value"), metadata)
+    [row] = events.select(record.alias("out")).collect()
+    assert row["out"] == (
+        '{"d":1.50,"e":1E2,"huge":1234567890123456789012345678901234567890123,'
+        '"s":"caf\\u00e9 \\"q\\"","o":{"x": [1, 2], "y": null},'
+        '"guid":"g-\\"1","timestamp":1700000000000}'
+    )
+    meta = {"guid": 'g-"1', "timestamp": 1700000000000}
+    assert json.loads(row["out"]) == project(projection, json.loads(text), meta)

@@ -1,0 +1,249 @@
+import java.io.IOException;
+import java.io.Serializable;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+
+import com.fasterxml.jackson.core.JsonFactory;
+import com.fasterxml.jackson.core.JsonParser;
+import com.fasterxml.jackson.core.JsonToken;
+
+import org.apache.spark.sql.Column;
+import org.apache.spark.sql.catalyst.expressions.Expression;
+import org.apache.spark.sql.catalyst.expressions.GenericInternalRow;
+import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.catalyst.expressions.codegen.CodegenContext;
+import org.apache.spark.sql.catalyst.expressions.codegen.CodegenFallback;
+import org.apache.spark.sql.catalyst.expressions.codegen.ExprCode;
+import org.apache.spark.sql.classic.ExpressionUtils;
+import org.apache.spark.sql.types.DataType;
+import org.apache.spark.sql.types.DataTypes;
+import org.apache.spark.sql.types.StructField;
+import org.apache.spark.sql.types.StructType;
+import org.apache.spark.unsafe.types.UTF8String;
+
+import scala.collection.immutable.IndexedSeq;
+import scala.collection.immutable.Seq;
+import scala.jdk.javaapi.CollectionConverters;
+
+/**
+ * The values at an event's field paths, read in one streaming pass over its JSON bytes.
+ *
+ * The result is a struct with a field per dotted path, each a struct of `kind` (string, number,
+ * boolean, null, object, array or missing), `json` (the value's own text in the event, null when
+ * missing) and `string` (a string's decoded value, else null); or null when the bytes are not a
+ * JSON object (strict JSON, as Jackson reads it by default), or a string read at a path holds an
+ * escaped lone surrogate (no Spark string can hold it as Python does). Values at no path are
+ * skipped, never built: this is what lets the router read exactly what its filters and
+ * projections use, each value's JSON type and text kept, for the cost of a tokenizer pass. A
+ * repeated name counts once, its last value, as Python's json module reads it. Text after the
+ * object is ignored, as Spark's own JSON readers ignore it.
+ */
+public final class JsonPaths extends Expression implements CodegenFallback, Serializable {
+    static final UTF8String STRING = UTF8String.fromString("string");
+    static final UTF8String NUMBER = UTF8String.fromString("number");
+    static final UTF8String BOOLEAN = UTF8String.fromString("boolean");
+    static final UTF8String NULL = UTF8String.fromString("null");
+    static final UTF8String OBJECT = UTF8String.fromString("object");
+    static final UTF8String ARRAY = UTF8String.fromString("array");
+    static final UTF8String MISSING = UTF8String.fromString("missing");
+    static final StructType LEAF = new StructType(new StructField[] {
+        DataTypes.createStructField("kind", DataTypes.StringType, false),
+        DataTypes.createStructField("json", DataTypes.StringType, true),
+        DataTypes.createStructField("string", DataTypes.StringType, true),
+    });
+    // Read only, so one row serves every missing value.
+    private static final GenericInternalRow MISSING_LEAF =
+        new GenericInternalRow(new Object[] {MISSING, null, null});
+    private static final JsonFactory JSON = new JsonFactory();
+
+    private final Expression child;
+    private final String paths;  // dotted, comma-separated: what the plan shows
+    private final Node root;
+    private final StructType type;
+
+    /** A name's place in the tree of paths: the leaf it fills, if a path ends here, and the
+     * names read inside it. */
+    static final class Node implements Serializable {
+        int leaf = -1;
+        final Map<String, Node> children = new HashMap<>();
+        final List<Integer> under = new ArrayList<>();  // every leaf at or below this name
+    }
+
+    public JsonPaths(Expression child, String paths) {
+        this.child = child;
+        this.paths = paths;
+        this.root = new Node();
+        List<StructField> fields = new ArrayList<>();
+        for (String path : paths.isEmpty() ? new String[0] : paths.split(",")) {
+            Node node = root;
+            for (String name : path.split("\\.")) {
+                node = node.children.computeIfAbsent(name, n -> new Node());
+                node.under.add(fields.size());
+            }
+            node.leaf = fields.size();
+            fields.add(DataTypes.createStructField(path, LEAF, false));
+        }
+        this.type = new StructType(fields.toArray(new StructField[0]));
+    }
+
+    /** The column of `value` (the event's bytes) read at `paths`: dotted, comma-separated. */
+    public static Column column(Column value, String paths) {
+        return ExpressionUtils.column(new JsonPaths(ExpressionUtils.expression(value), paths));
+    }
+
+    @Override
+    public Object eval(InternalRow row) {
+        byte[] bytes = (byte[]) child.eval(row);
+        if (bytes == null) {
+            return null;
+        }
+        Object[] leaves = new Object[type.size()];
+        Arrays.fill(leaves, MISSING_LEAF);
+        try (JsonParser parser = JSON.createParser(bytes)) {
+            if (parser.nextToken() != JsonToken.START_OBJECT) {
+                return null;
+            }
+            read(parser, root, leaves, bytes);
+        } catch (IOException | LoneSurrogate e) {
+            return null;
+        }
+        return new GenericInternalRow(leaves);
+    }
+
+    /** The object the parser is at the start of, its values at the node's paths into leaves. */
+    private static void read(JsonParser parser, Node node, Object[] leaves, byte[] bytes)
+            throws IOException {
+        while (parser.nextToken() == JsonToken.FIELD_NAME) {
+            Node child = node.children.get(parser.currentName());
+            JsonToken token = parser.nextToken();
+            if (child == null) {
+                parser.skipChildren();
+                continue;
+            }
+            for (int leaf : child.under) {  // a repeated name: only its last value counts
+                leaves[leaf] = MISSING_LEAF;
+            }
+            boolean inside = token == JsonToken.START_OBJECT && !child.children.isEmpty();
+            if (child.leaf < 0 && !inside) {
+                parser.skipChildren();  // paths through what is not an object: missing
+                continue;
+            }
+            int start = (int) parser.currentTokenLocation().getByteOffset();
+            UTF8String kind;
+            UTF8String string = null;
+            if (inside) {
+                read(parser, child, leaves, bytes);
+                kind = OBJECT;
+            } else if (token == JsonToken.VALUE_STRING) {
+                string = decoded(parser, bytes, start);
+                kind = STRING;
+            } else {
+                parser.skipChildren();
+                kind = kind(token);
+            }
+            if (child.leaf >= 0) {
+                int end = (int) parser.currentLocation().getByteOffset();
+                UTF8String json = UTF8String.fromBytes(bytes, start, end - start);
+                leaves[child.leaf] = new GenericInternalRow(new Object[] {kind, json, string});
+            }
+        }
+    }
+
+    /** The string the parser is at, decoded; its bytes between the quotes when it has no
+     * escapes (Jackson has checked they are UTF-8 as it read them). */
+    private static UTF8String decoded(JsonParser parser, byte[] bytes, int start)
+            throws IOException {
+        parser.finishToken();
+        int end = (int) parser.currentLocation().getByteOffset();
+        for (int i = start + 1; i < end - 1; i++) {
+            if (bytes[i] == '\\') {
+                String text = parser.getText();
+                checkSurrogates(text);
+                return UTF8String.fromString(text);
+            }
+        }
+        return UTF8String.fromBytes(bytes, start + 1, end - start - 2);
+    }
+
+    private static void checkSurrogates(String text) {
+        for (int i = 0; i < text.length(); i++) {
+            char c = text.charAt(i);
+            if (Character.isHighSurrogate(c) && i + 1 < text.length()
+                    && Character.isLowSurrogate(text.charAt(i + 1))) {
+                i++;
+            } else if (Character.isSurrogate(c)) {
+                throw new LoneSurrogate();
+            }
+        }
+    }
+
+    private static final class LoneSurrogate extends RuntimeException {
+        LoneSurrogate() {
+            super(null, null, false, false);
+        }
+    }
+
+    private static UTF8String kind(JsonToken token) {
+        switch (token) {
+            case START_OBJECT: return OBJECT;
+            case START_ARRAY: return ARRAY;
+            case VALUE_TRUE:
+            case VALUE_FALSE: return BOOLEAN;
+            case VALUE_NULL: return NULL;
+            default: return NUMBER;
+        }
+    }
+
+    @Override
+    public Seq<Expression> children() {
+        return CollectionConverters.asScala(List.of(child)).toSeq();
+    }
+
+    @Override
+    public DataType dataType() {
+        return type;
+    }
+
+    @Override
+    public boolean nullable() {
+        return true;
+    }
+
+    @Override
+    public ExprCode doGenCode(CodegenContext ctx, ExprCode ev) {
+        return CodegenFallback.super.doGenCode(ctx, ev);
+    }
+
+    @Override
+    public Expression withNewChildrenInternal(IndexedSeq<Expression> children) {
+        return new JsonPaths(children.head(), paths);
+    }
+
+    @Override
+    public int productArity() {
+        return 2;
+    }
+
+    @Override
+    public Object productElement(int n) {
+        return n == 0 ? child : paths;
+    }
+
+    @Override
+    public boolean canEqual(Object other) {
+        return other instanceof JsonPaths;
+    }
+
+    @Override
+    public boolean equals(Object other) {
+        return other instanceof JsonPaths that && child.equals(that.child) && paths.equals(that.paths);
+    }
+
+    @Override
+    public int hashCode() {
+        return 31 * child.hashCode() + paths.hashCode();
+    }
+}
