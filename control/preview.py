@@ -4,7 +4,6 @@ so an owner sees what an output would deliver before deploying it."""
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -18,7 +17,7 @@ from contracts.names import fronting_topic
 from contracts.schema import parse_schema, schema_problems
 from contracts.settings import Settings
 from contracts.spec import StreamSpec
-from router.lang.evaluate import matches, project
+from router.lang.evaluate import matches, project, read_event
 from router.lang.parser import parse_filter, parse_projection
 
 
@@ -90,8 +89,8 @@ def _compiled(filter_text: str | None, projection_text: list[str]):
 def _readable(event: Event, schema: Any) -> tuple[str | None, dict]:
     """Why the router would dead-letter the event (as the router says it), or its payload."""
     try:
-        payload = json.loads(event.value)
-    except (ValueError, UnicodeDecodeError):
+        payload = read_event(event.value)
+    except ValueError:
         return "not JSON", {}
     if not isinstance(payload, dict):
         return "not a JSON object", {}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import operator
 from dataclasses import dataclass
 from typing import Literal as Choice
@@ -125,6 +126,15 @@ def paths_read(*nodes: Expr | Projection | None) -> frozenset[tuple[str, ...]]:
 
 def dotted(path: tuple[str, ...]) -> str:
     return ".".join(path)
+
+
+def as_double(number: float) -> float:
+    """A JSON number as both backends compare it: an integer beyond the largest double is
+    infinite, as in Spark."""
+    try:
+        return float(number)
+    except OverflowError:
+        return math.inf if number > 0 else -math.inf
 
 
 def json_type(value: object) -> str:

@@ -4,7 +4,7 @@ compiler is tested against. `event` is the parsed payload; `metadata` holds guid
 
 from __future__ import annotations
 
-import math
+import json
 import re
 from functools import lru_cache
 from typing import Any
@@ -24,10 +24,27 @@ from router.lang.ast import (
     Or,
     Projection,
     Truth,
+    as_double,
     json_type,
 )
 
 Truth3 = bool | None  # three-valued: None is unknown
+
+
+def _refuse(constant: str) -> None:
+    raise ValueError(f"{constant} is not JSON")
+
+
+_STRICT = json.JSONDecoder(parse_constant=_refuse)
+
+
+def read_event(value: bytes) -> Any:
+    """An event's bytes as the router reads them (`router.source`): strict UTF-8 with no byte
+    order mark, strict JSON (NaN refused), its first value (text after it is ignored, as Spark's
+    readers ignore it). ValueError when that is not JSON."""
+    text = value.decode()  # a UnicodeDecodeError is a ValueError
+    event, _ = _STRICT.raw_decode(text.lstrip(" \t\n\r"))
+    return event
 
 
 def value_of(operand: Operand, event: dict[str, Any], metadata: dict[str, Any]) -> Any:
@@ -50,7 +67,7 @@ def truth(expr: Expr, event: dict[str, Any], metadata: dict[str, Any]) -> Truth3
         if kind != json_type(right) or kind not in ("string", "number", "boolean"):
             return None
         if kind == "number":  # as doubles, as Spark compares them
-            left, right = _double(left), _double(right)
+            left, right = as_double(left), as_double(right)
         return COMPARISONS[expr.op](left, right)
     if isinstance(expr, IsNull):
         return json_type(value_of(expr.operand, event, metadata)) in ("null", "missing")
@@ -76,13 +93,6 @@ def truth(expr: Expr, event: dict[str, Any], metadata: dict[str, Any]) -> Truth3
             return True
         return None if left is None or right is None else False
     raise TypeError(f"not an expression: {expr!r}")
-
-
-def _double(number: float) -> float:
-    try:
-        return float(number)
-    except OverflowError:  # an integer beyond the largest double: infinite, as in Spark
-        return math.inf if number > 0 else -math.inf
 
 
 def matches(expr: Expr | None, event: dict[str, Any], metadata: dict[str, Any]) -> bool:

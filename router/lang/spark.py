@@ -33,6 +33,7 @@ from router.lang.ast import (
     Or,
     Projection,
     Truth,
+    as_double,
     dotted,
     json_type,
 )
@@ -69,7 +70,7 @@ def _typed(operand: Operand, payload: Column, metadata: Mapping[str, Column]) ->
             F.lit(kind),
             F.lit(value if kind == "string" else None).cast("string"),
             # Read as a double, like every number; an integer over 64 bits has no Spark literal.
-            F.lit(float(value) if kind == "number" else None).cast("double"),
+            F.lit(as_double(value) if kind == "number" else None).cast("double"),
             F.lit(value if kind == "boolean" else None).cast("boolean"),
         )
     if isinstance(operand, Meta):

@@ -1,5 +1,8 @@
 import java.io.IOException;
 import java.io.Serializable;
+import java.nio.ByteBuffer;
+import java.nio.charset.CharacterCodingException;
+import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.HashMap;
@@ -9,15 +12,18 @@ import java.util.Map;
 import com.fasterxml.jackson.core.JsonFactory;
 import com.fasterxml.jackson.core.JsonParser;
 import com.fasterxml.jackson.core.JsonToken;
+import com.fasterxml.jackson.core.StreamReadConstraints;
 
 import org.apache.spark.sql.Column;
 import org.apache.spark.sql.catalyst.expressions.Expression;
 import org.apache.spark.sql.catalyst.expressions.GenericInternalRow;
 import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.catalyst.analysis.TypeCheckResult;
 import org.apache.spark.sql.catalyst.expressions.codegen.CodegenContext;
 import org.apache.spark.sql.catalyst.expressions.codegen.CodegenFallback;
 import org.apache.spark.sql.catalyst.expressions.codegen.ExprCode;
 import org.apache.spark.sql.classic.ExpressionUtils;
+import org.apache.spark.sql.types.BinaryType;
 import org.apache.spark.sql.types.DataType;
 import org.apache.spark.sql.types.DataTypes;
 import org.apache.spark.sql.types.StructField;
@@ -34,8 +40,9 @@ import scala.jdk.javaapi.CollectionConverters;
  * The result is a struct with a field per dotted path, each a struct of `kind` (string, number,
  * boolean, null, object, array or missing), `json` (the value's own text in the event, null when
  * missing) and `string` (a string's decoded value, else null); or null when the bytes are not a
- * JSON object (strict JSON, as Jackson reads it by default), or a string read at a path holds an
- * escaped lone surrogate (no Spark string can hold it as Python does). Values at no path are
+ * JSON object in UTF-8 (strict JSON and strict UTF-8, no byte order mark: what Python's json
+ * module reads from text it decoded as UTF-8), or a string read at a path holds an escaped lone
+ * surrogate (no Spark string can hold it as Python does). Values at no path are
  * skipped, never built: this is what lets the router read exactly what its filters and
  * projections use, each value's JSON type and text kept, for the cost of a tokenizer pass. A
  * repeated name counts once, its last value, as Python's json module reads it. Text after the
@@ -57,9 +64,21 @@ public final class JsonPaths extends Expression implements CodegenFallback, Seri
     // Read only, so one row serves every missing value.
     private static final GenericInternalRow MISSING_LEAF =
         new GenericInternalRow(new Object[] {MISSING, null, null});
-    private static final JsonFactory JSON = new JsonFactory();
+    // UTF-8 only: Jackson's detection would read UTF-16 or skip a BOM, and lose byte offsets.
+    // No limits of its own: an event's size bounds it, and Python's json has none on these.
+    private static final JsonFactory JSON = JsonFactory.builder()
+        .disable(JsonFactory.Feature.CHARSET_DETECTION)
+        .streamReadConstraints(StreamReadConstraints.builder()
+            .maxNumberLength(Integer.MAX_VALUE)
+            .maxNameLength(Integer.MAX_VALUE)
+            .maxStringLength(Integer.MAX_VALUE)
+            .build())
+        .build();
+    // A string read at a path that holds a lone surrogate; fails the event if it is the last.
+    private static final GenericInternalRow UNREADABLE = new GenericInternalRow(0);
 
     private final Expression child;
+    private final Seq<Expression> children;
     private final String paths;  // dotted, comma-separated: what the plan shows
     private final Node root;
     private final StructType type;
@@ -74,6 +93,7 @@ public final class JsonPaths extends Expression implements CodegenFallback, Seri
 
     public JsonPaths(Expression child, String paths) {
         this.child = child;
+        this.children = CollectionConverters.asScala(List.of(child)).toSeq();
         this.paths = paths;
         this.root = new Node();
         List<StructField> fields = new ArrayList<>();
@@ -103,12 +123,17 @@ public final class JsonPaths extends Expression implements CodegenFallback, Seri
         Object[] leaves = new Object[type.size()];
         Arrays.fill(leaves, MISSING_LEAF);
         try (JsonParser parser = JSON.createParser(bytes)) {
-            if (parser.nextToken() != JsonToken.START_OBJECT) {
+            if (parser.nextToken() != JsonToken.START_OBJECT || !utf8(bytes)) {
                 return null;
             }
             read(parser, root, leaves, bytes);
-        } catch (IOException | LoneSurrogate e) {
+        } catch (IOException e) {
             return null;
+        }
+        for (Object leaf : leaves) {
+            if (leaf == UNREADABLE) {
+                return null;
+            }
         }
         return new GenericInternalRow(leaves);
     }
@@ -139,6 +164,10 @@ public final class JsonPaths extends Expression implements CodegenFallback, Seri
                 kind = OBJECT;
             } else if (token == JsonToken.VALUE_STRING) {
                 string = decoded(parser, bytes, start);
+                if (string == null) {
+                    leaves[child.leaf] = UNREADABLE;
+                    continue;
+                }
                 kind = STRING;
             } else {
                 parser.skipChildren();
@@ -152,8 +181,8 @@ public final class JsonPaths extends Expression implements CodegenFallback, Seri
         }
     }
 
-    /** The string the parser is at, decoded; its bytes between the quotes when it has no
-     * escapes (Jackson has checked they are UTF-8 as it read them). */
+    /** The string the parser is at, decoded (its bytes between the quotes when it has no
+     * escapes), or null when it holds a lone surrogate. */
     private static UTF8String decoded(JsonParser parser, byte[] bytes, int start)
             throws IOException {
         parser.finishToken();
@@ -161,29 +190,39 @@ public final class JsonPaths extends Expression implements CodegenFallback, Seri
         for (int i = start + 1; i < end - 1; i++) {
             if (bytes[i] == '\\') {
                 String text = parser.getText();
-                checkSurrogates(text);
-                return UTF8String.fromString(text);
+                return loneSurrogate(text) ? null : UTF8String.fromString(text);
             }
         }
         return UTF8String.fromBytes(bytes, start + 1, end - start - 2);
     }
 
-    private static void checkSurrogates(String text) {
+    private static boolean loneSurrogate(String text) {
         for (int i = 0; i < text.length(); i++) {
             char c = text.charAt(i);
             if (Character.isHighSurrogate(c) && i + 1 < text.length()
                     && Character.isLowSurrogate(text.charAt(i + 1))) {
                 i++;
             } else if (Character.isSurrogate(c)) {
-                throw new LoneSurrogate();
+                return true;
             }
         }
+        return false;
     }
 
-    private static final class LoneSurrogate extends RuntimeException {
-        LoneSurrogate() {
-            super(null, null, false, false);
+    /** Whether the bytes are UTF-8 as Python decodes it: Jackson lets overlong forms, encoded
+     * surrogates and code points past U+10FFFF through. Only text beyond ASCII is decoded. */
+    private static boolean utf8(byte[] bytes) {
+        for (byte b : bytes) {
+            if (b < 0) {
+                try {
+                    StandardCharsets.UTF_8.newDecoder().decode(ByteBuffer.wrap(bytes));
+                    return true;
+                } catch (CharacterCodingException e) {
+                    return false;
+                }
+            }
         }
+        return true;
     }
 
     private static UTF8String kind(JsonToken token) {
@@ -199,7 +238,16 @@ public final class JsonPaths extends Expression implements CodegenFallback, Seri
 
     @Override
     public Seq<Expression> children() {
-        return CollectionConverters.asScala(List.of(child)).toSeq();
+        return children;
+    }
+
+    @Override
+    public TypeCheckResult checkInputDataTypes() {
+        if (child.dataType() instanceof BinaryType) {
+            return TypeCheckResult.TypeCheckSuccess$.MODULE$;
+        }
+        return new TypeCheckResult.TypeCheckFailure("jsonpaths reads bytes (BINARY), not "
+            + child.dataType().simpleString());
     }
 
     @Override

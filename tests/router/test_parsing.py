@@ -20,7 +20,7 @@ from pyspark.sql import SparkSession
 
 from contracts.spec import load_spec
 from router.job import dead_letter_paths, paths_read_by
-from router.lang.evaluate import project
+from router.lang.evaluate import project, read_event
 from router.lang.parser import parse_projection
 from router.source import envelope
 from tests.router.conftest import KAFKA
@@ -48,18 +48,13 @@ def _edit(text: str, edits: list[tuple[int, str]]) -> str:
     return text
 
 
-def _refuse(constant: str) -> None:
-    raise ValueError(f"{constant} is not JSON")
-
-
-STRICT = json.JSONDecoder(parse_constant=_refuse)
-# Read whole, and through objects that events often hold something else in (parsed again then).
+# Read whole, and through objects that events often hold something else in.
 PATHS = [(NAMES[0],), (NAMES[1], NAMES[2]), (NAMES[2], NAMES[0], NAMES[1])]
 
 
-def expected_problem(text: str) -> str | None:
-    try:  # the first value; what follows it is ignored, as Spark's parsers do
-        value, _ = STRICT.raw_decode(text.lstrip(" \t\n\r"))
+def expected_problem(text: str | bytes) -> str | None:
+    try:
+        value = read_event(text if isinstance(text, bytes) else text.encode())
     except ValueError:
         return "not JSON"
     return None if isinstance(value, dict) else "not a JSON object"
@@ -76,6 +71,29 @@ def test_not_json_exactly_when_the_proxy_would_refuse_it(
         assert row["problem"] == expected_problem(text), text
 
 
+@pytest.mark.parametrize(
+    "value",
+    [
+        b'\xef\xbb\xbf{"a": 1}',  # a byte order mark
+        '{"a": 1}'.encode("utf-16-le"),
+        '{"a": 1}'.encode("utf-16"),
+        b'{"a": "\xed\xa0\x80"}',  # a surrogate, encoded
+        b'{"a": "\xc0\xaf"}',  # an overlong form
+        b'{"a": "\xf4\x90\x80\x80"}',  # past U+10FFFF
+        b'{"x": "\xed\xa0\x80"}',  # ...where no path reads
+        b'{"a": "caf\xc3\xa9 \xf0\x9f\x98\x80"}',  # UTF-8 beyond ASCII
+        b'{"a": 0.' + b"1" * 1500 + b"}",  # longer than Jackson's default limit
+        b'{"' + b"k" * 60_000 + b'": 1}',  # so is this name
+    ],
+)
+def test_bytes_are_json_exactly_when_python_decodes_and_reads_them(
+    spark: SparkSession, value: bytes
+) -> None:
+    rows = [(b"k", value, HEADERS, "t", 0, 0)]
+    [row] = envelope(spark.createDataFrame(rows, KAFKA), paths=PATHS).collect()
+    assert row["problem"] == expected_problem(value)
+
+
 def test_a_lone_surrogate_in_a_string_read_makes_the_event_unreadable_to_its_readers(
     spark: SparkSession,
 ) -> None:
@@ -89,6 +107,10 @@ def test_a_lone_surrogate_in_a_string_read_makes_the_event_unreadable_to_its_rea
     assert row["problem"] is None and json.loads(row["json"]) == json.loads(text)["o"]
     # Paths through values that are not objects read nothing there, and decode nothing.
     assert envelope(frame, paths=[("a", "b"), ("o", "a", "b")]).first()["problem"] is None
+    # A repeated key's last value is the one read.
+    again = '{"a": {"b": "\\ud800"}, "a": {"b": "x"}}'
+    frame = spark.createDataFrame([(b"k", again.encode(), HEADERS, "t", 0, 0)], KAFKA)
+    assert envelope(frame, paths=[("a", "b")]).first()["problem"] is None
 
 
 def test_what_one_output_cannot_read_the_dead_letter_query_finds(spark: SparkSession) -> None:

@@ -37,6 +37,8 @@ CASES = [
     ("d = 1.5", True),
     ("big > 1e29", True),
     ("huge > 1e308 and not huge < 0", True),
+    ("n < 1" + "0" * 310, True),  # a constant beyond a double: infinite in both
+    ("huge = 1" + "0" * 400, True),
     ("n = '5'", False),  # a type mismatch is unknown...
     ("not n = '5'", False),  # ...and so is its negation
     ("s5 = 5", False),
