@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 GUID = "ks_guid"  # a UUID, the event's identity from ingest to every sink
 TIMESTAMP = "ks_ts"  # ingest time, epoch milliseconds
 HOST = "ks_host"  # the proxy's host name
@@ -30,3 +32,12 @@ def common_headers(ts_ms: int, host: str, app: str, stream: str) -> list[tuple[s
 
 def event_headers(guid: bytes, common: list[tuple[str, bytes]]) -> list[tuple[str, bytes]]:
     return [(GUID, guid), *common]
+
+
+def _refuse(constant: str) -> None:
+    raise ValueError(f"{constant} is not JSON")
+
+
+# What JSON is, for the proxy and the router alike: the standard's, so NaN and Infinity are not.
+STRICT_JSON = json.JSONDecoder(parse_constant=_refuse)
+JSON_SPACE = " \t\n\r"  # the whitespace JSON allows around values

@@ -6,13 +6,13 @@ the schema and the partition key). Any broken event refuses the whole request, n
 
 from __future__ import annotations
 
-import json
 import re
 from itertools import accumulate
 from typing import Any
 
 import orjson
 
+from contracts.envelope import STRICT_JSON
 from contracts.errors import BadRequest, PayloadTooLarge, UnsupportedMediaType
 
 JSON = "application/json"
@@ -38,15 +38,8 @@ class Event:
     def value(self) -> dict[str, Any]:
         # Parsed exactly by the standard library, and only when a schema or key needs it.
         if self._value is None:
-            self._value = _decoder.decode(self.raw.decode("utf-8"))
+            self._value = STRICT_JSON.decode(self.raw.decode("utf-8"))
         return self._value
-
-
-def _reject_constant(name: str) -> None:
-    raise ValueError(f"{name} is not JSON")
-
-
-_decoder = json.JSONDecoder(parse_constant=_reject_constant)
 
 
 def _is_object(text: str) -> bool:
@@ -58,7 +51,7 @@ def _is_object(text: str) -> bool:
     try:
         return isinstance(orjson.loads(text), dict)
     except orjson.JSONDecodeError:
-        return isinstance(_decoder.decode(text), dict)
+        return isinstance(STRICT_JSON.decode(text), dict)
 
 
 def media_type(content_type: str | None) -> str:
@@ -105,7 +98,7 @@ def _json(text: str) -> list[Event]:
     if text.startswith("[", start):
         return _array(text, start)
     try:
-        value, end = _decoder.raw_decode(text, start)
+        value, end = STRICT_JSON.raw_decode(text, start)
     except ValueError as e:
         raise BadRequest(f"the body is not JSON: {e}") from e
     except RecursionError as e:
@@ -124,7 +117,7 @@ def _array(text: str, start: int) -> list[Event]:
         while True:
             index = len(events)
             try:
-                value, end = _decoder.raw_decode(text, pos)
+                value, end = STRICT_JSON.raw_decode(text, pos)
             except ValueError as e:
                 raise BadRequest(f"event {index} is not JSON: {e}", index=index) from e
             except RecursionError as e:

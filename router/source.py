@@ -17,6 +17,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from contracts import envelope as headers
+from contracts.envelope import JSON_SPACE
 from contracts.names import fronting_topic
 from contracts.settings import Settings
 from router.avro import schema_problem
@@ -49,9 +50,6 @@ def fronting(
     if max_per_trigger is not None:
         reader = reader.option("maxOffsetsPerTrigger", max_per_trigger)
     return envelope(reader.load(), schema, paths)
-
-
-JSON_SPACE = " \t\n\r"
 
 
 def read_paths(spark: SparkSession, value: Column, paths: Collection[tuple[str, ...]]) -> Column:

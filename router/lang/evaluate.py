@@ -4,11 +4,11 @@ compiler is tested against. `event` is the parsed payload; `metadata` holds guid
 
 from __future__ import annotations
 
-import json
 import re
 from functools import lru_cache
 from typing import Any
 
+from contracts.envelope import JSON_SPACE, STRICT_JSON
 from router.lang.ast import (
     COMPARISONS,
     MISSING,
@@ -31,19 +31,12 @@ from router.lang.ast import (
 Truth3 = bool | None  # three-valued: None is unknown
 
 
-def _refuse(constant: str) -> None:
-    raise ValueError(f"{constant} is not JSON")
-
-
-_STRICT = json.JSONDecoder(parse_constant=_refuse)
-
-
 def read_event(value: bytes) -> Any:
     """An event's bytes as the router reads them (`router.source`): strict UTF-8 with no byte
     order mark, strict JSON (NaN refused), its first value (text after it is ignored, as Spark's
     readers ignore it). ValueError when that is not JSON."""
     text = value.decode()  # a UnicodeDecodeError is a ValueError
-    event, _ = _STRICT.raw_decode(text.lstrip(" \t\n\r"))
+    event, _ = STRICT_JSON.raw_decode(text.lstrip(JSON_SPACE))
     return event
 
 
