@@ -73,8 +73,10 @@ class Settings(BaseSettings):
     proxy_workers: int = Field(2, ge=1, description="Server processes behind the one port.")
     max_event_bytes: int = MAX_EVENT_BYTES
     max_request_bytes: int = 10 * 1024 * 1024
+    # 5, not 2: half the broker's produce requests and their wake-ups; at half the peak rate
+    # this kept p99 under 50 ms in 5 runs of 5 (2 ms: 1 of 5), for 2 ms more at the median.
     kafka_linger_ms: int = Field(
-        2, description="How long the proxy's producer waits to fill a batch: latency vs. load."
+        5, description="How long the proxy's producer waits to fill a batch: latency vs. load."
     )
     kafka_queue_max_messages: int = Field(
         100_000, description="Events a proxy process holds for Kafka before it answers 503."

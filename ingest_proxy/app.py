@@ -1,6 +1,6 @@
 """The ingest proxy: `create_app(settings)`, its routes thin over `Proxy.ingest`.
 
-Run by the stack as `uvicorn ingest_proxy.app:app_from_env --factory --workers N`.
+Run by the stack as `python -m ingest_proxy.serve`: several processes, each one uvicorn server.
 """
 
 from __future__ import annotations

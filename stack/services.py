@@ -559,10 +559,6 @@ class UvicornService(Service):
         """The port it serves on."""
 
     @property
-    def workers(self) -> int:
-        return 1
-
-    @property
     def ports(self) -> list[int]:
         return [self.port]
 
@@ -589,8 +585,6 @@ class UvicornService(Service):
             self.settings.bind_host,
             "--port",
             str(self.port),
-            "--workers",
-            str(self.workers),
             "--no-access-log",
             "--log-level",
             "warning",
@@ -601,11 +595,10 @@ class UvicornService(Service):
 
 
 class IngestProxy(UvicornService):
-    """The ingest proxy, several server processes behind one port."""
+    """The ingest proxy, several server processes behind one port, under its own launcher."""
 
     name = "ingest_proxy"
     needs = ("kafka", "redis")
-    app_factory = "ingest_proxy.app:app_from_env"
 
     @property
     def address(self) -> str:
@@ -615,9 +608,9 @@ class IngestProxy(UvicornService):
     def port(self) -> int:
         return self.settings.proxy_port
 
-    @property
-    def workers(self) -> int:
-        return self.settings.proxy_workers
+    def argv(self) -> list[str]:
+        # Its own launcher: one listening socket per server process (see ingest_proxy.serve).
+        return [sys.executable, "-m", "ingest_proxy.serve"]
 
     @property
     def metrics_dir(self) -> Path:

@@ -1,0 +1,95 @@
+"""Runs the ingest proxy: `KEYSTONE_PROXY_WORKERS` server processes on one port, each with its
+own listening socket (SO_REUSEPORT), so the kernel spreads new connections across them.
+
+    python -m ingest_proxy.serve      (settings from KEYSTONE_* variables)
+
+Not `uvicorn --workers N`: its processes share one listening socket, and the one that wakes
+first accepts a whole burst of new connections, which keep-alive then keeps on it. Under the
+benchmark's steady load that left 25 of 33 connections on one of two processes (and in some
+runs nearly all), one process near saturation beside an idle one: the p99 misses of issue 3.
+
+This process only supervises: it starts the servers, starts again any that dies, and on
+SIGTERM or SIGINT stops them (each finishes its requests and flushes its producer).
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import signal
+import socket
+import time
+from multiprocessing.connection import wait
+from multiprocessing.process import BaseProcess
+
+import uvicorn
+
+from contracts.settings import Settings
+
+log = logging.getLogger("ingest_proxy.serve")
+STOP_TIMEOUT = 30.0  # seconds a server has to finish its requests once told to stop
+
+
+def listener(host: str, port: int) -> socket.socket:
+    """A socket bound to host:port beside the other servers' (same user only, by the kernel)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind((host, port))
+    return sock
+
+
+def serve_one() -> None:
+    """One server process: the app on its own socket."""
+    settings = Settings()
+    config = uvicorn.Config(
+        "ingest_proxy.app:app_from_env",
+        factory=True,
+        host=settings.bind_host,
+        port=settings.proxy_port,
+        access_log=False,
+        log_level="warning",
+    )
+    uvicorn.Server(config).run(sockets=[listener(settings.bind_host, settings.proxy_port)])
+
+
+def main() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    settings = Settings()
+    listener(settings.bind_host, settings.proxy_port).close()  # fails here if the port is taken
+    spawn = multiprocessing.get_context("spawn")  # a fresh interpreter each: no forked threads
+    stopping = False
+
+    def stop(signum: int, _frame: object) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+
+    def start() -> BaseProcess:
+        process = spawn.Process(target=serve_one, name="ingest-proxy-server")
+        process.start()
+        return process
+
+    servers = [start() for _ in range(settings.proxy_workers)]
+    log.info("serving on port %d with processes %s", settings.proxy_port, [s.pid for s in servers])
+    while not stopping:
+        wait([s.sentinel for s in servers], timeout=0.5)
+        for i, server in enumerate(servers):
+            if not stopping and not server.is_alive():
+                log.warning("server %d ended (exit code %s)", server.pid, server.exitcode)
+                time.sleep(1.0)  # a server that cannot start is not started in a tight loop
+                servers[i] = start()
+    for server in servers:
+        server.terminate()  # SIGTERM: uvicorn's graceful shutdown, lifespan included
+    for server in servers:
+        server.join(STOP_TIMEOUT)
+        if server.is_alive():
+            server.kill()
+            server.join()
+
+
+if __name__ == "__main__":
+    main()

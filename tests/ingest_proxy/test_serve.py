@@ -1,0 +1,85 @@
+"""The proxy's launcher on the real stack: one listening socket per server process, so the
+kernel spreads connections across them, and a server that dies is replaced."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import time
+from collections import Counter
+from pathlib import Path
+
+import httpx
+
+from tests.conftest import Stack, eventually
+from tests.processes import alive
+
+LISTEN, ESTABLISHED = "0A", "01"
+
+
+def _sockets(port: int, state: str) -> set[str]:
+    """Inodes of this machine's TCP sockets with local `port` in `state` (/proc/net/tcp*)."""
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            if int(fields[1].rsplit(":", 1)[1], 16) == port and fields[3] == state:
+                found.add(fields[9])
+    return found
+
+
+def _owners(inodes: set[str]) -> Counter[int]:
+    """How many of these sockets each process holds open."""
+    held: Counter[int] = Counter()
+    for fd in Path("/proc").glob("[0-9]*/fd/*"):
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue  # the process or descriptor ended while we looked
+        if target.startswith("socket:[") and target[8:-1] in inodes:
+            held[int(fd.parent.parent.name)] += 1
+    return held
+
+
+def _servers(port: int) -> set[int]:
+    return set(_owners(_sockets(port, LISTEN)))
+
+
+def test_each_server_listens_on_its_own_socket_and_connections_spread(stack: Stack) -> None:
+    settings = stack.settings
+    sockets = _sockets(settings.proxy_port, LISTEN)
+    listeners = _owners(sockets)
+    # One socket in each process (uvicorn --workers shares one socket among all its processes).
+    assert len(sockets) == len(listeners) == settings.proxy_workers >= 2
+    assert set(listeners.values()) == {1}
+
+    connections = [
+        socket.create_connection((settings.bind_host, settings.proxy_port)) for _ in range(64)
+    ]
+    try:
+        time.sleep(0.5)  # each server accepts its share
+        held = _owners(_sockets(settings.proxy_port, ESTABLISHED))  # the servers' ends
+        # Spread by the kernel's hash of each connection's addresses: every server accepted
+        # some (all 64 on one of two would happen once in 2**63 runs).
+        assert set(held) == set(listeners)
+        assert sum(held.values()) >= 64  # and perhaps a scrape by Prometheus
+    finally:
+        for connection in connections:
+            connection.close()
+
+
+def test_a_server_that_dies_is_replaced(stack: Stack) -> None:
+    settings = stack.settings
+    before = _servers(settings.proxy_port)
+    victim = min(before)
+    os.kill(victim, signal.SIGKILL)
+    eventually(
+        "another server takes the place of the one killed",
+        lambda: not alive(victim) and len(_servers(settings.proxy_port) - before) == 1,
+    )
+    assert len(_servers(settings.proxy_port)) == settings.proxy_workers
+    eventually(
+        "the proxy answers ready",
+        lambda: httpx.get(f"{settings.proxy_url}/readyz", timeout=5).status_code == 200,
+    )
