@@ -5,8 +5,8 @@ own listening socket (SO_REUSEPORT), so the kernel spreads new connections acros
 
 Not `uvicorn --workers N`: its processes share one listening socket, and the one that wakes
 first accepts a whole burst of new connections, which keep-alive then keeps on it. Under the
-benchmark's steady load that left 25 of 33 connections on one of two processes (and in some
-runs nearly all), one process near saturation beside an idle one: the p99 misses of issue 3.
+benchmark's steady load that left 25 of 33 connections on one of two processes (in one run
+nearly all): one process near saturation beside an idle one.
 
 This process only supervises: it starts the servers, starts again any that dies, and on
 SIGTERM or SIGINT stops them (each finishes its requests and flushes its producer).
@@ -30,12 +30,14 @@ log = logging.getLogger("ingest_proxy.serve")
 STOP_TIMEOUT = 30.0  # seconds a server has to finish its requests once told to stop
 
 
-def listener(host: str, port: int) -> socket.socket:
-    """A socket bound to host:port beside the other servers' (same user only, by the kernel)."""
+def listener(host: str, port: int, shared: bool = True) -> socket.socket:
+    """A socket bound to host:port; `shared`, beside the other servers' (same user only, by the
+    kernel). Not shared, the bind fails if anything at all listens there."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    if shared:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     sock.bind((host, port))
     return sock
 
@@ -57,11 +59,12 @@ def serve_one() -> None:
 def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     settings = Settings()
-    listener(settings.bind_host, settings.proxy_port).close()  # fails here if the port is taken
+    # Fails here if the port is taken, even by another proxy: never share its traffic with one.
+    listener(settings.bind_host, settings.proxy_port, shared=False).close()
     spawn = multiprocessing.get_context("spawn")  # a fresh interpreter each: no forked threads
     stopping = False
 
-    def stop(signum: int, _frame: object) -> None:
+    def stop(_signum: int, _frame: object) -> None:
         nonlocal stopping
         stopping = True
 

@@ -6,12 +6,15 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import subprocess
+import sys
 import time
 from collections import Counter
 from pathlib import Path
 
 import httpx
 
+from contracts.settings import CHECKOUT
 from tests.conftest import Stack, eventually
 from tests.processes import alive
 
@@ -83,3 +86,25 @@ def test_a_server_that_dies_is_replaced(stack: Stack) -> None:
         "the proxy answers ready",
         lambda: httpx.get(f"{settings.proxy_url}/readyz", timeout=5).status_code == 200,
     )
+
+
+def test_a_port_taken_even_by_another_proxy_is_refused() -> None:
+    # Without the check, servers would join a stale proxy's SO_REUSEPORT group and share its
+    # traffic; the launcher refuses before it starts any.
+    with socket.socket() as other:
+        other.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        other.bind(("127.0.0.1", 0))
+        other.listen()
+        port = other.getsockname()[1]
+        env = {k: v for k, v in os.environ.items() if not k.startswith("KEYSTONE_")}
+        result = subprocess.run(
+            [sys.executable, "-m", "ingest_proxy.serve"],
+            env={**env, "KEYSTONE_BIND_HOST": "127.0.0.1", "KEYSTONE_PROXY_PORT": str(port)},
+            cwd=CHECKOUT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    assert result.returncode != 0
+    assert "Address already in use" in result.stderr
