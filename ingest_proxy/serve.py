@@ -9,13 +9,16 @@ benchmark's steady load that left 25 of 33 connections on one of two processes (
 nearly all): one process near saturation beside an idle one.
 
 This process only supervises: it starts the servers, starts again any that dies, and on
-SIGTERM or SIGINT stops them (each finishes its requests and flushes its producer).
+SIGTERM or SIGINT stops them (each finishes its requests and flushes its producer). Should it be
+killed outright, the kernel tells its servers to stop too.
 """
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import multiprocessing
+import os
 import signal
 import socket
 import time
@@ -28,6 +31,7 @@ from contracts.settings import Settings
 
 log = logging.getLogger("ingest_proxy.serve")
 STOP_TIMEOUT = 30.0  # seconds a server has to finish its requests once told to stop
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 def listener(host: str, port: int, shared: bool = True) -> socket.socket:
@@ -42,8 +46,19 @@ def listener(host: str, port: int, shared: bool = True) -> socket.socket:
     return sock
 
 
-def serve_one() -> None:
-    """One server process: the app on its own socket."""
+def _end_with(parent: int) -> None:
+    """SIGTERM to this process when `parent` ends, however it ends: a supervisor killed outright
+    must not leave servers holding the port with no one to stop them."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG)")
+    if os.getppid() != parent:  # it ended before the request took effect
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+def serve_one(parent: int) -> None:
+    """One server process: the app on its own socket, for as long as its supervisor lives."""
+    _end_with(parent)
     settings = Settings()
     config = uvicorn.Config(
         "ingest_proxy.app:app_from_env",
@@ -72,7 +87,7 @@ def main() -> None:
     signal.signal(signal.SIGINT, stop)
 
     def start() -> BaseProcess:
-        process = spawn.Process(target=serve_one, name="ingest-proxy-server")
+        process = spawn.Process(target=serve_one, args=(os.getpid(),), name="ingest-proxy-server")
         process.start()
         return process
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 
 from contracts.settings import CHECKOUT
-from tests.conftest import Stack, eventually
+from tests.conftest import Stack, checked, eventually
 from tests.processes import alive
 
 LISTEN, ESTABLISHED = "0A", "01"
@@ -86,6 +86,17 @@ def test_a_server_that_dies_is_replaced(stack: Stack) -> None:
         "the proxy answers ready",
         lambda: httpx.get(f"{settings.proxy_url}/readyz", timeout=5).status_code == 200,
     )
+
+
+def test_servers_end_with_their_supervisor(stack: Stack) -> None:
+    settings = stack.settings
+    servers = _servers(settings.proxy_port)
+    os.kill(stack.status()["services"]["ingest_proxy"]["pid"], signal.SIGKILL)
+    try:
+        eventually("the servers end", lambda: not any(alive(pid) for pid in servers))
+    finally:
+        checked(stack.keystone("stack", "up"))  # the proxy back for the tests after this one
+    assert len(_servers(settings.proxy_port)) == settings.proxy_workers
 
 
 def test_a_port_taken_even_by_another_proxy_is_refused() -> None:
