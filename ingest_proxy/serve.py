@@ -21,11 +21,13 @@ import multiprocessing
 import os
 import signal
 import socket
+import sys
 import time
 from multiprocessing.connection import wait
 from multiprocessing.process import BaseProcess
 
 import uvicorn
+from uvicorn.config import STARTUP_FAILURE
 
 from contracts.settings import Settings
 
@@ -68,7 +70,12 @@ def serve_one(parent: int) -> None:
         access_log=False,
         log_level="warning",
     )
-    uvicorn.Server(config).run(sockets=[listener(settings.bind_host, settings.proxy_port)])
+    try:
+        sock = listener(settings.bind_host, settings.proxy_port)
+    except OSError as e:
+        log.error("cannot listen on port %d: %s", settings.proxy_port, e)
+        sys.exit(STARTUP_FAILURE)
+    uvicorn.Server(config).run(sockets=[sock])  # exits STARTUP_FAILURE if the app cannot start
 
 
 def main() -> None:
@@ -92,21 +99,32 @@ def main() -> None:
         return process
 
     servers = [start() for _ in range(settings.proxy_workers)]
+    first = set(servers)
     log.info("serving on port %d with processes %s", settings.proxy_port, [s.pid for s in servers])
-    while not stopping:
+    failed = False
+    while not (stopping or failed):
         wait([s.sentinel for s in servers], timeout=0.5)
         for i, server in enumerate(servers):
-            if not stopping and not server.is_alive():
-                log.warning("server %d ended (exit code %s)", server.pid, server.exitcode)
-                time.sleep(1.0)  # a server that cannot start is not started in a tight loop
-                servers[i] = start()
+            if server.is_alive() or stopping or failed:
+                continue
+            log.warning("server %d ended (exit code %s)", server.pid, server.exitcode)
+            # A first server that could not start fails the proxy at once, as uvicorn's does (so
+            # `stack up` says why); a replacement that cannot start is tried again.
+            failed = server in first and server.exitcode == STARTUP_FAILURE
+            if not failed:
+                time.sleep(1.0)  # a server that dies at once is not restarted in a tight loop
+                if not stopping:
+                    servers[i] = start()
     for server in servers:
         server.terminate()  # SIGTERM: uvicorn's graceful shutdown, lifespan included
+    deadline = time.monotonic() + STOP_TIMEOUT
     for server in servers:
-        server.join(STOP_TIMEOUT)
+        server.join(max(0.0, deadline - time.monotonic()))
         if server.is_alive():
             server.kill()
             server.join()
+    if failed:
+        sys.exit(STARTUP_FAILURE)
 
 
 if __name__ == "__main__":
