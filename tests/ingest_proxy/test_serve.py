@@ -55,6 +55,19 @@ def _ready(url: str) -> bool:
         return False
 
 
+def _launch(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """The launcher run to its end (these runs end by themselves, within seconds)."""
+    return subprocess.run(
+        [sys.executable, "-m", "ingest_proxy.serve"],
+        env=env,
+        cwd=CHECKOUT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
 def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -124,14 +137,8 @@ def test_a_port_taken_even_by_another_proxy_is_refused() -> None:
         other.listen()
         port = other.getsockname()[1]
         env = {k: v for k, v in os.environ.items() if not k.startswith("KEYSTONE_")}
-        result = subprocess.run(
-            [sys.executable, "-m", "ingest_proxy.serve"],
-            env={**env, "KEYSTONE_BIND_HOST": "127.0.0.1", "KEYSTONE_PROXY_PORT": str(port)},
-            cwd=CHECKOUT,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
+        result = _launch(
+            {**env, "KEYSTONE_BIND_HOST": "127.0.0.1", "KEYSTONE_PROXY_PORT": str(port)}
         )
     assert result.returncode != 0
     assert "Address already in use" in result.stderr
@@ -140,19 +147,8 @@ def test_a_port_taken_even_by_another_proxy_is_refused() -> None:
 def test_a_server_that_cannot_start_fails_the_proxy_with_the_reason(stack: Stack) -> None:
     # An invalid producer setting fails each server's startup (its lifespan): the launcher
     # stops at once with uvicorn's exit code for that, rather than restarting servers forever.
-    env = {
-        **stack.env,
-        "KEYSTONE_PROXY_PORT": str(_free_port()),
-        "KEYSTONE_KAFKA_LINGER_MS": "-1",
-    }
-    result = subprocess.run(
-        [sys.executable, "-m", "ingest_proxy.serve"],
-        env=env,
-        cwd=CHECKOUT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
+    result = _launch(
+        {**stack.env, "KEYSTONE_PROXY_PORT": str(_free_port()), "KEYSTONE_KAFKA_LINGER_MS": "-1"}
     )
     assert result.returncode == 3
     assert 'queue.buffering.max.ms" value -1 is outside allowed range' in result.stderr
