@@ -52,16 +52,7 @@ class Stack:
     def keystone(
         self, *args: str, timeout: float = 300, stdin: str | None = None
     ) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [KEYSTONE, *args],
-            env=self.env,
-            input=stdin,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            cwd=CHECKOUT,
-            check=False,
-        )
+        return run([KEYSTONE, *args], env=self.env, timeout=timeout, stdin=stdin)
 
     def python(self, *args: str, stderr: IO[str] | int = subprocess.PIPE) -> subprocess.Popen[str]:
         """A separate Python process (a Spark application, say) pointed at this stack; a
@@ -91,6 +82,29 @@ class Stack:
             if k.startswith("KEYSTONE_")
         }
         return Settings(**keys)
+
+
+def run(
+    argv: list[str], *, env: dict[str, str], timeout: float, stdin: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """A command run to its end in this checkout, its output captured."""
+    return subprocess.run(
+        argv,
+        env=env,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=CHECKOUT,
+        check=False,
+    )
+
+
+def run_module(
+    module: str, *args: str, env: dict[str, str], timeout: float
+) -> subprocess.CompletedProcess[str]:
+    """`python -m module args` of this checkout (its virtualenv's Python)."""
+    return run([sys.executable, "-m", module, *args], env=env, timeout=timeout)
 
 
 def checked(result: subprocess.CompletedProcess[str]) -> subprocess.CompletedProcess[str]:

@@ -7,14 +7,12 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
 import httpx
 
-from contracts.settings import CHECKOUT
-from tests.conftest import Stack, checked, eventually
+from tests.conftest import Stack, checked, eventually, run_module
 from tests.processes import alive
 
 LISTEN, ESTABLISHED = "0A", "01"
@@ -57,15 +55,7 @@ def _ready(url: str) -> bool:
 
 def _launch(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     """The launcher run to its end (these runs end by themselves, within seconds)."""
-    return subprocess.run(
-        [sys.executable, "-m", "ingest_proxy.serve"],
-        env=env,
-        cwd=CHECKOUT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    return run_module("ingest_proxy.serve", env=env, timeout=60)
 
 
 def _free_port() -> int:

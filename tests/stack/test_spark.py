@@ -5,12 +5,9 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
-from contracts.settings import CHECKOUT
-from tests.conftest import Stack
+from tests.conftest import Stack, run_module
 
 SHIMMED = ("chmod", "readlink")
 
@@ -30,15 +27,7 @@ def test_local_files_are_made_and_checkpointed_without_a_process_per_file(
 ) -> None:
     log, work = tmp_path / "calls.log", tmp_path / "work"
     env = dict(stack.env, PATH=f"{shims(tmp_path / 'shims', log)}:{stack.env['PATH']}")
-    job = subprocess.run(
-        [sys.executable, "-m", "tests.stack.spark_jobs", "local-files", str(work)],
-        env=env,
-        cwd=CHECKOUT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    job = run_module("tests.stack.spark_jobs", "local-files", str(work), env=env, timeout=300)
     assert job.returncode == 0, job.stderr[-3000:]
     result = json.loads(job.stdout.splitlines()[-1])
 
