@@ -36,15 +36,21 @@ STOP_TIMEOUT = 30.0  # seconds a server has to finish its requests once told to 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
-def listener(host: str, port: int, shared: bool = True) -> socket.socket:
-    """A socket bound to host:port; `shared`, beside the other servers' (same user only, by the
-    kernel). Not shared, the bind fails if anything at all listens there."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+def _listen(settings: Settings, shared: bool = True) -> socket.socket:
+    """A socket bound to the proxy's address; `shared`, beside the other servers' (same user
+    only, by the kernel). Not shared, the bind fails if anything at all listens there. If it
+    cannot bind, this process ends (STARTUP_FAILURE) saying why."""
+    host, port = settings.bind_host, settings.proxy_port
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     if shared:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-    sock.bind((host, port))
+    try:
+        sock.bind((host, port))
+    except OSError as e:
+        sock.close()
+        log.error("cannot listen on %s:%d: %s", host, port, e.strerror)
+        sys.exit(STARTUP_FAILURE)
     return sock
 
 
@@ -70,19 +76,15 @@ def serve_one(parent: int) -> None:
         access_log=False,
         log_level="warning",
     )
-    try:
-        sock = listener(settings.bind_host, settings.proxy_port)
-    except OSError as e:
-        log.error("cannot listen on port %d: %s", settings.proxy_port, e)
-        sys.exit(STARTUP_FAILURE)
-    uvicorn.Server(config).run(sockets=[sock])  # exits STARTUP_FAILURE if the app cannot start
+    # Exits STARTUP_FAILURE, like _listen, if the app cannot start.
+    uvicorn.Server(config).run(sockets=[_listen(settings)])
 
 
 def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     settings = Settings()
     # Fails here if the port is taken, even by another proxy: never share its traffic with one.
-    listener(settings.bind_host, settings.proxy_port, shared=False).close()
+    _listen(settings, shared=False).close()
     spawn = multiprocessing.get_context("spawn")  # a fresh interpreter each: no forked threads
     stopping = False
 
