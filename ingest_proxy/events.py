@@ -12,7 +12,7 @@ from typing import Any
 
 import orjson
 
-from contracts.envelope import STRICT_JSON
+from contracts.envelope import JSON_SPACE, STRICT_JSON
 from contracts.errors import BadRequest, PayloadTooLarge, UnsupportedMediaType
 
 JSON = "application/json"
@@ -23,6 +23,7 @@ MAX_DEPTH = 512
 _STRING = re.compile(rb'"(?:[^"\\]|\\.)*"')
 _OPEN_CLOSE = bytes.maketrans(b"[{]}", b"\x02\x02\x00\x00")
 _OTHER = bytes(set(range(256)) - set(b"[{]}"))
+_SPACE = JSON_SPACE.encode()
 
 
 class Event:
@@ -42,16 +43,16 @@ class Event:
         return self._value
 
 
-def _is_object(text: str) -> bool:
-    """Whether `text` is one JSON object; ValueError saying why when it is not JSON.
+def _is_object(raw: bytes) -> bool:
+    """Whether `raw` (valid UTF-8) is one JSON object; ValueError saying why when it is not JSON.
 
     orjson checks (3x faster) but approximates numbers over 64 bits, so values are never
     taken from it; whatever it refuses, the standard library judges, so exactly standard JSON
     passes either way."""
     try:
-        return isinstance(orjson.loads(text), dict)
+        return isinstance(orjson.loads(raw), dict)
     except orjson.JSONDecodeError:
-        return isinstance(STRICT_JSON.decode(text), dict)
+        return isinstance(STRICT_JSON.decode(raw.decode("utf-8")), dict)
 
 
 def media_type(content_type: str | None) -> str:
@@ -69,7 +70,7 @@ def parse_events(body: bytes, kind: str, max_event_bytes: int) -> list[Event]:
         text = body.decode("utf-8")
     except UnicodeDecodeError as e:
         raise BadRequest(f"the body is not UTF-8 (byte {e.start})") from e
-    events = _ndjson(text) if kind == NDJSON else _json(text)
+    events = _ndjson(body) if kind == NDJSON else _json(text)
     if not events:
         raise BadRequest("the body holds no events")
     for index, event in enumerate(events):
@@ -138,11 +139,12 @@ def _array(text: str, start: int) -> list[Event]:
     return events
 
 
-def _ndjson(text: str) -> list[Event]:
+def _ndjson(body: bytes) -> list[Event]:
+    """Lines checked as bytes, which are what goes to Kafka: no decoding and encoding again."""
     events = []
-    for number, line in enumerate(text.split("\n"), start=1):
-        line = line.rstrip("\r")
-        if not line.strip():
+    for number, line in enumerate(body.split(b"\n"), start=1):
+        line = line.rstrip(b"\r")
+        if not line.strip(_SPACE):
             continue
         try:
             is_object = _is_object(line)
@@ -154,7 +156,7 @@ def _ndjson(text: str) -> list[Event]:
             ) from e
         if not is_object:
             raise BadRequest(f"line {number} is not a JSON object", line=number)
-        events.append(Event(line.encode("utf-8")))
+        events.append(Event(line))
     return events
 
 
@@ -165,7 +167,7 @@ def _event(value: Any, text: str, where: str, **details: int) -> Event:
 
 
 def _skip_space(text: str, pos: int) -> int:
-    while pos < len(text) and text[pos] in " \t\r\n":
+    while pos < len(text) and text[pos] in JSON_SPACE:
         pos += 1
     return pos
 

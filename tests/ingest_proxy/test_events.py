@@ -51,6 +51,7 @@ def test_nesting_is_counted_outside_strings_and_allowed_to_the_limit() -> None:
         (b"", NDJSON, "no events", {}),
         (b'{"a":1}\n{"b":\n', NDJSON, "line 2 is not JSON", {"line": 2}),
         (b'{"a":1}\n[1]\n', NDJSON, "line 2 is not a JSON object", {"line": 2}),
+        (b'{"a":1}\n\x0b\n', NDJSON, "line 2 is not JSON", {"line": 2}),  # not JSON's space
         (b'{"a":"\xff"}', JSON, "not UTF-8", {}),
         (deep(513), JSON, "event 0 is nested more than 512 deep", {"index": 0}),
         (b"[{}," + deep(600) + b"]", JSON, "event 1 is nested more than 512", {"index": 1}),
