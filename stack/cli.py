@@ -13,7 +13,7 @@ from rich.table import Table
 
 from contracts.errors import KeystoneError, StackError
 from contracts.settings import Settings
-from stack import jars, lifecycle
+from stack import cds, jars, lifecycle
 from stack.services import all_services
 
 app = typer.Typer(
@@ -41,6 +41,8 @@ def _fetch(settings: Settings) -> None:
     tick = _Ticker()
     with console.status("fetching JVM artifacts from Maven Central (first time only)…"):
         jars.fetch_all(settings, lambda what, did: tick(what, "fetched" if did else "cached"))
+    with console.status("building the Spark drivers' class archive (first time only)…"):
+        tick("class archive spark-driver", "built" if cds.build(settings) else "cached")
 
 
 @app.command()

@@ -33,7 +33,7 @@ JAVA_CLASSES = {
     "RouterMeter": lambda s: [PYSPARK_JARS],
     "JsonPaths": lambda s: [PYSPARK_JARS],
 }
-# Classes that Spark ships to its executors (by `spark.jars`), so they are packed as a jar too.
+# Classes that Spark ships to its executors (by `spark.jars`).
 SHIPPED = ("RouterMeter", "JsonPaths")
 
 
@@ -60,8 +60,9 @@ def compiled(settings: Settings, name: str) -> Path:
     return folder
 
 
-def shipped_jar(settings: Settings, name: str) -> Path:
-    """The jar of a compiled class of SHIPPED, which must be there."""
+def class_jar(settings: Settings, name: str) -> Path:
+    """The jar of a compiled class of stack/java (a JVM's class archive takes jars, not
+    folders), which must be there."""
     return compiled(settings, name).with_suffix(".jar")
 
 
@@ -126,7 +127,8 @@ def compile_class(settings: Settings, name: str) -> bool:
     target = classes_dir(settings, name)
     stamp = target / ".stamp"
     digest = _digest(source) + ":" + classpath(*deps)
-    if _fresh(stamp, digest):
+    jar = target.with_suffix(".jar")
+    if _fresh(stamp, digest) and jar.exists():
         return False
     if shutil.which("javac") is None:
         raise StackError("javac is missing: install a JDK 17 (Debian's openjdk-17-jdk-headless)")
@@ -140,10 +142,9 @@ def compile_class(settings: Settings, name: str) -> bool:
     )
     if result.returncode != 0:
         raise StackError(f"compiling {source.name} failed:\n{result.stderr}")
-    if name in SHIPPED:
-        with zipfile.ZipFile(target.with_suffix(".jar"), "w") as jar:
-            for path in sorted(target.glob("*.class")):
-                jar.write(path, path.name)
+    with zipfile.ZipFile(jar, "w") as packed:
+        for path in sorted(target.glob("*.class")):
+            packed.write(path, path.name)
     stamp.write_text(digest)
     return True
 
@@ -159,4 +160,4 @@ def fetch_all(settings: Settings, report: Callable[[str, bool], None]) -> None:
 def spark_jars(settings: Settings) -> list[Path]:
     """Spark's Kafka connector and what it needs beside pyspark, and the project's own classes
     that run on executors, as local paths."""
-    return [*bundle_jars(settings, "spark-kafka"), *(shipped_jar(settings, n) for n in SHIPPED)]
+    return [*bundle_jars(settings, "spark-kafka"), *(class_jar(settings, n) for n in SHIPPED)]

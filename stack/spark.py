@@ -10,13 +10,13 @@ import sys
 from pyspark.sql import SparkSession
 
 from contracts.settings import Settings
-from stack import jars
+from stack import cds, jars
 
 
 def spark_conf(settings: Settings, app_name: str, master: str | None = None) -> dict[str, str]:
     host = settings.bind_host
     master = master or settings.spark_master
-    return {
+    conf = {
         "spark.app.name": app_name,
         "spark.master": master,
         # Connector jars by local path: nothing is resolved from a repository at run time.
@@ -44,6 +44,10 @@ def spark_conf(settings: Settings, app_name: str, master: str | None = None) -> 
         "spark.sql.mapKeyDedupPolicy": "LAST_WIN",
         **(local_file_system(settings) if master.startswith("local") else {}),
     }
+    shared = cds.archive(settings, conf.get("spark.driver.extraClassPath", ""))
+    if shared.exists():
+        conf["spark.driver.extraJavaOptions"] = f"-XX:SharedArchiveFile={shared}"
+    return conf
 
 
 def local_file_system(settings: Settings) -> dict[str, str]:
@@ -51,7 +55,7 @@ def local_file_system(settings: Settings) -> dict[str, str]:
     checkpoint then takes milliseconds, not a quarter of a second (see stack/java). Only where
     the driver's JVM is also the executor: a cluster's executors do not have the class."""
     return {
-        "spark.driver.extraClassPath": str(jars.compiled(settings, "ForklessLocalFileSystem")),
+        "spark.driver.extraClassPath": str(jars.class_jar(settings, "ForklessLocalFileSystem")),
         "spark.hadoop.fs.file.impl": "ForklessLocalFileSystem",
         "spark.hadoop.fs.AbstractFileSystem.file.impl": "ForklessLocalFileSystem$Fs",
     }

@@ -32,7 +32,7 @@ def spark() -> Iterator[SparkSession]:
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.sql.shuffle.partitions", "1")
-        .config("spark.jars", ",".join(str(jars.shipped_jar(Settings(), n)) for n in jars.SHIPPED))
+        .config("spark.jars", ",".join(str(jars.class_jar(Settings(), n)) for n in jars.SHIPPED))
         .config("spark.executor.heartbeatInterval", "1s")
         .getOrCreate()
     )

@@ -125,9 +125,16 @@ def local_files(folder: str) -> dict:
         "file_context": context.getDefaultFileSystem().getClass().getName(),
         "modes": {k: oct(v) for k, v in modes.items()},
         "symlink": links,
+        "archives": _mapped_archives(jvm.java.lang.ProcessHandle.current().pid()),
     }
     spark.stop()
     return result
+
+
+def _mapped_archives(pid: int) -> list[str]:
+    """The class-data archives a JVM has mapped: one it refused is not among them."""
+    with open(f"/proc/{pid}/maps") as maps:
+        return sorted({line.split()[-1] for line in maps if line.rstrip().endswith(".jsa")})
 
 
 if __name__ == "__main__":

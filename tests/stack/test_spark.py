@@ -1,11 +1,14 @@
 """The project's Spark sessions (stack.spark) on a local master: Hadoop's local file system
-works as Hadoop's does, without a `chmod` or `readlink` process per file."""
+works as Hadoop's does, without a `chmod` or `readlink` process per file, and the driver starts
+from its class archive."""
 
 from __future__ import annotations
 
 import json
 import shutil
 from pathlib import Path
+
+import pytest
 
 from tests.conftest import Stack, run_module
 
@@ -22,15 +25,21 @@ def shims(folder: Path, log: Path) -> Path:
     return folder
 
 
-def test_local_files_are_made_and_checkpointed_without_a_process_per_file(
-    stack: Stack, tmp_path: Path
-) -> None:
-    log, work = tmp_path / "calls.log", tmp_path / "work"
-    env = dict(stack.env, PATH=f"{shims(tmp_path / 'shims', log)}:{stack.env['PATH']}")
+@pytest.fixture(scope="module")
+def local_job(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Path, Path]:
+    """One run of the local-files job: what it reports, its log of shimmed calls, its folder."""
+    base = tmp_path_factory.mktemp("local-files")
+    log, work = base / "calls.log", base / "work"
+    env = dict(stack.env, PATH=f"{shims(base / 'shims', log)}:{stack.env['PATH']}")
     job = run_module("tests.stack.spark_jobs", "local-files", str(work), env=env, timeout=300)
     assert job.returncode == 0, job.stderr[-3000:]
-    result = json.loads(job.stdout.splitlines()[-1])
+    return json.loads(job.stdout.splitlines()[-1]), log, work
 
+
+def test_local_files_are_made_and_checkpointed_without_a_process_per_file(
+    local_job: tuple[dict, Path, Path],
+) -> None:
+    result, log, work = local_job
     assert result["file_system"] == "ForklessLocalFileSystem"
     assert result["file_context"] == "ForklessLocalFileSystem$Fs"
     # The query's checkpoint, written through FileContext, as Hadoop's LocalFs writes it.
@@ -42,3 +51,12 @@ def test_local_files_are_made_and_checkpointed_without_a_process_per_file(
     calls = [line for line in log.read_text().splitlines() if str(work) in line]
     assert any("by-hadoop" in line for line in calls), calls
     assert all("by-hadoop" in line or line.endswith("/link") for line in calls), calls
+
+
+def test_the_driver_maps_the_class_archive_built_for_its_classpath(
+    local_job: tuple[dict, Path, Path],
+) -> None:
+    """`stack fetch` builds it; a JVM that refused it (another classpath, a changed jar) would
+    start slower and not have it mapped."""
+    result, _, _ = local_job
+    assert [a for a in result["archives"] if "/cds/spark-driver-" in a], result["archives"]
