@@ -60,19 +60,15 @@ def _train(path: str) -> None:
     """Starts a local driver as a router would, runs a small query, and exits so that the JVM
     writes the classes it loaded to `path`."""
     from pyspark import SparkContext
-    from pyspark.sql import SparkSession
 
-    from stack.spark import spark_conf
+    from stack.spark import session_builder, spark_conf
 
     settings = Settings()
-    builder = SparkSession.builder
     conf = spark_conf(settings, "keystone-class-archive", "local[1]")
     # No metastore at fetch time; the Hive client's classes load lazily either way.
     conf["spark.sql.catalogImplementation"] = "in-memory"
     conf["spark.driver.extraJavaOptions"] = f"-XX:ArchiveClassesAtExit={path} -Xlog:cds=off"
-    for key, value in conf.items():
-        builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    spark = session_builder(settings, conf).getOrCreate()
     spark.range(1000).selectExpr("id % 7 AS k", "to_json(named_struct('id', id)) AS v").groupBy(
         "k"
     ).count().collect()

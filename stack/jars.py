@@ -63,7 +63,10 @@ def compiled(settings: Settings, name: str) -> Path:
 def class_jar(settings: Settings, name: str) -> Path:
     """The jar of a compiled class of stack/java (a JVM's class archive takes jars, not
     folders), which must be there."""
-    return compiled(settings, name).with_suffix(".jar")
+    jar = classes_dir(settings, name).with_suffix(".jar")
+    if not jar.exists():
+        raise StackError(f"{name} is not compiled yet: run `keystone stack fetch`")
+    return jar
 
 
 def classpath(*entries: Path) -> str:

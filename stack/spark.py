@@ -61,14 +61,20 @@ def local_file_system(settings: Settings) -> dict[str, str]:
     }
 
 
-def spark_session(settings: Settings, app_name: str, master: str | None = None) -> SparkSession:
+def session_builder(settings: Settings, conf: dict[str, str]) -> SparkSession.Builder:
+    """A session builder with `conf`, in this process's environment for the stack."""
     # Spark otherwise binds its block manager and driver to the first non-loopback interface.
     os.environ.setdefault("SPARK_LOCAL_IP", settings.bind_host)
     # pyspark starts local Python workers with $PYSPARK_PYTHON (default `python3`), not the conf.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder
-    for key, value in spark_conf(settings, app_name, master).items():
+    for key, value in conf.items():
         builder = builder.config(key, value)
-    session = builder.enableHiveSupport().getOrCreate()
+    return builder
+
+
+def spark_session(settings: Settings, app_name: str, master: str | None = None) -> SparkSession:
+    conf = spark_conf(settings, app_name, master)
+    session = session_builder(settings, conf).enableHiveSupport().getOrCreate()
     session.sparkContext.setLogLevel("WARN")
     return session
