@@ -71,6 +71,13 @@ class Settings(BaseSettings):
     # The ingest proxy.
     proxy_port: int = 18080
     proxy_workers: int = Field(2, ge=1, description="Server processes behind the one port.")
+    # Each server and its producer's threads then wake each other on one CPU, not across two:
+    # at 500 requests/s of 100 events here, p99 19 and 25 ms pinned, 36 and 197 ms not.
+    proxy_pin_cpus: bool = Field(
+        True,
+        description="Keep server i and its threads on the i-th CPU the proxy may use; turn off "
+        "where the proxy's CPUs are busy with other work.",
+    )
     max_event_bytes: int = MAX_EVENT_BYTES
     max_request_bytes: int = 10 * 1024 * 1024
     # 5, not 2: half the broker's produce requests and their wake-ups; at half the peak rate

@@ -10,7 +10,7 @@ import re
 from itertools import accumulate
 from typing import Any
 
-import orjson
+import simdjson
 
 from contracts.envelope import JSON_SPACE, STRICT_JSON
 from contracts.errors import BadRequest, PayloadTooLarge, UnsupportedMediaType
@@ -18,12 +18,14 @@ from contracts.errors import BadRequest, PayloadTooLarge, UnsupportedMediaType
 JSON = "application/json"
 NDJSON = "application/x-ndjson"
 # Deeper events are refused: Python's decoder (about 1,000 levels, less the caller's stack),
-# orjson's (1,024) and the router's Jackson (1,000) each stop somewhere; this is below all.
+# simdjson's (1,024) and the router's Jackson (1,000) each stop somewhere; this is below all.
 MAX_DEPTH = 512
 _STRING = re.compile(rb'"(?:[^"\\]|\\.)*"')
 _OPEN_CLOSE = bytes.maketrans(b"[{]}", b"\x02\x02\x00\x00")
 _OTHER = bytes(set(range(256)) - set(b"[{]}"))
 _SPACE = JSON_SPACE.encode()
+_BOM = b"\xef\xbb\xbf"
+_PARSER = simdjson.Parser()  # holds one document at a time: none is kept past its check
 
 
 class Event:
@@ -46,13 +48,17 @@ class Event:
 def _is_object(raw: bytes) -> bool:
     """Whether `raw` (valid UTF-8) is one JSON object; ValueError saying why when it is not JSON.
 
-    orjson checks (3x faster) but approximates numbers over 64 bits, so values are never
-    taken from it; whatever it refuses, the standard library judges, so exactly standard JSON
-    passes either way."""
-    try:
-        return isinstance(orjson.loads(raw), dict)
-    except orjson.JSONDecodeError:
-        return isinstance(STRICT_JSON.decode(raw.decode("utf-8")), dict)
+    simdjson checks it without building a Python value (0.3 µs for a 1 KB event, where
+    orjson.loads took 1.4 µs). It refuses what the standard library accepts beyond its range
+    (integers over 64 bits, 1e999, lone surrogates) and accepts one thing the standard library
+    refuses, a leading byte order mark: those and whatever it refuses, the standard library
+    judges, so exactly standard JSON passes either way."""
+    if not raw.startswith(_BOM):
+        try:
+            return isinstance(_PARSER.parse(raw), simdjson.Object)
+        except (ValueError, RuntimeError):  # RuntimeError: nested deeper than it goes
+            pass
+    return isinstance(STRICT_JSON.decode(raw.decode("utf-8")), dict)
 
 
 def media_type(content_type: str | None) -> str:

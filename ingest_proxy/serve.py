@@ -8,6 +8,10 @@ first accepts a whole burst of new connections, which keep-alive then keeps on i
 benchmark's steady load that left 25 of 33 connections on one of two processes (in one run
 nearly all): one process near saturation beside an idle one.
 
+Server i stays on the i-th CPU this process may use, with all its threads
+(`KEYSTONE_PROXY_PIN_CPUS`): its event loop and its producer's threads wake each other many
+times a request, and on one CPU that takes no cross-CPU interrupt (costly in a VM).
+
 This process only supervises: it starts the servers, starts again any that dies, and on
 SIGTERM or SIGINT stops them (each finishes its requests and flushes its producer). Should it be
 killed outright, the kernel tells its servers to stop too.
@@ -64,9 +68,12 @@ def _end_with(parent: int) -> None:
         os.kill(os.getpid(), signal.SIGTERM)
 
 
-def serve_one(parent: int) -> None:
-    """One server process: the app on its own socket, for as long as its supervisor lives."""
+def serve_one(parent: int, cpu: int | None) -> None:
+    """One server process: the app on its own socket, for as long as its supervisor lives; on
+    `cpu` alone when given, with every thread it starts (they inherit this one's affinity)."""
     _end_with(parent)
+    if cpu is not None:
+        os.sched_setaffinity(0, {cpu})
     settings = Settings()
     config = uvicorn.Config(
         "ingest_proxy.app:app_from_env",
@@ -95,12 +102,17 @@ def main() -> None:
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
 
-    def start() -> BaseProcess:
-        process = spawn.Process(target=serve_one, args=(os.getpid(),), name="ingest-proxy-server")
+    cpus = sorted(os.sched_getaffinity(0))
+
+    def start(slot: int) -> BaseProcess:
+        cpu = cpus[slot % len(cpus)] if settings.proxy_pin_cpus else None
+        process = spawn.Process(
+            target=serve_one, args=(os.getpid(), cpu), name="ingest-proxy-server"
+        )
         process.start()
         return process
 
-    servers = [start() for _ in range(settings.proxy_workers)]
+    servers = [start(slot) for slot in range(settings.proxy_workers)]
     first = set(servers)
     log.info("serving on port %d with processes %s", settings.proxy_port, [s.pid for s in servers])
     failed = False
@@ -116,7 +128,7 @@ def main() -> None:
             if not failed:
                 time.sleep(1.0)  # a server that dies at once is not restarted in a tight loop
                 if not stopping:
-                    servers[i] = start()
+                    servers[i] = start(i)
     for server in servers:
         server.terminate()  # SIGTERM: uvicorn's graceful shutdown, lifespan included
     deadline = time.monotonic() + STOP_TIMEOUT

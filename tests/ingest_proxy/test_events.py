@@ -1,5 +1,10 @@
-import pytest
+import json
 
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from contracts.envelope import STRICT_JSON
 from contracts.errors import BadRequest, PayloadTooLarge, UnsupportedMediaType
 from ingest_proxy.events import JSON, NDJSON, field, media_type, parse_events
 
@@ -52,6 +57,7 @@ def test_nesting_is_counted_outside_strings_and_allowed_to_the_limit() -> None:
         (b'{"a":1}\n{"b":\n', NDJSON, "line 2 is not JSON", {"line": 2}),
         (b'{"a":1}\n[1]\n', NDJSON, "line 2 is not a JSON object", {"line": 2}),
         (b'{"a":1}\n\x0b\n', NDJSON, "line 2 is not JSON", {"line": 2}),  # not JSON's space
+        (b'{"a":1}\n\xef\xbb\xbf{"b":2}\n', NDJSON, "line 2 is not JSON", {"line": 2}),  # a BOM
         (b'{"a":"\xff"}', JSON, "not UTF-8", {}),
         (deep(513), JSON, "event 0 is nested more than 512 deep", {"index": 0}),
         (b"[{}," + deep(600) + b"]", JSON, "event 1 is nested more than 512", {"index": 1}),
@@ -95,3 +101,53 @@ def test_values_are_exact_even_beyond_64_bit_integers() -> None:
     assert event.value == {"big": 123456789012345678901234567890}
     with pytest.raises(BadRequest, match="NaN is not JSON"):
         parse_events(b'{"a": NaN}\n', NDJSON, LIMIT)
+
+
+def test_ndjson_lines_beyond_the_fast_checks_range_are_judged_by_the_standard() -> None:
+    body = b'{"big": 18446744073709551616}\n{"inf": 1e999}\n{"lone": "\\ud800"}'
+    events = parse_events(body, NDJSON, LIMIT)
+    assert [e.value for e in events] == [{"big": 2**64}, {"inf": float("inf")}, {"lone": "\ud800"}]
+
+
+def standard_object(line: bytes) -> bool:
+    try:
+        return isinstance(STRICT_JSON.decode(line.decode("utf-8")), dict)
+    except ValueError:
+        return False
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+    max_leaves=12,
+)
+JSONISH = '{}[]":,.-+eE0123456789truefalsn\\u \t\r\x0b\x00é\ufeff\ud7ff'
+
+
+@st.composite
+def near_json_lines(draw: st.DrawFn) -> bytes:
+    """A JSON text, or one with a few of JSON's own characters put in or taken out."""
+    text = json.dumps(draw(json_values), ensure_ascii=draw(st.booleans()))
+    for _ in range(draw(st.integers(0, 3))):
+        at = draw(st.integers(0, len(text)))
+        if draw(st.booleans()):
+            text = text[:at] + draw(st.sampled_from(JSONISH)) + text[at:]
+        else:
+            text = text[:at] + text[at + 1 :]
+    return text.encode("utf-8", "surrogatepass")
+
+
+@settings(max_examples=400, deadline=None)
+@given(near_json_lines())
+def test_an_ndjson_line_is_accepted_exactly_when_the_standard_reads_an_object(line: bytes) -> None:
+    line = line.replace(b"\n", b"")
+    try:
+        line.decode("utf-8")
+    except UnicodeDecodeError:
+        return  # refused before any line is looked at (tested above)
+    blank = not line.rstrip(b"\r").strip(b" \t\r")
+    try:
+        accepted = len(parse_events(line, NDJSON, LIMIT)) == 1
+    except BadRequest:
+        accepted = False
+    assert accepted == (not blank and standard_object(line.rstrip(b"\r"))), line

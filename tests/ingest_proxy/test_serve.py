@@ -92,16 +92,44 @@ def test_each_server_listens_on_its_own_socket_and_connections_spread(stack: Sta
             connection.close()
 
 
+def _cpus(pid: int) -> set[frozenset[int]]:
+    """The CPUs each thread of `pid` may run on."""
+    return {
+        frozenset(os.sched_getaffinity(int(task.name)))
+        for task in Path(f"/proc/{pid}/task").iterdir()
+    }
+
+
+def test_each_server_stays_with_its_threads_on_its_own_cpu(stack: Stack) -> None:
+    settings = stack.settings
+    assert settings.proxy_pin_cpus
+    cpus = sorted(os.sched_getaffinity(0))
+    eventually(
+        "every server listens", lambda: len(_servers(settings.proxy_port)) == settings.proxy_workers
+    )
+    placed = {pid: _cpus(pid) for pid in _servers(settings.proxy_port)}
+    # Every thread (the producer's among them, started after the pinning) on the one CPU.
+    assert all(len(threads) == 1 and len(next(iter(threads))) == 1 for threads in placed.values())
+    on = sorted(next(iter(next(iter(threads)))) for threads in placed.values())
+    assert on == sorted(cpus[i % len(cpus)] for i in range(settings.proxy_workers))
+
+
 def test_a_server_that_dies_is_replaced(stack: Stack) -> None:
     settings = stack.settings
     before = _servers(settings.proxy_port)
     victim = min(before)
+    victims_cpus = _cpus(victim)
     os.kill(victim, signal.SIGKILL)
     eventually(
         "another server takes the place of the one killed",
         lambda: not alive(victim) and len(_servers(settings.proxy_port) - before) == 1,
     )
     assert len(_servers(settings.proxy_port)) == settings.proxy_workers
+    [replacement] = _servers(settings.proxy_port) - before
+    eventually(
+        "the replacement is on the CPU of the one killed",
+        lambda: _cpus(replacement) == victims_cpus,
+    )
     eventually("the proxy answers ready", lambda: _ready(settings.proxy_url))
 
 
