@@ -11,10 +11,10 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Sequence
+from functools import partial
 
 from confluent_kafka import KafkaException, Producer
 
-from contracts import envelope
 from contracts.settings import Settings
 
 Record = tuple[bytes, bytes, list[tuple[str, bytes]]]  # key, value, headers
@@ -22,38 +22,21 @@ POLL_INTERVAL = 0.001  # seconds between polls while events are in flight
 
 
 class _Batch:
-    """The outcome of one request's events. Every event reports to the same bound method (a
-    `partial` per event cost more than the report itself); a failed one is told by its guid."""
+    """The outcome of one request's events."""
 
-    def __init__(self, records: Sequence[Record]) -> None:
-        self.errors: list[str | None] = [None] * len(records)
-        self._records = records
-        self._failed: list[tuple[bytes, str]] = []  # (guid, why) from delivery reports
-        self._pending = len(records)
+    def __init__(self, size: int) -> None:
+        self.errors: list[str | None] = [None] * size
+        self._pending = size
         self.done = asyncio.get_running_loop().create_future()
 
-    def settle(self, index: int, error: str) -> None:
-        """An event that never reached the producer's queue."""
+    def settle(self, index: int, error: str | None) -> None:
         self.errors[index] = error
-        self._count_down()
-
-    def delivered(self, err, msg) -> None:
-        if err is not None:
-            self._failed.append((_guid(msg.headers()), err.str()))
-        self._count_down()
-
-    def _count_down(self) -> None:
         self._pending -= 1
         if self._pending == 0 and not self.done.done():  # done: the request was cancelled
-            if self._failed:
-                index = {_guid(headers): i for i, (_, _, headers) in enumerate(self._records)}
-                for guid, error in self._failed:
-                    self.errors[index[guid]] = error
             self.done.set_result(self.errors)
 
-
-def _guid(headers: Sequence[tuple[str, bytes]]) -> bytes:
-    return next(value for name, value in headers if name == envelope.GUID)
+    def delivered(self, index: int, err, _msg) -> None:
+        self.settle(index, None if err is None else err.str())
 
 
 class Publisher:
@@ -86,10 +69,8 @@ class Publisher:
             await asyncio.sleep(POLL_INTERVAL)
 
     async def publish(self, topic: str, records: Sequence[Record]) -> list[str | None]:
-        """Produces every record (each with its own guid header); the result has, per record,
-        None or why it failed."""
-        batch = _Batch(records)
-        delivered = batch.delivered
+        """Produces every record; the result has, per record, None or why it failed."""
+        batch = _Batch(len(records))
         deadline = time.monotonic() + self.ack_timeout
         for index, (key, value, headers) in enumerate(records):
             while True:
@@ -99,7 +80,7 @@ class Publisher:
                         value,
                         key,
                         headers=headers,
-                        on_delivery=delivered,
+                        on_delivery=partial(batch.delivered, index),
                     )
                     break
                 except BufferError:

@@ -27,7 +27,7 @@ def test_a_full_queue_and_a_silent_broker_fail_each_event_in_bounded_time() -> N
     )
     publisher = Publisher(settings)
     try:
-        records = [(b"k", b'{"n": %d}' % i, [("ks_guid", b"g%d" % i)]) for i in range(12)]
+        records = [(b"k", b'{"n": %d}' % i, [("ks_guid", b"g")]) for i in range(12)]
         started = time.monotonic()
         errors = asyncio.run(publisher.publish("keystone.nowhere", records))
         elapsed = time.monotonic() - started
@@ -48,7 +48,7 @@ def test_a_cancelled_request_does_not_hold_up_the_others(stack: Stack) -> None:
     # One partition: the gone request's acknowledgements are all served before the other's.
     create_topics(settings, {topic: 1})
     publisher = Publisher(settings)
-    records = [(b"k", b'{"n": %d}' % i, [("ks_guid", b"g%d" % i)]) for i in range(50)]
+    records = [(b"k", b'{"n": %d}' % i, [("ks_guid", b"g")]) for i in range(50)]
 
     async def scenario() -> list[str | None]:
         gone = asyncio.create_task(publisher.publish(topic, records))
