@@ -13,9 +13,13 @@ from confluent_kafka import (
 )
 
 from contracts.settings import Settings
+from router.topics import create_topics
 
 
 def produce(bootstrap: str, topic: str, records: list[tuple[bytes, dict[str, str]]]) -> None:
+    """Writes the records, creating the topic (one partition) first when it is missing: the
+    broker creates none on its own."""
+    create_topics(Settings(kafka_bootstrap=bootstrap), {topic: 1})
     producer = Producer(
         {
             "bootstrap.servers": bootstrap,

@@ -8,8 +8,11 @@ import uuid
 
 import httpx
 import redis
+from confluent_kafka import Producer
 from prometheus_client import CollectorRegistry, Counter, start_http_server
 
+from contracts.settings import Settings
+from router.topics import create_topics, missing_topics
 from stack import targets
 from tests.conftest import Stack, checked
 from tests.kafka import consume_all, produce
@@ -38,6 +41,15 @@ def test_kafka_record_round_trip(stack: Stack) -> None:
     [message] = consume_all(bootstrap, topic, expected=1)
     assert message.value() == b'{"n": 1}'
     assert message.headers() == [("ks_guid", b"g-1")]
+
+
+def test_kafka_creates_no_topic_a_client_merely_asks_about(stack: Stack) -> None:
+    # As a producer still holding a deleted stream's topic asks again for its metadata.
+    bootstrap, topic = stack.address("kafka"), f"unprovisioned-{uuid.uuid4().hex[:8]}"
+    asking = Producer({"bootstrap.servers": bootstrap, "allow.auto.create.topics": True})
+    asking.list_topics(topic, timeout=10)  # a metadata request that asks for its creation
+    time.sleep(1)  # a creation, had the broker made one, is done by now
+    assert missing_topics(Settings(kafka_bootstrap=bootstrap), [topic]) == [topic]
 
 
 def test_redis_set_get(stack: Stack) -> None:
@@ -100,6 +112,7 @@ def test_spark_reads_and_writes_kafka_through_the_connector(stack: Stack) -> Non
     source, target = f"spark-in-{uuid.uuid4().hex[:8]}", f"spark-out-{uuid.uuid4().hex[:8]}"
     records = [(f'{{"n": {i}}}'.encode(), {"ks_guid": f"g-{i}"}) for i in range(50)]
     produce(bootstrap, source, records)
+    create_topics(Settings(kafka_bootstrap=bootstrap), {target: 1})
     job = stack.python("-m", "tests.stack.spark_jobs", "kafka-copy", source, target)
     out, errors = job.communicate(timeout=300)
     assert job.returncode == 0, errors[-3000:]
