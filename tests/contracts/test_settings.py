@@ -1,5 +1,8 @@
 from pathlib import Path
 
+import pytest
+from pydantic import ValidationError
+
 from contracts.settings import Settings
 
 
@@ -29,3 +32,21 @@ def test_environment_variables_are_read(monkeypatch, tmp_path: Path) -> None:
     assert s.state_dir == tmp_path / "state"
     assert s.run_dir == tmp_path / "state" / "run"
     assert s.elasticsearch_url == "http://search:9200" and not s.is_embedded("elasticsearch")
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("KEYSTONE_KAFKA_LINGER_MS", "-1"),
+        ("KEYSTONE_KAFKA_LINGER_MS", "900001"),
+        ("KEYSTONE_KAFKA_QUEUE_MAX_MESSAGES", "0"),
+        ("KEYSTONE_KAFKA_ACK_TIMEOUT_SECONDS", "0"),  # librdkafka: wait forever
+        ("KEYSTONE_PROXY_WORKERS", "0"),
+    ],
+)
+def test_a_producer_setting_out_of_range_is_refused_by_name(
+    monkeypatch, name: str, value: str
+) -> None:
+    monkeypatch.setenv(name, value)
+    with pytest.raises(ValidationError, match=name.removeprefix("KEYSTONE_").lower()):
+        Settings()

@@ -163,10 +163,12 @@ def test_a_port_taken_even_by_another_proxy_is_refused() -> None:
 
 
 def test_a_server_that_cannot_start_fails_the_proxy_with_the_reason(stack: Stack) -> None:
-    # An invalid producer setting fails each server's startup (its lifespan): the launcher
-    # stops at once with uvicorn's exit code for that, rather than restarting servers forever.
+    # A producer setting librdkafka refuses fails each server's startup (its lifespan): the
+    # launcher stops at once with uvicorn's exit code for that, rather than restarting servers
+    # forever. (Events of 2 GB: records over librdkafka's 1 GB `message.max.bytes` bound.)
+    port = str(_free_port())
     result = _launch(
-        {**stack.env, "KEYSTONE_PROXY_PORT": str(_free_port()), "KEYSTONE_KAFKA_LINGER_MS": "-1"}
+        {**stack.env, "KEYSTONE_PROXY_PORT": port, "KEYSTONE_MAX_EVENT_BYTES": "2000000000"}
     )
     assert result.returncode == 3
-    assert 'queue.buffering.max.ms" value -1 is outside allowed range' in result.stderr
+    assert 'message.max.bytes" value 2000065536 is outside allowed range' in result.stderr
