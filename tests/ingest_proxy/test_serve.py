@@ -110,7 +110,7 @@ def test_each_server_stays_with_its_threads_on_its_own_cpu(stack: Stack) -> None
     placed = {pid: _cpus(pid) for pid in _servers(settings.proxy_port)}
     # Every thread (the producer's among them, started after the pinning) on the one CPU.
     assert all(len(threads) == 1 and len(next(iter(threads))) == 1 for threads in placed.values())
-    on = sorted(next(iter(next(iter(threads)))) for threads in placed.values())
+    on = sorted(cpu for threads in placed.values() for [cpu] in threads)
     assert on == sorted(cpus[i % len(cpus)] for i in range(settings.proxy_workers))
 
 
