@@ -354,6 +354,10 @@ class Kafka(Service):
             # data, so appends wait; flushed every 2 s, requests stalled 40-90 ms each time.
             "log.flush.interval.ms": "200",
             "log.flush.scheduler.interval.ms": "100",
+            # An index entry per MiB of log, not per 4 KiB: an append that adds one waits out
+            # any flush of that index, and at 4 KiB nearly every produce request adds one. At a
+            # fixed 460 requests/s of 100 events, requests over 50 ms 0.47% -> 0.12% (6 pairs).
+            "log.index.interval.bytes": "1048576",
         }
         (self.conf / "server.properties").write_text(
             "".join(f"{k}={v}\n" for k, v in props.items())
