@@ -1,5 +1,5 @@
-"""What the benchmarks share: the 1 KB event, the machine's description, and the sections of
-docs/benchmarks.md each benchmark rewrites."""
+"""What the benchmarks share: the 1 KB event, the machine's description and how steadily its CPUs
+run, and the sections of docs/benchmarks.md each benchmark rewrites."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ import json
 import os
 import platform
 import re
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from contracts.settings import CHECKOUT
@@ -59,6 +61,49 @@ def machine() -> str:
         / 1024**2
     )
     return f"{os.cpu_count()} cores ({cpu}), {memory:.0f} GiB, {platform.platform()}"
+
+
+@dataclass
+class Steadiness:
+    """The CPU time one fixed unit of work took, sampled on an idle machine (µs). On a VM whose
+    host shares its cores the same unit runs at different speeds from one second to the next,
+    and a latency measured then feels it."""
+
+    p10_us: float
+    p50_us: float
+    p90_us: float
+    full_speed: float  # the share of samples within 15% of the fastest (its 1st percentile)
+
+    @classmethod
+    def of(cls, samples: list[float]) -> Steadiness:
+        samples = sorted(samples)
+        n, fastest = len(samples), samples[len(samples) // 100]
+        return cls(
+            samples[n // 10],
+            samples[n // 2],
+            samples[9 * n // 10],
+            sum(s <= 1.15 * fastest for s in samples) / n,
+        )
+
+    def __str__(self) -> str:
+        return (
+            f"a fixed unit of work took {self.p10_us:.0f} / {self.p50_us:.0f} / "
+            f"{self.p90_us:.0f} µs of CPU (p10 / p50 / p90), at full speed "
+            f"{self.full_speed:.0%} of the time"
+        )
+
+
+def cpu_steadiness(seconds: float = 10.0) -> Steadiness:
+    """Samples every 20 ms for `seconds`. CPU time, not wall time: a slower CPU shows, time
+    spent waiting for one does not."""
+    samples = []
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        start = time.thread_time_ns()
+        sum(range(20_000))  # about 250 µs at full speed on the machine of docs/benchmarks.md
+        samples.append((time.thread_time_ns() - start) / 1000)
+        time.sleep(0.02)
+    return Steadiness.of(samples)
 
 
 def write_section(marker: str, heading: str, section: str) -> None:

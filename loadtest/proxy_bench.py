@@ -38,7 +38,7 @@ from contracts.settings import Settings
 from contracts.spec import StreamSpec
 from control.provisioner import ensure_topics
 from control.store import Store, audit
-from loadtest.bench import DOCS, machine, make_event, write_section
+from loadtest.bench import DOCS, Steadiness, cpu_steadiness, machine, make_event, write_section
 from router.topics import delete_topics
 
 console = Console()
@@ -211,7 +211,7 @@ def server_p99_ms(before: dict[float, float], after: dict[float, float]) -> floa
     return 1000 * next(le for le in sorted(delta) if delta[le] >= 0.99 * total)
 
 
-def markdown(results: list[Result], command: str, workers: int) -> str:
+def markdown(results: list[Result], command: str, workers: int, cpu: Steadiness) -> str:
     raw = results[0].events_per_second
     rows = "\n".join(
         f"| {r.name} | {r.events_per_second:,.0f} | "
@@ -226,7 +226,8 @@ def markdown(results: list[Result], command: str, workers: int) -> str:
     return (
         f"Command: `{command}`, {time.strftime('%Y-%m-%d')}, proxy with {workers} server "
         f"processes; Kafka, Redis and the load generator on the same machine.\n"
-        f"Machine: {machine()}.\n\n"
+        f"Machine: {machine()}.\n"
+        f"CPU steadiness, idle, just before the run: {cpu}.\n\n"
         "| run | events/s | requests/s | p50 ms | p99 ms | server p99 ≤ ms | of raw | errors |\n"
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n" + rows + "\n"
     )
@@ -271,6 +272,9 @@ def main() -> None:
     ensure_topics(settings, spec)
     store.put_stream(spec)
     time.sleep(settings.registry_refresh_seconds * 2 + 0.5)  # the proxy reloads the registry
+    with console.status("CPU steadiness, idle, for 10 s…"):
+        cpu = cpu_steadiness()
+    console.print(f"CPU steadiness: {cpu}")
     try:
         results = measure(settings, spec, key, args.duration)
     finally:  # the run's gigabytes of events and its registrations go with it
@@ -295,14 +299,14 @@ def main() -> None:
     console.print(table)
     out = settings.state_dir / "bench" / "proxy.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps([asdict(r) for r in results], indent=2))
+    out.write_text(
+        json.dumps({"cpu": asdict(cpu), "results": [asdict(r) for r in results]}, indent=2)
+    )
     if args.write_docs:
         write_section(
             "proxy-bench",
             "Ingest proxy",
-            markdown(
-                results, "python -m loadtest.proxy_bench --write-docs", settings.proxy_workers
-            ),
+            markdown(results, COMMAND, settings.proxy_workers, cpu),
         )
         console.print(f"wrote {DOCS}")
 
