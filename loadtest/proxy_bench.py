@@ -264,6 +264,10 @@ def main() -> None:
     parser.add_argument("--write-docs", action="store_true", help=f"update {DOCS}")
     args = parser.parse_args()
     settings = Settings()
+    # Before anything is provisioned: nothing is left behind if it is interrupted.
+    with console.status("CPU steadiness, idle, for 10 s…"):
+        cpu = cpu_steadiness()
+    console.print(f"CPU steadiness: {cpu}")
     store = Store.connect(settings)
     suffix = uuid.uuid4().hex[:6]
     app = f"bench-{suffix}"
@@ -272,9 +276,6 @@ def main() -> None:
     ensure_topics(settings, spec)
     store.put_stream(spec)
     time.sleep(settings.registry_refresh_seconds * 2 + 0.5)  # the proxy reloads the registry
-    with console.status("CPU steadiness, idle, for 10 s…"):
-        cpu = cpu_steadiness()
-    console.print(f"CPU steadiness: {cpu}")
     try:
         results = measure(settings, spec, key, args.duration)
     finally:  # the run's gigabytes of events and its registrations go with it

@@ -6,7 +6,7 @@ from loadtest.bench import Steadiness, cpu_steadiness
 
 
 def test_steadiness_counts_the_samples_near_the_fastest_as_full_speed() -> None:
-    # A host that runs the unit at 250 µs a third of the time and 410 µs otherwise.
+    # A host that runs the unit at full speed (250-280 µs) 40% of the time and at 410 µs otherwise.
     cpu = Steadiness.of([410.0] * 60 + [250.0] * 30 + [280.0] * 10)
     assert (cpu.p10_us, cpu.p50_us, cpu.p90_us) == (250.0, 410.0, 410.0)
     assert cpu.full_speed == 0.4  # 250 and 280 are within 15% of 250; 410 is not
