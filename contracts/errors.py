@@ -57,13 +57,18 @@ class ExpressionError(KeystoneError):
 
     status = 422
 
-    def __init__(self, problem: str, expression: str, column: int, expected: str) -> None:
+    def __init__(
+        self, problem: str, expression: str, column: int, expected: str, **details: Any
+    ) -> None:
+        """`details`: more fields of the error body, say the `setting` and `limit` a filter
+        is over."""
         pointer = " " * (column - 1) + "^"
         super().__init__(
             f"{problem} (column {column})\n  {expression}\n  {pointer}",
             expression=expression,
             column=column,
             expected=expected,
+            **details,
         )
 
 
@@ -86,7 +91,21 @@ class Conflict(KeystoneError):
     status = 409
 
 
-class PayloadTooLarge(KeystoneError):
+class LimitExceeded(KeystoneError):
+    """A request over one of the service's limits (`contracts.limits`): the body names the
+    setting that holds the limit, the limit, and the field or part of the request over it."""
+
+    status = 422
+
+    def __init__(
+        self, message: str, *, setting: str, limit: int, field: str = "", **details: Any
+    ) -> None:
+        super().__init__(message, setting=setting, limit=limit, **details)
+        if field:
+            self.details["field"] = field
+
+
+class PayloadTooLarge(LimitExceeded):
     status = 413
 
 

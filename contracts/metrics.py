@@ -2,10 +2,12 @@
 
 INGEST_EVENTS = "keystone_ingest_events_total"  # {stream, app, result}
 INGEST_REQUEST_SECONDS = "keystone_ingest_request_seconds"  # {stream} histogram
+INGEST_REGISTRY_FAILURES = "keystone_ingest_registry_failures_total"
 ROUTER_EVENTS = "keystone_router_events_total"  # {stream, output, stage}
 ROUTER_LAG = "keystone_router_lag_records"  # {stream, output}
 DELIVERY_LATENCY_SECONDS = "keystone_delivery_latency_seconds"  # {stream, output} histogram
 ROUTER_UP = "keystone_router_up"  # {stream}
+ROUTER_QUERY_UP = "keystone_router_query_up"  # {stream, output}
 
 INGEST_RESULTS = ("accepted", "rejected", "failed")
 ROUTER_STAGES = ("in", "matched", "delivered", "dead_letter")

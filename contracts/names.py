@@ -22,6 +22,15 @@ def check_name(name: str, what: str = "name") -> str:
     return name
 
 
+def valid_name(name: object) -> bool:
+    """Whether a name read from somewhere else (Redis, a file) may become a path or a topic."""
+    try:
+        check_name(name)  # type: ignore[arg-type]
+    except InvalidName:
+        return False
+    return True
+
+
 def check_stream_name(name: str) -> str:
     """A stream's name, which must also leave its outputs' default topics (`<stream>.<output>`)
     clear of every fronting and dead-letter topic (`keystone.<stream>`), including Kafka's

@@ -7,13 +7,18 @@ neither starts nor stops it, it only checks its health.
 
 from __future__ import annotations
 
+import os
+import secrets
 from pathlib import Path
+from typing import Any
 
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from contracts.limits import Limits
+
 CHECKOUT = Path(__file__).resolve().parent.parent
-MAX_EVENT_BYTES = 1024 * 1024
+MAX_EVENT_BYTES = Limits.model_fields["max_event_bytes"].default
 # Room beside an event's bytes in its Kafka record: key, headers (a dead letter's reason too) and
 # the record's own framing.
 RECORD_HEADROOM = 64 * 1024
@@ -31,7 +36,30 @@ ADDRESS_SETTING: dict[str, str] = {
 }
 
 
-class Settings(BaseSettings):
+def stored_secret(path: Path, create: bool, prefix: str = "") -> str | None:
+    """A secret kept in a file readable by its owner only: read, or made there when `create`
+    (256 random bits). None when there is none to read."""
+    try:
+        return path.read_text().strip()
+    except FileNotFoundError:
+        if not create:
+            return None
+    except PermissionError:
+        return None
+    path.parent.mkdir(parents=True, exist_ok=True)
+    secret = f"{prefix}{secrets.token_urlsafe(32)}"
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:  # another process made it first: theirs is the one
+        return path.read_text().strip()
+    with os.fdopen(fd, "w") as out:
+        out.write(secret)
+    return secret
+
+
+class Settings(BaseSettings, Limits):
+    """Every setting; the limits each tenant is held to are inherited from `Limits`."""
+
     model_config = SettingsConfigDict(env_prefix="KEYSTONE_", env_file=".env", extra="ignore")
 
     state_dir: Path = Field(
@@ -78,8 +106,6 @@ class Settings(BaseSettings):
         description="Keep server i and its threads on the i-th CPU the proxy may use; turn off "
         "where the proxy's CPUs are busy with other work.",
     )
-    max_event_bytes: int = MAX_EVENT_BYTES
-    max_request_bytes: int = 10 * 1024 * 1024
     # 5, not 2: half the broker's produce requests and their wake-ups; at half the peak rate
     # this kept p99 under 50 ms in 5 runs of 5 (2 ms: 1 of 5), for 2 ms more at the median.
     kafka_linger_ms: int = Field(
@@ -111,6 +137,11 @@ class Settings(BaseSettings):
         SecretStr(""),
         description="The token the `keystone` command sends to control; default: the admin "
         "token from the state directory, when it can be read.",
+    )
+    redis_password: SecretStr = Field(
+        SecretStr(""),
+        description="Redis's password; default: generated once into "
+        "<state_dir>/conf/redis/password, which the embedded Redis requires.",
     )
     router_stop_timeout_seconds: float = Field(
         60.0, description="How long a router has to stop gracefully before it is killed."
@@ -155,6 +186,21 @@ class Settings(BaseSettings):
     def is_embedded(self, service: str) -> bool:
         """True when the stack runs this service itself (its address was not set)."""
         return ADDRESS_SETTING[service] not in self.model_fields_set
+
+    def redis_auth(self) -> str | None:
+        """The password every client gives Redis: the setting's, else the state directory's
+        (None when there is none, or it cannot be read)."""
+        return self.redis_password.get_secret_value() or stored_secret(
+            self.redis_password_file, create=False
+        )
+
+    def redis_client_kwargs(self) -> dict[str, Any]:
+        """What `redis.Redis.from_url(settings.redis_url, **kwargs)` needs besides the URL."""
+        return {"password": self.redis_auth()}
+
+    @property
+    def redis_password_file(self) -> Path:
+        return self.conf_dir / "redis" / "password"
 
     @property
     def max_record_bytes(self) -> int:

@@ -22,6 +22,7 @@ from pydantic import (
 )
 
 from contracts.errors import InvalidSpec
+from contracts.limits import MAX_OBJECTIVE_LAG_RECORDS
 from contracts.names import check_name, check_stream_name, output_topic
 from contracts.schema import parse_schema
 
@@ -49,11 +50,14 @@ class KafkaSink(_Strict):
     def _legal_topic(cls, topic: str | None) -> str | None:
         # Kafka refuses a topic whose name differs from another's only in '.' against '_'.
         if topic is not None and (
-            not _TOPIC.fullmatch(topic) or topic.startswith(("keystone.", "keystone_"))
+            not _TOPIC.fullmatch(topic)
+            or topic in (".", "..")  # Kafka's own refusal
+            or topic.startswith(("keystone.", "keystone_"))
         ):
             raise ValueError(
-                "a Kafka topic is 1 to 249 of [a-zA-Z0-9._-] and may not start with 'keystone.' "
-                "or 'keystone_' (fronting topics are reached with a keystone sink)"
+                "a Kafka topic is 1 to 249 of [a-zA-Z0-9._-], not '.' or '..', and may not start "
+                "with 'keystone.' or 'keystone_' (fronting topics are reached with a keystone "
+                "sink)"
             )
         return topic
 
@@ -136,10 +140,17 @@ class Objectives(_Strict):
     """What the stream's alerts hold its outputs to."""
 
     delivery_rate: float = Field(
-        0.999, gt=0, le=1, description="Delivered over matched per output, over 5 minutes."
+        0.999,
+        gt=0,
+        le=1,
+        allow_inf_nan=False,
+        description="Delivered over matched per output, over 5 minutes.",
     )
     lag_records: int = Field(
-        100_000, ge=1, description="An output this far behind the fronting topic and growing."
+        100_000,
+        ge=1,
+        le=MAX_OBJECTIVE_LAG_RECORDS,
+        description="An output this far behind the fronting topic and growing.",
     )
 
 

@@ -9,6 +9,7 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 
 from contracts.errors import InvalidSpec, NotFound
 from contracts.spec import OutputSpec, StreamSpec
+from control.gate import StrictJSONRoute
 from control.models import (
     AppCreate,
     AppKey,
@@ -33,13 +34,14 @@ def get_plane(request: Request) -> Plane:
 
 
 def get_caller(request: Request) -> Caller:
-    return get_plane(request).auth.caller(request.headers.get("authorization"))
+    """The caller the gate authenticated before the body was read (`control.gate`)."""
+    return request.state.caller
 
 
 PlaneDep = Annotated[Plane, Depends(get_plane)]
 CallerDep = Annotated[Caller, Depends(get_caller)]
 
-router = APIRouter(prefix="/v1")
+router = APIRouter(prefix="/v1", route_class=StrictJSONRoute)
 
 
 def _public(plane: Plane, applied: Applied) -> StreamPublic:
@@ -155,14 +157,14 @@ def preview_output(
 @router.post("/apps", response_model=AppKey, status_code=201, tags=["apps"])
 def create_app(body: AppCreate, plane: PlaneDep, who: CallerDep) -> AppKey:
     """Registers a producing app; its key is in this answer only."""
-    key = plane.accounts.create_app(who, body.name, body.rate)
-    return AppKey(name=body.name, key=key, rate=body.rate)
+    key, rate = plane.accounts.create_app(who, body.name, body.rate)
+    return AppKey(name=body.name, key=key, rate=rate)
 
 
 @router.get("/apps", response_model=list[AppPublic], tags=["apps"])
 def list_apps(plane: PlaneDep, who: CallerDep) -> list[AppPublic]:
     streams = plane.store.streams()
-    return [AppPublic.of(a, streams) for a in plane.accounts.apps(who)]
+    return [AppPublic.seen_by(a, streams, who) for a in plane.accounts.apps(who)]
 
 
 @router.post("/apps/{app}/key", response_model=AppKey, tags=["apps"])
@@ -209,9 +211,6 @@ def audit_log(
 ) -> list[AuditPublic]:
     """Who changed what, newest first: everything for the admin, an owner's own for owners."""
     entries = plane.store.audit_log(limit if who.admin else 10000)
-    if not who.admin:
-        mine = {s.name for s in plane.streams.list(who)} | {
-            a.name for a in plane.accounts.apps(who)
-        }
-        entries = [e for e in entries if e.who == who.name or e.target in mine][:limit]
+    if not who.admin:  # by whose the target was then, never by a name that may be reused
+        entries = [e for e in entries if e.owner == who.name][:limit]
     return [AuditPublic.of(e) for e in entries]

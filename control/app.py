@@ -16,12 +16,15 @@ from fastapi.responses import JSONResponse, RedirectResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
+from starlette.types import Scope
 
 from contracts import metrics as names
 from contracts.errors import KeystoneError
 from contracts.settings import Settings
 from control import api, ui
+from control.gate import Gate
 from control.plane import Plane
+from control.tenancy import Caller
 
 log = logging.getLogger(__name__)
 
@@ -66,9 +69,11 @@ def problems_of(error: RequestValidationError) -> list[dict[str, str]]:
         loc = [str(p) for p in e["loc"]]
         if loc and loc[0] in ("body", "query", "path"):
             loc = loc[1:] if loc[0] == "body" else loc
-        found.append(
-            {"field": ".".join(loc) or "(body)", "message": e["msg"].removeprefix("Value error, ")}
-        )
+        message = e["msg"].removeprefix("Value error, ")
+        if e["type"] == "json_invalid":  # say what in the JSON was refused
+            message = f"{message}: {e.get('ctx', {}).get('error', '')}"
+            loc = []
+        found.append({"field": ".".join(loc) or "(body)", "message": message})
     return found
 
 
@@ -97,6 +102,13 @@ def create_app(settings: Settings) -> FastAPI:
         registry=registry,
     )
     registry.register(FleetCollector(app))
+
+    def authenticate(scope: Scope, authorization: str | None) -> Caller:
+        plane: Plane = scope["app"].state.plane
+        return plane.auth.caller(authorization)
+
+    # Outermost but for the counter: nothing of a body is read before its size and token pass.
+    app.add_middleware(Gate, limit=settings.max_control_body_bytes, authenticate=authenticate)
 
     @app.middleware("http")
     async def count(request: Request, call_next: Callable[[Request], Awaitable[Response]]):

@@ -267,7 +267,14 @@ def preview(
 def app_create(
     ctx: typer.Context,
     name: str,
-    rate: Annotated[int, typer.Option(min=0, help="Quota in events/s; 0 = none.")] = 0,
+    rate: Annotated[
+        int | None,
+        typer.Option(
+            min=0,
+            help="Quota in events/s. Default: none for the admin, the largest allowed for an "
+            "owner; 0 = none (the admin's only).",
+        ),
+    ] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Register a producing app; its key is shown once and stored only hashed."""

@@ -100,7 +100,8 @@ class ControlClient:
 
     # Apps and owners
 
-    def create_app(self, name: str, rate: int = 0) -> dict:
+    def create_app(self, name: str, rate: int | None = None) -> dict:
+        """`rate` None: control's default quota for the caller (`AppCreate`)."""
         return self.call("POST", "/v1/apps", {"name": name, "rate": rate})
 
     def apps(self) -> list[dict]:

@@ -33,6 +33,7 @@ import httpx
 
 from contracts import metrics as names
 from contracts.errors import KeystoneError
+from contracts.names import valid_name
 from contracts.settings import CHECKOUT, Settings
 from contracts.spec import StreamSpec
 from control.store import RouterState, Store
@@ -289,10 +290,11 @@ class Fleet:
     def _forget_checkpoints(self, spec: StreamSpec, state: RouterState) -> None:
         """An output that was removed, or whose sink changed, starts afresh next time (from its
         `start`), rather than resuming another sink's progress."""
-        before: dict[str, str] = state.extra.get("outputs", {})
+        before = state.extra.get("outputs", {})
         now = {o.name: _sink_key(o) for o in spec.outputs}
-        for output, sink in before.items():
-            if now.get(output) != sink:
+        for output, sink in before.items() if isinstance(before, dict) else ():
+            # A name read from Redis: only a valid output name may become a path.
+            if now.get(output) != sink and valid_name(output):
                 shutil.rmtree(self.settings.checkpoints_dir / spec.name / output, True)
 
     def _undeploy(self, stream: str) -> None:

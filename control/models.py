@@ -10,6 +10,7 @@ from pydantic import BaseModel, Field
 from contracts.spec import Principal, StreamSpec
 from control.status import router_summary
 from control.store import App, AuditEntry, RouterState
+from control.tenancy import Caller
 
 
 class RouterPublic(BaseModel):
@@ -41,7 +42,12 @@ class StreamPublic(BaseModel):
 
 class AppCreate(BaseModel):
     name: Principal
-    rate: int = Field(0, ge=0, description="Quota in events per second; 0 = none.")
+    rate: int | None = Field(
+        None,
+        ge=0,
+        description="Quota in events per second. Default: none (0) for the admin's apps, "
+        "max_app_rate for an owner's; only the admin may give 0 (none).",
+    )
 
 
 class AppPublic(BaseModel):
@@ -60,6 +66,12 @@ class AppPublic(BaseModel):
             created=app.created,
             streams=[s.name for s in streams if app.name in s.producers],
         )
+
+    @classmethod
+    def seen_by(cls, app: App, streams: list[StreamSpec], caller: Caller) -> AppPublic:
+        """The app with only the grants of streams the caller owns: another owner's stream
+        that lets the app post is theirs to know of."""
+        return cls.of(app, [s for s in streams if caller.owns(s.owner)])
 
 
 class AppKey(BaseModel):
@@ -99,6 +111,7 @@ class AuditPublic(BaseModel):
     who: str
     action: str
     target: str
+    owner: str = Field(description="Whose the target was when it changed.")
     detail: dict[str, Any]
 
     @classmethod

@@ -29,6 +29,6 @@ class Plane:
             store=store,
             auth=Authenticator(settings, store),
             streams=Streams(settings, store),
-            accounts=Accounts(store),
+            accounts=Accounts(store, settings),
             fleet=Fleet(settings, store),
         )

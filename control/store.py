@@ -18,7 +18,8 @@ writer that WATCHes it knows nobody changed anything between its checks and its 
                                 owners, kept for good
     keystone:version            incremented on every registry change
     keystone:router:<stream>    hash: the fleet's view of the stream's router (RouterState)
-    keystone:audit              stream of changes: who, action, target, detail
+    keystone:audit              stream of changes: who, action, target, owner, detail
+    keystone:session:<sha256>   a web session's token hash, expiring
     keystone:fleet:leader       the control process running the fleet (an expiring lock)
 """
 
@@ -26,19 +27,20 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import secrets
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any
+from typing import Any, Literal
 
 import redis
 from pydantic import TypeAdapter, ValidationError
 
-from contracts.errors import Conflict, InvalidName, NotFound, Unavailable
-from contracts.names import topic_key
+from contracts.errors import Conflict, InvalidName, InvalidSpec, NotFound, Unavailable
+from contracts.names import check_stream_name, topic_key
 from contracts.settings import Settings
-from contracts.spec import Principal, StreamSpec
+from contracts.spec import Principal, StreamSpec, field_errors
 
 PREFIX = "keystone:"
 VERSION = f"{PREFIX}version"
@@ -49,6 +51,47 @@ RETIRED = f"{PREFIX}retired_streams"
 TOPICS = f"{PREFIX}topics"
 AUDIT_KEPT = 100_000  # entries; older ones are trimmed
 _LABEL = TypeAdapter(Principal)
+log = logging.getLogger(__name__)
+
+
+class Unreadable(Conflict):
+    """A stored spec that no longer reads as a spec (written by hand into Redis, or by a version
+    with other rules). Readers skip it and name it; only the admin can delete or replace it."""
+
+    def __init__(self, name: str, reason: str) -> None:
+        super().__init__(
+            f"the stored spec of stream {name!r} cannot be read ({reason}): the admin may "
+            "replace it (PUT) or delete it",
+            stream=name,
+        )
+        self.stream = name
+        self.reason = reason
+
+
+def read_spec(name: str, raw: bytes) -> StreamSpec:
+    """A stored spec, or Unreadable naming it: never another error, whatever Redis holds."""
+    try:
+        spec = StreamSpec.model_validate_json(raw)
+    except (ValidationError, ValueError, RecursionError) as e:
+        raise Unreadable(name, str(e).splitlines()[0]) from e
+    if spec.name != name:
+        raise Unreadable(name, f"it names stream {spec.name!r}")
+    return spec
+
+
+def stored_form(spec: StreamSpec) -> str:
+    """The JSON to store for a spec, once it is proven to read back as the very same spec: what
+    is validated is exactly what every reader will later read."""
+    raw = spec.to_json()
+    try:
+        again = StreamSpec.model_validate_json(raw)
+    except ValidationError as e:
+        raise InvalidSpec(
+            "the stream spec does not read back as it was given", problems=field_errors(e)
+        ) from e
+    if again.to_json() != raw:
+        raise InvalidSpec("the stream spec does not read back as it was given")
+    return raw
 
 
 @dataclass(frozen=True)
@@ -68,13 +111,16 @@ class AuditEntry:
     action: str
     target: str
     detail: dict[str, Any]
+    owner: str = ""  # whose the target was when it changed ("" in entries older than this)
 
 
 @dataclass
 class RouterState:
     """What the fleet knows of one stream's router; written by the fleet, read by the API."""
 
-    state: str = "pending"  # pending | starting | running | stopping | restarting | failed
+    state: Literal["pending", "starting", "running", "stopping", "restarting", "failed"] = (
+        "pending"
+    )
     pid: int = 0
     port: int = 0  # where its metrics are served
     since: float = 0.0  # when it entered this state
@@ -88,15 +134,20 @@ class RouterState:
 
     @classmethod
     def from_hash(cls, raw: dict[bytes, bytes]) -> RouterState:
+        """The record as stored, type-checked (ValueError when it is not one): the fleet acts
+        on what it reads, and anyone who can write to Redis could have written it."""
         values: dict[str, Any] = {}
         for f in fields(cls):
             data = raw.get(f.name.encode())
             if data is not None:
                 values[f.name] = json.loads(data)
-        return cls(**values)
+        return _ROUTER_STATE.validate_python(values)
 
     def to_hash(self) -> dict[str, str]:
         return {k: json.dumps(v) for k, v in asdict(self).items()}
+
+
+_ROUTER_STATE = TypeAdapter(RouterState)
 
 
 def hash_key(key: str) -> str:
@@ -124,7 +175,11 @@ class Store:
 
     @classmethod
     def connect(cls, settings: Settings) -> Store:
-        return cls(redis.Redis.from_url(settings.redis_url, socket_timeout=5))
+        return cls(
+            redis.Redis.from_url(
+                settings.redis_url, socket_timeout=5, **settings.redis_client_kwargs()
+            )
+        )
 
     def close(self) -> None:
         self.redis.close()
@@ -150,15 +205,19 @@ class Store:
 
         def write(tx: redis.client.Pipeline) -> tuple[StreamSpec | None, StreamSpec | None]:
             raw = tx.get(f"{PREFIX}stream:{name}")
-            old = StreamSpec.model_validate_json(raw) if raw is not None else None
+            old = None if raw is None else read_spec(name, raw)
             new = change(old)
+            stored = None if new is None else stored_form(new)
+            if new is not None:  # checked here, not before: an app may go meanwhile
+                for app in new.producers:
+                    if not tx.exists(f"{PREFIX}app:{app}"):
+                        raise NotFound(f"no app {app!r}")
             if old is None and new is not None:
                 retired = tx.hget(RETIRED, name)
                 if retired is not None and retired.decode() != new.owner:
-                    raise Conflict(
-                        f"stream name {name!r} was another owner's: their deleted stream's "
-                        "topics, tables and indices keep its data, so choose another name"
-                    )
+                    # Their deleted stream's topics, tables and indices keep its data. Said as
+                    # for a live stream of that name: whose it was is theirs to know.
+                    raise Conflict(f"stream {name!r} already exists")
             tx.multi()
             if new is None:
                 tx.delete(f"{PREFIX}stream:{name}")
@@ -166,13 +225,35 @@ class Store:
                 if old is not None:
                     tx.hset(RETIRED, name, old.owner)
             else:
-                tx.set(f"{PREFIX}stream:{name}", new.to_json())
+                tx.set(f"{PREFIX}stream:{name}", stored)
                 tx.sadd(f"{PREFIX}streams", name)
                 for topic in new.kafka_topics().values():
                     tx.hsetnx(TOPICS, topic_key(topic), new.owner)
             return old, new
 
         return self._transact(write, audit)
+
+    def purge_unreadable(self, name: str, audit: dict[str, Any]) -> None:
+        """Deletes a stored spec that does not read back (the admin's way out); its name stays
+        retired to the owner it names, when it names one."""
+
+        def purge(tx: redis.client.Pipeline) -> None:
+            raw = tx.get(f"{PREFIX}stream:{name}")
+            if raw is None:
+                raise NotFound(f"no stream {name!r}")
+            try:
+                read_spec(name, raw)
+            except Unreadable:
+                owner = _claimed_owner(raw)
+            else:
+                raise Conflict(f"stream {name!r} reads back: delete it as any stream")
+            tx.multi()
+            tx.delete(f"{PREFIX}stream:{name}")
+            tx.srem(f"{PREFIX}streams", name)
+            if owner:
+                tx.hset(RETIRED, name, owner)
+
+        self._transact(purge, audit)
 
     def retired_streams(self) -> dict[str, str]:
         """Deleted streams' names and their owners."""
@@ -188,12 +269,30 @@ class Store:
         raw = self._call(self.redis.get, f"{PREFIX}stream:{name}")
         if raw is None:
             raise NotFound(f"no stream {name!r}")
-        return StreamSpec.model_validate_json(raw)
+        return read_spec(name, raw)
 
     def streams(self) -> list[StreamSpec]:
-        names = sorted(n.decode() for n in self._call(self.redis.smembers, f"{PREFIX}streams"))
+        """Every stream that reads back; one that does not is skipped and logged by name (see
+        `read_streams`), so it cannot stop every reader of the registry."""
+        specs, unreadable = self.read_streams()
+        for problem in unreadable:
+            log.warning("skipping stream %r: %s", problem.stream, problem.reason)
+        return specs
+
+    def read_streams(self) -> tuple[list[StreamSpec], list[Unreadable]]:
+        """The streams that read back, and those that do not."""
+        members = self._call(self.redis.smembers, f"{PREFIX}streams")
+        names = sorted(n.decode(errors="replace") for n in members)
         raws = self._call(self.redis.mget, [f"{PREFIX}stream:{n}" for n in names]) if names else []
-        return [StreamSpec.model_validate_json(r) for r in raws if r is not None]
+        specs, unreadable = [], []
+        for name, raw in zip(names, raws, strict=True):
+            if raw is None:
+                continue
+            try:
+                specs.append(read_spec(name, raw))
+            except Unreadable as problem:
+                unreadable.append(problem)
+        return specs, unreadable
 
     # Owners: who may change which streams, each with a bearer token.
 
@@ -212,7 +311,10 @@ class Store:
         return sorted(n.decode() for n in self._call(self.redis.smembers, f"{PREFIX}owners"))
 
     def owner_by_token(self, token: str) -> str | None:
-        name = self._call(self.redis.get, f"{PREFIX}token:{hash_key(token)}")
+        return self.owner_by_digest(hash_key(token))
+
+    def owner_by_digest(self, token_sha256: str) -> str | None:
+        name = self._call(self.redis.get, f"{PREFIX}token:{token_sha256}")
         return name.decode() if name is not None else None
 
     # Apps
@@ -223,11 +325,12 @@ class Store:
         """Registers a producing app and returns its key: shown once, stored only hashed."""
         return self._create("app", "key", "ks", name, {"rate": rate, "owner": owner}, audit)
 
-    def rotate_app(self, name: str, audit: dict[str, Any]) -> str:
-        """A new key for the app; the old one stops working within the proxy's refresh."""
-        return self._replace_secret("app", "key", "ks", name, audit)
+    def rotate_app(self, name: str, audit: dict[str, Any], owner: str | None = None) -> str:
+        """A new key for the app; the old one stops working within the proxy's refresh. With
+        `owner`, only if the app is theirs when the key changes (else 404, as for no app)."""
+        return self._replace_secret("app", "key", "ks", name, audit, owner)
 
-    def delete_app(self, name: str, audit: dict[str, Any]) -> None:
+    def delete_app(self, name: str, audit: dict[str, Any], owner: str | None = None) -> None:
         """Revokes the app: its key stops working and it leaves every stream's producers, so a
         later app of the same name inherits no grants."""
 
@@ -238,7 +341,7 @@ class Store:
                 if name in spec.producers
             ]
 
-        self._delete_principal("app", "key", name, audit, leave_streams)
+        self._delete_principal("app", "key", name, audit, leave_streams, owner)
 
     def get_app(self, name: str) -> App:
         found = [a for a in self._apps([name]) if a.name == name]
@@ -297,13 +400,19 @@ class Store:
         return value
 
     def _replace_secret(
-        self, kind: str, secret: str, prefix: str, name: str, audit: dict[str, Any]
+        self,
+        kind: str,
+        secret: str,
+        prefix: str,
+        name: str,
+        audit: dict[str, Any],
+        owner: str | None = None,
     ) -> str:
         value = f"{prefix}_{secrets.token_urlsafe(32)}"
         digest = hash_key(value)
 
         def write(tx: redis.client.Pipeline) -> None:
-            old = self._digest(tx, kind, secret, name)
+            old = self._digest(tx, kind, secret, name, owner)
             tx.multi()
             tx.delete(f"{PREFIX}{secret}:{old}")
             tx.hset(f"{PREFIX}{kind}:{name}", f"{secret}_sha256", digest)
@@ -319,44 +428,55 @@ class Store:
         name: str,
         audit: dict[str, Any],
         also: Callable[[redis.client.Pipeline], list[StreamSpec]] | None = None,
+        owner: str | None = None,
     ) -> None:
         def write(tx: redis.client.Pipeline) -> None:
-            old = self._digest(tx, kind, secret, name)
+            old = self._digest(tx, kind, secret, name, owner)
             changed = also(tx) if also else []
             tx.multi()
             tx.delete(f"{PREFIX}{secret}:{old}", f"{PREFIX}{kind}:{name}")
             tx.srem(f"{PREFIX}{kind}s", name)
             for spec in changed:
-                tx.set(f"{PREFIX}stream:{spec.name}", spec.to_json())
+                tx.set(f"{PREFIX}stream:{spec.name}", stored_form(spec))
 
         self._transact(write, audit)
 
     @staticmethod
-    def _digest(tx: redis.client.Pipeline, kind: str, secret: str, name: str) -> str:
-        """The stored hash of an owner's token or an app's key (read inside a transaction)."""
-        digest = tx.hget(f"{PREFIX}{kind}:{name}", f"{secret}_sha256")
-        if digest is None:
+    def _digest(
+        tx: redis.client.Pipeline, kind: str, secret: str, name: str, owner: str | None = None
+    ) -> str:
+        """The stored hash of an owner's token or an app's key, read inside the transaction
+        that changes it; with `owner`, only of a record that is theirs then (an app deleted and
+        registered again by someone else between a check and a write is not)."""
+        digest, holder = tx.hmget(f"{PREFIX}{kind}:{name}", [f"{secret}_sha256", "owner"])
+        if digest is None or (owner is not None and (holder or b"").decode() != owner):
             raise NotFound(f"no {kind} {name!r}")
         return digest.decode()
 
     # The fleet's view of each router (not part of the registry's version).
 
     def router_state(self, stream: str) -> RouterState | None:
-        raw = self._call(self.redis.hgetall, f"{PREFIX}router:{stream}")
-        return RouterState.from_hash(raw) if raw else None
+        raw = self._call(self.redis.hgetall, f"{PREFIX}router:{check_stream_name(stream)}")
+        return _router_state(stream, raw)
 
     def router_states(self) -> dict[str, RouterState]:
+        """Each stream's router record. A key is a name read from Redis, which anyone who can
+        write there could have made: only valid stream names come back (the fleet makes paths
+        of them), and a record that does not read is skipped and logged."""
         found = self._call(lambda: list(self.redis.scan_iter(match=f"{PREFIX}router:*")))
-        keys = [k.decode() for k in found]
+        streams = []
+        for key in found:
+            name = key.decode(errors="replace").removeprefix(f"{PREFIX}router:")
+            try:
+                streams.append(check_stream_name(name))
+            except InvalidName:
+                log.warning("skipping router record %r: not a stream's name", name)
         with self.redis.pipeline(transaction=False) as batch:
-            for key in keys:
-                batch.hgetall(key)
+            for name in streams:
+                batch.hgetall(f"{PREFIX}router:{name}")
             raws = self._call(batch.execute)
-        return {
-            k.removeprefix(f"{PREFIX}router:"): RouterState.from_hash(r)
-            for k, r in zip(keys, raws, strict=True)
-            if r
-        }
+        states = {name: _router_state(name, raw) for name, raw in zip(streams, raws, strict=True)}
+        return {name: state for name, state in states.items() if state is not None}
 
     def put_router_state(self, stream: str, state: RouterState) -> None:
         self._call(self.redis.hset, f"{PREFIX}router:{stream}", mapping=state.to_hash())
@@ -391,6 +511,23 @@ class Store:
             f"{PREFIX}{name}",
             holder,
         )
+
+    # Web sessions: a random id in the browser's cookie, the token's hash here, for a while.
+
+    def open_session(self, token_sha256: str, seconds: int) -> str:
+        """A new session for the holder of the token; its id, stored only hashed."""
+        session = secrets.token_urlsafe(32)
+        key = f"{PREFIX}session:{hash_key(session)}"
+        self._call(self.redis.set, key, token_sha256, ex=seconds)
+        return session
+
+    def session_token(self, session: str) -> str | None:
+        """The hash of the token the session was opened with, while the session lasts."""
+        digest = self._call(self.redis.get, f"{PREFIX}session:{hash_key(session)}")
+        return digest.decode() if digest is not None else None
+
+    def close_session(self, session: str) -> None:
+        self._call(self.redis.delete, f"{PREFIX}session:{hash_key(session)}")
 
     # The audit log: who changed what, when.
 
@@ -430,9 +567,29 @@ class Store:
             raise Unavailable(f"the registry (Redis) is unreachable: {e}", retry_after=2) from e
 
 
-def audit(who: str, action: str, target: str, **detail: Any) -> dict[str, Any]:
-    """An audit entry for a `Store` write."""
-    return {"who": who, "action": action, "target": target, "detail": detail}
+def _router_state(stream: str, raw: dict[bytes, bytes]) -> RouterState | None:
+    if not raw:
+        return None
+    try:
+        return RouterState.from_hash(raw)
+    except (ValueError, TypeError) as e:
+        log.warning("skipping router record of %r: %s", stream, e)
+        return None
+
+
+def _claimed_owner(raw: bytes | None) -> str:
+    """The owner an unreadable spec names, if it names a valid one."""
+    try:
+        owner = json.loads(raw or b"{}").get("owner")
+        return check_label(owner, "owner")
+    except (ValueError, AttributeError, InvalidName):
+        return ""
+
+
+def audit(who: str, action: str, target: str, *, owner: str, **detail: Any) -> dict[str, Any]:
+    """An audit entry for a `Store` write. `owner` is whose the target is (an owner's name, or
+    "admin" for the admin's apps): an owner's view of the log is the entries with theirs."""
+    return {"who": who, "action": action, "target": target, "owner": owner, "detail": detail}
 
 
 def _audit_fields(entry: dict[str, Any]) -> dict[str, str]:
@@ -441,6 +598,7 @@ def _audit_fields(entry: dict[str, Any]) -> dict[str, str]:
         "who": entry["who"],
         "action": entry["action"],
         "target": entry["target"],
+        "owner": entry["owner"],
         "detail": json.dumps(entry["detail"], default=str),
     }
 
@@ -454,4 +612,5 @@ def _entry(entry_id: bytes, values: dict[bytes, bytes]) -> AuditEntry:
         action=text["action"],
         target=text["target"],
         detail=json.loads(text["detail"]),
+        owner=text.get("owner", ""),
     )

@@ -13,12 +13,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from contracts.errors import Conflict, Forbidden, InvalidSpec, NotFound
+from contracts.limits import check_limit
 from contracts.names import topic_key
 from contracts.settings import Settings
 from contracts.spec import OutputSpec, StreamSpec, load_spec
 from control.provisioner import provision
-from control.store import Store, audit
-from control.tenancy import Caller
+from control.store import Store, Unreadable, audit
+from control.tenancy import ADMIN, Caller
 from control.validation import check_spec, route_problems, topic_problems
 
 
@@ -38,13 +39,13 @@ class Streams:
         return [s for s in self.store.streams() if caller.owns(s.owner)]
 
     def get(self, caller: Caller, name: str) -> StreamSpec:
-        return caller.visible_stream(self.store.get_stream(name))
+        return caller.visible_stream(self._read(caller, name))
 
     def create(self, caller: Caller, spec: StreamSpec) -> Applied:
         def change(old: StreamSpec | None) -> StreamSpec:
             if old is not None:
                 raise Conflict(f"stream {spec.name!r} already exists")
-            return self._checked(caller, spec)
+            return self._checked(caller, spec, old)
 
         return self._apply(caller, spec.name, change, "stream.create")
 
@@ -57,13 +58,21 @@ class Streams:
             )
 
         def change(old: StreamSpec | None) -> StreamSpec:
-            if old is not None and not caller.owns(old.owner):
-                raise Forbidden(f"stream {name!r} belongs to another owner")
-            return self._checked(caller, spec)
+            if old is not None and not caller.owns(old.owner):  # as POST answers: the name
+                raise Conflict(f"stream {name!r} already exists")  # is taken, nothing more
+            return self._checked(caller, spec, old)
 
         return self._apply(caller, name, change, "stream.put")
 
     def delete(self, caller: Caller, name: str) -> None:
+        try:
+            self._read(caller, name)
+        except Unreadable:  # only the admin is told of it, and may delete it
+            self.store.purge_unreadable(
+                name, audit(caller.name, "stream.purge", name, owner=ADMIN)
+            )
+            return
+
         def change(old: StreamSpec | None) -> None:
             caller.visible_stream(self._existing(old, name))
             feeding = sorted(
@@ -87,7 +96,7 @@ class Streams:
             outputs = [o for o in spec.outputs if o.name != output.name]
             index = next((i for i, o in enumerate(spec.outputs) if o.name == output.name), None)
             outputs.insert(len(outputs) if index is None else index, output)
-            return self._checked(caller, _replace(spec, outputs=outputs))
+            return self._checked(caller, _replace(spec, outputs=outputs), spec)
 
         return self._apply(caller, stream, change, "output.put", output=output.name)
 
@@ -130,18 +139,20 @@ class Streams:
         action: str,
         **detail: str,
     ) -> Applied:
-        before = self._stored(name)
+        before = self._stored(caller, name)
         draft = change(before)
         provisioned = provision(self.settings, draft) if draft is not None else []
-        old, new = self.store.change_stream(
-            name, change, audit(caller.name, action, name, provisioned=provisioned, **detail)
-        )
+        # Whose the stream is: `change` checks again in the transaction that it still is.
+        owner = (draft or before).owner  # type: ignore[union-attr]
+        entry = audit(caller.name, action, name, owner=owner, provisioned=provisioned, **detail)
+        old, new = self.store.change_stream(name, change, entry)
         return Applied(spec=new, created=old is None, provisioned=provisioned)
 
-    def _checked(self, caller: Caller, spec: StreamSpec) -> StreamSpec:
+    def _checked(self, caller: Caller, spec: StreamSpec, old: StreamSpec | None) -> StreamSpec:
         """The spec, if the caller may own it and it passes every check; else 403 or 422."""
         if not caller.owns(spec.owner):
             raise Forbidden(f"you may only own streams yourself: owner {caller.name!r}")
+        self._check_limits(spec, old)
         check_spec(spec)
         known = {a.name for a in self.store.apps()}
         problems = [
@@ -161,11 +172,37 @@ class Streams:
             raise InvalidSpec("the stream spec is not valid", problems=problems)
         return spec
 
-    def _stored(self, name: str) -> StreamSpec | None:
+    def _check_limits(self, spec: StreamSpec, old: StreamSpec | None) -> None:
+        """The limits on what one spec asks of the shared service. A spec stored under looser
+        limits stays changeable: only what grows past a limit is refused."""
+        limits = self.settings
+        if old is None or spec.partitions > old.partitions:
+            check_limit(limits, "max_partitions", spec.partitions, "partitions", "partitions")
+        if old is None or len(spec.outputs) > len(old.outputs):
+            check_limit(
+                limits, "max_outputs_per_stream", len(spec.outputs), "outputs", "outputs"
+            )
+        if old is None:
+            live = sum(1 for s in self.store.streams() if s.owner == spec.owner)
+            check_limit(
+                limits, "max_streams_per_owner", live + 1, f"streams of {spec.owner!r}", "name"
+            )
+
+    def _stored(self, caller: Caller, name: str) -> StreamSpec | None:
         try:
-            return self.store.get_stream(name)
+            return self._read(caller, name)
         except NotFound:
             return None
+
+    def _read(self, caller: Caller, name: str) -> StreamSpec:
+        """The stored spec; one that does not read back is the admin's to know of (409), and
+        for an owner it does not exist (it cannot be told whose it was)."""
+        try:
+            return self.store.get_stream(name)
+        except Unreadable as e:
+            if caller.admin:
+                raise
+            raise NotFound(f"no stream {name!r}") from e
 
     @staticmethod
     def _existing(spec: StreamSpec | None, name: str) -> StreamSpec:

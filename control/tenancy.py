@@ -8,16 +8,15 @@ apps they own. Tokens are compared by their SHA-256; owners' tokens are stored o
 from __future__ import annotations
 
 import hmac
-import os
-import secrets
 from dataclasses import dataclass
 
 from contracts.errors import Forbidden, NotFound, Unauthorized
-from contracts.settings import Settings
+from contracts.settings import Settings, stored_secret
 from contracts.spec import StreamSpec
 from control.store import App, Store, hash_key
 
 ADMIN = "admin"
+SESSION_SECONDS = 12 * 3600  # a web session's life, kept by the server, not the browser
 
 
 @dataclass(frozen=True)
@@ -48,22 +47,7 @@ def admin_token(settings: Settings, create: bool = False) -> str | None:
     """The admin token: from settings, else the state directory's (made there when `create`,
     readable by its owner only). None when there is none to read."""
     configured = settings.admin_token.get_secret_value()
-    if configured:
-        return configured
-    path = settings.admin_token_file
-    try:
-        return path.read_text().strip()
-    except FileNotFoundError:
-        if not create:
-            return None
-    except PermissionError:
-        return None
-    path.parent.mkdir(parents=True, exist_ok=True)
-    token = f"ka_{secrets.token_urlsafe(32)}"
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as out:
-        out.write(token)
-    return token
+    return configured or stored_secret(settings.admin_token_file, create, prefix="ka_")
 
 
 class Authenticator:
@@ -78,9 +62,29 @@ class Authenticator:
         token = token.strip()
         if scheme.lower() != "bearer" or not token:
             raise Unauthorized("a token is required: Authorization: Bearer <token>")
-        if hmac.compare_digest(hash_key(token), self._admin_digest):
+        return self.by_digest(hash_key(token))
+
+    def by_digest(self, token_sha256: str) -> Caller:
+        """Whose token has this hash (a web session keeps only the hash); 401 for nobody's,
+        as for a rotated or removed token."""
+        if hmac.compare_digest(token_sha256, self._admin_digest):
             return Caller(ADMIN, admin=True)
-        owner = self._store.owner_by_token(token)
+        owner = self._store.owner_by_digest(token_sha256)
         if owner is None:
             raise Unauthorized("the token is not valid")
         return Caller(owner, admin=False)
+
+    def sign_in(self, token: str) -> str:
+        """A web session for a valid token (401 otherwise): its id, for the cookie. It ends
+        after SESSION_SECONDS, at sign-out, or when the token is rotated or removed."""
+        self.caller(f"Bearer {token}")
+        return self._store.open_session(hash_key(token), SESSION_SECONDS)
+
+    def session(self, session: str) -> Caller:
+        digest = self._store.session_token(session)
+        if digest is None:
+            raise Unauthorized("the session has ended: sign in again")
+        return self.by_digest(digest)
+
+    def sign_out(self, session: str) -> None:
+        self._store.close_session(session)

@@ -2,9 +2,10 @@
 a stream's page (outputs, rates, its dashboard), and forms to create a stream and add an output,
 with a filter and projection editor that previews on recent events and shows errors inline.
 
-Pages call the same functions as the REST API. The token a user signs in with is kept in an
-HttpOnly, SameSite=Strict cookie scoped to /ui; forms that change anything also check that the
-request comes from this site (Origin), so another site cannot post them.
+Pages call the same functions as the REST API. Signing in with a token opens a session that
+control keeps in Redis (12 hours, ended by signing out or by rotating the token); its id is
+kept in an HttpOnly, SameSite=Strict cookie scoped to /ui; forms that change anything also
+check that the request comes from this site (Origin), so another site cannot post them.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from control.models import PreviewRequest
 from control.plane import Plane
 from control.preview import preview
 from control.status import stream_status
-from control.tenancy import Caller
+from control.tenancy import SESSION_SECONDS, Caller
 from dashboards.grafana import dashboard
 from dashboards.live import panel_data, panel_layout, stream_alerts
 from dashboards.panels import fleet_panels, stream_panels
@@ -48,11 +49,11 @@ class SignIn(Exception):
 
 def ui_caller(request: Request) -> Caller:
     plane: Plane = request.app.state.plane
-    token = request.cookies.get(COOKIE)
-    if not token:
+    session = request.cookies.get(COOKIE)
+    if not session:
         raise SignIn
     try:
-        return plane.auth.caller(f"Bearer {token}")
+        return plane.auth.session(session)
     except Unauthorized as e:
         raise SignIn from e
 
@@ -98,18 +99,21 @@ def login_form(request: Request) -> HTMLResponse:
 @router.post("/login", response_class=HTMLResponse, dependencies=[Depends(same_site)])
 def login(request: Request, plane: PlaneDep, token: Annotated[str, Form()]) -> Response:
     try:
-        plane.auth.caller(f"Bearer {token.strip()}")
+        session = plane.auth.sign_in(token.strip())
     except Unauthorized:
         return page(request, "login.html", None, error="That token is not valid.", status_code=401)
     response = RedirectResponse("/ui/", status_code=303)
     response.set_cookie(
-        COOKIE, token.strip(), httponly=True, samesite="strict", path="/ui", max_age=12 * 3600
+        COOKIE, session, httponly=True, samesite="strict", path="/ui", max_age=SESSION_SECONDS
     )
     return response
 
 
 @router.post("/logout", dependencies=[Depends(same_site)])
-def logout() -> Response:
+def logout(request: Request, plane: PlaneDep) -> Response:
+    session = request.cookies.get(COOKIE)
+    if session:
+        plane.auth.sign_out(session)  # ended here, not only forgotten by this browser
     response = RedirectResponse("/ui/login", status_code=303)
     response.delete_cookie(COOKIE, path="/ui")
     return response

@@ -120,7 +120,7 @@ def stream_panels(spec: StreamSpec) -> list[Panel]:
             "Router up",
             "none",
             (
-                Query(f"max({m.ROUTER_UP}{_selector(stream=s)})", "queries started"),
+                Query(f"max({m.ROUTER_UP}{_selector(stream=s)})", "every query running"),
                 Query(f"max(up{_selector(job='keystone_router', stream=s)})", "scraped"),
             ),
             "1 while the stream's router runs its queries and Prometheus reaches it.",

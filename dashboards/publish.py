@@ -15,6 +15,7 @@ import json
 import logging
 import os
 import shutil
+import signal
 import subprocess
 from pathlib import Path
 
@@ -25,6 +26,7 @@ from contracts.settings import Settings
 from contracts.spec import StreamSpec
 from dashboards.grafana import dashboard
 from dashboards.rules import rules_yaml
+from stack.processes import PidFile
 
 log = logging.getLogger(__name__)
 
@@ -37,19 +39,29 @@ class Publisher:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self._reload_pending = False
+        self.failures: dict[str, str] = {}  # stream -> why its files were not published
 
     def sync(self, specs: list[StreamSpec]) -> list[str]:
-        """Writes what changed, removes what is no more; returns what it did, for the log."""
+        """Writes what changed, removes what is no more; returns what it did, for the log.
+        Each stream on its own: one whose rules do not pass keeps its last good file and is
+        named in `failures`, and every other stream's go on being published."""
         boards, rules = self.settings.dashboards_dir, self.settings.prometheus_rules_dir
         done = []
+        failures = {}
         for spec in specs:
-            board = json.dumps(dashboard(spec), indent=2, sort_keys=True) + "\n"
-            if _write(boards / f"{spec.name}.json", board):
-                done.append(f"dashboard {spec.name}")
-            rule = rules_yaml(spec, dashboard_url(self.settings, spec.name))
-            if _write(rules / f"{spec.name}.yml", rule, check=_promtool):
-                done.append(f"alert rules {spec.name}")
-                self._reload_pending = True
+            try:
+                board = json.dumps(dashboard(spec), indent=2, sort_keys=True) + "\n"
+                if _write(boards / f"{spec.name}.json", board):
+                    done.append(f"dashboard {spec.name}")
+                rule = rules_yaml(spec, dashboard_url(self.settings, spec.name))
+                if _write(rules / f"{spec.name}.yml", rule, check=_promtool):
+                    done.append(f"alert rules {spec.name}")
+                    self._reload_pending = True
+            except (ValueError, OSError) as e:
+                failures[spec.name] = str(e)
+                if self.failures.get(spec.name) != str(e):  # once per new reason
+                    log.error("dashboards of stream %s not published: %s", spec.name, e)
+        self.failures = failures
         names = {s.name for s in specs}
         for folder, suffix in ((boards, ".json"), (rules, ".yml")):
             for path in folder.glob(f"*{suffix}") if folder.exists() else []:
@@ -64,18 +76,23 @@ class Publisher:
         return done
 
     def _reload(self) -> None:
+        if self.settings.is_embedded("prometheus"):
+            # The stack's Prometheus has no HTTP lifecycle API (it would let any web page on
+            # this machine stop it): it reloads on SIGHUP.
+            pid = PidFile(self.settings.run_dir / "prometheus.pid").running_pid()
+            if pid is None:
+                raise Unavailable("Prometheus is not running: rules not reloaded", retry_after=5)
+            os.kill(pid, signal.SIGHUP)
+            self._reload_pending = False
+            return
         url = f"{self.settings.prometheus_url}/-/reload"
         try:
             answer = httpx.post(url, timeout=10)
         except httpx.HTTPError as e:
             raise Unavailable(f"Prometheus did not reload its rules: {e}", retry_after=5) from e
         if answer.status_code >= 300:
-            if not self.settings.is_embedded("prometheus"):
-                # A Prometheus of one's own may not allow reloads: it loads the files itself.
-                log.warning("Prometheus at %s refused a reload (%s)", url, answer.status_code)
-                self._reload_pending = False
-                return
-            raise Unavailable(f"Prometheus refused to reload: {answer.text[:300]}", retry_after=5)
+            # A Prometheus of one's own may not allow reloads: it loads the files itself.
+            log.warning("Prometheus at %s refused a reload (%s)", url, answer.status_code)
         self._reload_pending = False
 
 

@@ -21,6 +21,7 @@ from fastapi import Depends, FastAPI, Query, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import BaseModel
+from starlette.concurrency import run_in_threadpool
 
 from contracts import envelope
 from contracts.errors import KeystoneError, PayloadTooLarge, SchemaMismatch, Unavailable
@@ -28,7 +29,7 @@ from contracts.names import fronting_topic
 from contracts.schema import schema_problems
 from contracts.settings import Settings
 from control.store import Store
-from ingest_proxy.events import field, media_type, parse_events
+from ingest_proxy.events import Event, field, media_type, parse_events
 from ingest_proxy.metrics import UNKNOWN, IngestMetrics
 from ingest_proxy.publisher import Publisher, Record
 from ingest_proxy.quota import Quota
@@ -39,6 +40,10 @@ log = logging.getLogger(__name__)
 # is 700): at 700 a request's own records, several per event, set one off mid-request and,
 # surviving it, were scanned again in the older generations; they die by reference count.
 GC_YOUNG_THRESHOLD = 50_000
+# A body up to this size is parsed on the event loop (well under a millisecond; a hop to a
+# thread would cost more); a larger one, or any checked against a schema, in a worker thread,
+# so one tenant's big or schema-checked posts never hold up another's requests or /healthz.
+INLINE_BYTES = 64 * 1024
 
 
 class Accepted(BaseModel):
@@ -89,9 +94,11 @@ class Proxy:
             app_name, stream_label = app.name, spec.name
             kind = media_type(request.headers.get("content-type"))
             body = await self._read_body(request)
-            events = parse_events(body, kind, self.settings.max_event_bytes)
+            if len(body) > INLINE_BYTES or self.registry.schema(stream) is not None:
+                events = await run_in_threadpool(self._read_events, stream, body, kind)
+            else:
+                events = self._read_events(stream, body, kind)
             count = len(events)
-            self._check_schema(stream, events)
             await self.quota.take(app.name, app.rate, count)
             if not self.kafka_reachable:
                 raise Unavailable("Kafka is unreachable; nothing was written", retry_after=2)
@@ -118,17 +125,29 @@ class Proxy:
         declared = request.headers.get("content-length")
         if declared and declared.isdigit() and int(declared) > limit:
             raise PayloadTooLarge(
-                f"the request is {declared} bytes; the limit is {limit}", limit=limit
+                f"the request is {declared} bytes; the limit is {limit}",
+                setting="max_request_bytes",
+                limit=limit,
             )
         chunks, size = [], 0
         async for chunk in request.stream():
             size += len(chunk)
             if size > limit:  # a body without (or lying about) its length
                 raise PayloadTooLarge(
-                    f"the request is over the limit of {limit} bytes", limit=limit
+                    f"the request is over the limit of {limit} bytes",
+                    setting="max_request_bytes",
+                    limit=limit,
                 )
             chunks.append(chunk)
         return b"".join(chunks)
+
+    def _read_events(self, stream: str, body: bytes, kind: str) -> list[Event]:
+        limits = self.settings
+        events = parse_events(
+            body, kind, limits.max_event_bytes, limits.max_events_per_request
+        )
+        self._check_schema(stream, events)
+        return events
 
     def _check_schema(self, stream: str, events: list) -> None:
         schema = self.registry.schema(stream)
@@ -231,8 +250,10 @@ def create_app(settings: Settings) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         store = Store.connect(settings)
-        registry = Registry(store, settings.registry_refresh_seconds)
-        quota_redis = aioredis.Redis.from_url(settings.redis_url, socket_timeout=2)
+        registry = Registry(store, settings.registry_refresh_seconds, metrics)
+        quota_redis = aioredis.Redis.from_url(
+            settings.redis_url, socket_timeout=2, **settings.redis_client_kwargs()
+        )
         publisher = Publisher(settings)
         proxy = Proxy(settings, registry, publisher, Quota(quota_redis), metrics)
         registry.start()

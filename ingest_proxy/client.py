@@ -112,6 +112,17 @@ class ProxyClient:
                 for i, guid in zip(todo, body["guids"], strict=True):
                     guids[i] = guid
                 return [g for g in guids if g is not None], attempt
+            fits = _fits(response.status_code, body)
+            if fits and fits < len(todo):  # more events than one request may hold: split
+                self.batch_size = min(self.batch_size, fits)  # and send fewer from now on
+                retries = attempt
+                for start in range(0, len(todo), fits):
+                    part = todo[start : start + fits]
+                    sent, again = self._send_batch(stream, [batch[i] for i in part], key)
+                    for i, guid in zip(part, sent, strict=True):
+                        guids[i] = guid
+                    retries += again
+                return [g for g in guids if g is not None], retries
             if response.status_code not in (429, 503):
                 raise SendFailed(
                     f"{response.status_code}: {body.get('message', response.text)}",
@@ -127,6 +138,17 @@ class ProxyClient:
             f"{len(todo)} events not accepted after {self.max_attempts} attempts",
             retry_after=self.max_backoff,
         )
+
+
+# The limits on events per request a 413 can name: the proxy's, and the app's quota.
+_SPLITTABLE = ("max_events_per_request", "quota")
+
+
+def _fits(status: int, body: dict[str, Any]) -> int:
+    """How many events one request may hold, when the proxy refused one for holding more."""
+    if status == 413 and body.get("setting") in _SPLITTABLE:
+        return int(body["limit"])
+    return 0
 
 
 class DirectProducer:
@@ -171,6 +193,7 @@ class DirectProducer:
                 raise PayloadTooLarge(
                     f"event {index} is {len(value)} bytes; the limit is {self.max_event_bytes}",
                     index=index,
+                    setting="max_event_bytes",
                     limit=self.max_event_bytes,
                 )
         for value in values:

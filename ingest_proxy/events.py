@@ -14,12 +14,14 @@ import simdjson
 
 from contracts.envelope import JSON_SPACE, STRICT_JSON
 from contracts.errors import BadRequest, PayloadTooLarge, UnsupportedMediaType
+from contracts.limits import Limits
 
 JSON = "application/json"
 NDJSON = "application/x-ndjson"
 # Deeper events are refused: Python's decoder (about 1,000 levels, less the caller's stack),
 # simdjson's (1,024) and the router's Jackson (1,000) each stop somewhere; this is below all.
 MAX_DEPTH = 512
+DEFAULT_MAX_EVENTS = Limits.model_fields["max_events_per_request"].default
 _STRING = re.compile(rb'"(?:[^"\\]|\\.)*"')
 _OPEN_CLOSE = bytes.maketrans(b"[{]}", b"\x02\x02\x00\x00")
 _OTHER = bytes(set(range(256)) - set(b"[{]}"))
@@ -71,12 +73,16 @@ def media_type(content_type: str | None) -> str:
     return kind
 
 
-def parse_events(body: bytes, kind: str, max_event_bytes: int) -> list[Event]:
+def parse_events(
+    body: bytes, kind: str, max_event_bytes: int, max_events: int = DEFAULT_MAX_EVENTS
+) -> list[Event]:
+    """The request's events; refused (with nothing parsed past the limit) when it holds more
+    than `max_events`: each becomes a Kafka record and a guid in the answer."""
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError as e:
         raise BadRequest(f"the body is not UTF-8 (byte {e.start})") from e
-    events = _ndjson(body) if kind == NDJSON else _json(text)
+    events = _ndjson(body, max_events) if kind == NDJSON else _json(text, max_events)
     if not events:
         raise BadRequest("the body holds no events")
     for index, event in enumerate(events):
@@ -84,6 +90,7 @@ def parse_events(body: bytes, kind: str, max_event_bytes: int) -> list[Event]:
             raise PayloadTooLarge(
                 f"event {index} is {len(event.raw)} bytes; the limit is {max_event_bytes}",
                 index=index,
+                setting="max_event_bytes",
                 limit=max_event_bytes,
             )
         if _depth(event.raw) > MAX_DEPTH:
@@ -100,10 +107,19 @@ def _depth(raw: bytes) -> int:
     return max((level - i for i, level in enumerate(accumulate(brackets), start=1)), default=0)
 
 
-def _json(text: str) -> list[Event]:
+def _too_many(max_events: int) -> PayloadTooLarge:
+    return PayloadTooLarge(
+        f"the request holds more than {max_events} events (max_events_per_request): send "
+        "fewer per request",
+        setting="max_events_per_request",
+        limit=max_events,
+    )
+
+
+def _json(text: str, max_events: int) -> list[Event]:
     start = _skip_space(text, 0)
     if text.startswith("[", start):
-        return _array(text, start)
+        return _array(text, start, max_events)
     try:
         value, end = STRICT_JSON.raw_decode(text, start)
     except ValueError as e:
@@ -115,7 +131,7 @@ def _json(text: str) -> list[Event]:
     return [_event(value, text[start:end], "the body")]
 
 
-def _array(text: str, start: int) -> list[Event]:
+def _array(text: str, start: int, max_events: int) -> list[Event]:
     """Elements of a top-level array with the exact text of each, in one pass."""
     events, pos = [], _skip_space(text, start + 1)
     if text.startswith("]", pos):
@@ -123,6 +139,8 @@ def _array(text: str, start: int) -> list[Event]:
     else:
         while True:
             index = len(events)
+            if index == max_events:
+                raise _too_many(max_events)
             try:
                 value, end = STRICT_JSON.raw_decode(text, pos)
             except ValueError as e:
@@ -145,7 +163,7 @@ def _array(text: str, start: int) -> list[Event]:
     return events
 
 
-def _ndjson(body: bytes) -> list[Event]:
+def _ndjson(body: bytes, max_events: int) -> list[Event]:
     """Lines checked as bytes, which are what goes to Kafka: no decoding and encoding again."""
     events = []
     for number, line in enumerate(body.split(b"\n"), start=1):
@@ -162,6 +180,8 @@ def _ndjson(body: bytes) -> list[Event]:
             ) from e
         if not is_object:
             raise BadRequest(f"line {number} is not a JSON object", line=number)
+        if len(events) == max_events:
+            raise _too_many(max_events)
         events.append(Event(line))
     return events
 

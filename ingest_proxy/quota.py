@@ -1,33 +1,64 @@
-"""Per-app rate quotas (events per second), shared by every proxy process through Redis."""
+"""Per-app rate quotas (events per second), shared by every proxy process through Redis.
+
+A token bucket per app, kept and decided in Redis by one script (so proxies on several hosts
+share it, on Redis's clock): it holds at most one second of the app's rate and refills at that
+rate. A request takes as many tokens as it has events, and only when it is admitted: a refused
+request takes nothing. A request larger than one second's quota could never be admitted, so it
+is refused for good (413 naming the quota; the client splits its batches to fit) rather than
+answered 429 forever.
+"""
 
 from __future__ import annotations
 
-import time
-
 import redis.asyncio as aioredis
 
-from contracts.errors import RateLimited, Unavailable
+from contracts.errors import PayloadTooLarge, RateLimited, Unavailable
 from control.store import PREFIX
+
+# KEYS[1]: the app's bucket; ARGV: rate (events/s), events. Returns -1 when admitted, else
+# the milliseconds until it would be.
+_TAKE = """
+local rate, events = tonumber(ARGV[1]), tonumber(ARGV[2])
+local clock = redis.call('TIME')
+local now = clock[1] * 1000 + math.floor(clock[2] / 1000)
+local bucket = redis.call('HMGET', KEYS[1], 'tokens', 'at')
+local tokens = tonumber(bucket[1]) or rate
+local at = tonumber(bucket[2]) or now
+tokens = math.min(rate, tokens + math.max(0, now - at) * rate / 1000)
+if tokens < events then
+  return math.ceil((events - tokens) * 1000 / rate)
+end
+tokens = tokens - events
+redis.call('HSET', KEYS[1], 'tokens', tostring(tokens), 'at', now)
+redis.call('PEXPIRE', KEYS[1], math.ceil((rate - tokens) * 1000 / rate) + 1000)
+return -1
+"""
 
 
 class Quota:
     def __init__(self, client: aioredis.Redis) -> None:
         self._redis = client
+        self._take = client.register_script(_TAKE)
 
     async def take(self, app: str, rate: int, events: int) -> None:
-        """Counts `events` against this second's window; 429 once the app is over `rate`."""
+        """Takes `events` from the app's bucket; 429 with when to retry when it cannot."""
         if rate <= 0:
             return
-        now = time.time()
-        window = f"{PREFIX}rate:{app}:{int(now)}"
+        if events > rate:
+            raise PayloadTooLarge(
+                f"{events} events in one request can never fit app {app!r}'s quota of {rate} "
+                f"events per second: send at most {rate} per request",
+                setting="quota",
+                limit=rate,
+                quota=rate,
+            )
         try:
-            async with self._redis.pipeline(transaction=True) as tx:
-                used, _ = await tx.incrby(window, events).expire(window, 2).execute()
+            wait_ms = await self._take(keys=[f"{PREFIX}quota:{app}"], args=[rate, events])
         except aioredis.RedisError as e:
             raise Unavailable(f"the quota store (Redis) is unreachable: {e}", retry_after=2) from e
-        if used > rate:
+        if wait_ms >= 0:
             raise RateLimited(
                 f"app {app!r} is over its quota of {rate} events per second",
-                retry_after=1 - (now % 1),
+                retry_after=wait_ms / 1000,
                 quota=rate,
             )

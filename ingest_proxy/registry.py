@@ -12,6 +12,7 @@ from contracts.errors import Forbidden, KeystoneError, NotFound, Unauthorized, U
 from contracts.schema import parse_schema
 from contracts.spec import StreamSpec
 from control.store import App, Store, hash_key
+from ingest_proxy.metrics import IngestMetrics
 
 log = logging.getLogger(__name__)
 
@@ -25,8 +26,9 @@ class Snapshot:
 
 
 class Registry:
-    def __init__(self, store: Store, refresh_seconds: float) -> None:
+    def __init__(self, store: Store, refresh_seconds: float, metrics: IngestMetrics) -> None:
         self._store = store
+        self._metrics = metrics
         self._refresh = refresh_seconds
         self._snapshot = Snapshot()
         self._stop = threading.Event()
@@ -48,23 +50,38 @@ class Registry:
         version = self._store.version()
         if version == self._snapshot.version:
             return
-        streams = {s.name: s for s in self._store.streams()}
+        streams, schemas = {}, {}
+        for spec in self._store.streams():  # a stream that does not read back is skipped
+            try:
+                if spec.avro_schema:
+                    schemas[spec.name] = parse_schema(spec.avro_schema)
+            except ValueError as e:  # its events are refused (404), no one else's
+                log.warning("skipping stream %r: its schema does not parse: %s", spec.name, e)
+                continue
+            streams[spec.name] = spec
         self._snapshot = Snapshot(  # one reference swap: readers never see half a reload
             version=version,
             streams=streams,
-            schemas={n: parse_schema(s.avro_schema) for n, s in streams.items() if s.avro_schema},
+            schemas=schemas,
             apps_by_key={a.key_sha256: a for a in self._store.apps()},
         )
+        self._metrics.announce((s.name, app) for s in streams.values() for app in s.producers)
 
     def _watch(self) -> None:
         while not self._stop.wait(self._refresh):
             self._try_reload()
 
     def _try_reload(self) -> None:
+        """One reload; whatever goes wrong, the thread lives on to try the next one (a thread
+        that died would stop seeing key rotations and revocations for good), counted."""
         try:
             self.reload()
         except KeystoneError as e:  # Redis away: keep serving what was loaded, retry soon
+            self._metrics.registry_failures.inc()
             log.warning("registry reload failed: %s", e)
+        except Exception:
+            self._metrics.registry_failures.inc()
+            log.exception("registry reload failed")
 
     def authorize(self, authorization: str | None, stream: str) -> tuple[App, StreamSpec]:
         """The app behind a bearer key, and the stream it may write to; 401, 404 or 403."""

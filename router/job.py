@@ -218,7 +218,7 @@ class Router:
                     log.error("query %s could not start: %s: %s", name, type(e).__name__, e)
                     retry_at[name] = now + backoff[name]
                     backoff[name] = min(MAX_BACKOFF, backoff[name] * 2)
-            self.metrics.ready()
+            self.metrics.running({name: name in running for name in starts})
             for name, meter in self.meters.items():
                 self.metrics.metered(name, meter.take())
             stop.wait(1)

@@ -110,7 +110,16 @@ class RouterMetrics:
             registry=self.registry,
         )
         self.up = Gauge(
-            names.ROUTER_UP, "1 while the router runs", ["stream"], registry=self.registry
+            names.ROUTER_UP,
+            "1 while the router runs with every query running",
+            ["stream"],
+            registry=self.registry,
+        )
+        self.query_up = Gauge(
+            names.ROUTER_QUERY_UP,
+            "1 while the output's query runs (output '_stream': the dead-letter query)",
+            ["stream", "output"],
+            registry=self.registry,
         )
         self.latency = LatencyHistogram()
         self.registry.register(self.latency)
@@ -147,9 +156,13 @@ class RouterMetrics:
         self.up.labels(self.stream).set(0)
         return self._server.server_port
 
-    def ready(self) -> None:
-        """Every query has been started once (or is being retried): the router is up."""
-        self.up.labels(self.stream).set(1)
+    def running(self, queries: dict[str, bool]) -> None:
+        """Which of the router's queries run (by output, or the stream's own): it is up only
+        while every one does, so an output whose query cannot start is an alert, not a quiet
+        gap in its deliveries."""
+        for name, running in queries.items():
+            self.query_up.labels(self.stream, name).set(1 if running else 0)
+        self.up.labels(self.stream).set(1 if all(queries.values()) else 0)
 
     def close(self) -> None:
         self.up.labels(self.stream).set(0)

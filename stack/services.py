@@ -29,7 +29,7 @@ import redis
 from confluent_kafka.admin import AdminClient
 
 from contracts.errors import StackError
-from contracts.settings import Settings
+from contracts.settings import Settings, stored_secret
 from stack import jars, targets
 from stack.processes import PidFile, stop, tcp_accepts
 
@@ -431,12 +431,22 @@ class Redis(Service):
     def ports(self) -> list[int]:
         return [self.settings.redis_port]
 
+    @property
+    def config(self) -> Path:
+        return self.conf / "redis.conf"
+
     def prepare(self) -> None:
+        """Its password, generated once like the admin token, in a file of its owner's only
+        (not on the command line, which every local user can read)."""
         self._dirs()
+        configured = self.settings.redis_password.get_secret_value()
+        password = configured or stored_secret(self.settings.redis_password_file, create=True)
+        _write_private(self.config, f"requirepass {password}\n")
 
     def argv(self) -> list[str]:
         return [
             "redis-server",
+            str(self.config),
             "--bind",
             self.settings.bind_host,
             "--port",
@@ -455,7 +465,9 @@ class Redis(Service):
 
     def healthy(self) -> bool:
         try:
-            with redis.Redis.from_url(self.address, socket_timeout=2) as client:
+            with redis.Redis.from_url(
+                self.address, socket_timeout=2, **self.settings.redis_client_kwargs()
+            ) as client:
                 return bool(client.ping())
         except redis.RedisError:
             return False
@@ -551,7 +563,8 @@ class Prometheus(Service):
             f"--config.file={self.conf / 'prometheus.yml'}",
             f"--storage.tsdb.path={self.data}",
             f"--web.listen-address={s.bind_host}:{s.prometheus_port}",
-            "--web.enable-lifecycle",  # POST /-/reload (on loopback only, as every server here)
+            # No --web.enable-lifecycle: it would let any page in a browser on this machine POST
+            # /-/quit. Control reloads the rules with SIGHUP (dashboards.publish).
         ]
 
     def healthy(self) -> bool:

@@ -203,6 +203,7 @@ def test_a_field_can_be_the_partition_key(tenant: Tenant) -> None:
         ("request over 10 MiB without a length", 413, "PayloadTooLarge"),
         ("schema mismatch", 422, "SchemaMismatch"),
         ("over the quota", 429, "RateLimited"),
+        ("more events than the quota", 413, "PayloadTooLarge"),
         ("nested too deep", 400, "BadRequest"),
     ],
 )
@@ -236,7 +237,14 @@ def test_refusals_are_clear(tenant: Tenant, case: str, status: int, error: str) 
         "nested too deep": lambda: tenant.post(
             "refused", b'{"a":' + b"[" * 3000 + b"]" * 3000 + b"}"
         ),
-        "over the quota": lambda: tenant.post(
+        # A second second's worth at once: the first request (to another stream: it is
+        # admitted) took all of this one's.
+        "over the quota": lambda: [
+            tenant.post(stream, b"[" + b",".join([event] * 5) + b"]", app="slow")
+            for stream in ("crowd", "refused")
+        ][-1],
+        # Never admitted, however long it waits: refused for good, not 429 forever.
+        "more events than the quota": lambda: tenant.post(
             "refused", b"[" + b",".join([event] * 6) + b"]", app="slow"
         ),
     }[case]
@@ -264,6 +272,8 @@ def test_refusals_are_clear(tenant: Tenant, case: str, status: int, error: str) 
         assert answer.headers["WWW-Authenticate"] == "Bearer"
     if status == 429:
         assert answer.headers["Retry-After"] == "1" and body["quota"] == 5
+    if case == "more events than the quota":
+        assert body["quota"] == body["limit"] == 5 and body["setting"] == "quota"
 
 
 def test_refused_requests_wrote_nothing(tenant: Tenant) -> None:

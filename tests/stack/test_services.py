@@ -7,6 +7,7 @@ import time
 import uuid
 
 import httpx
+import pytest
 import redis
 from confluent_kafka import Producer
 from prometheus_client import CollectorRegistry, Counter, start_http_server
@@ -53,10 +54,21 @@ def test_kafka_creates_no_topic_a_client_merely_asks_about(stack: Stack) -> None
 
 
 def test_redis_set_get(stack: Stack) -> None:
-    with redis.Redis.from_url(stack.address("redis")) as client:
+    with redis.Redis.from_url(
+        stack.address("redis"), **stack.settings.redis_client_kwargs()
+    ) as client:
         key = f"test:{uuid.uuid4()}"
         client.set(key, "value")
         assert client.get(key) == b"value"
+
+
+def test_redis_refuses_a_client_without_the_password(stack: Stack) -> None:
+    # Control's fleet acts on what Redis holds: nobody without the password may write there.
+    with (
+        redis.Redis.from_url(stack.address("redis"), socket_timeout=5) as stranger,
+        pytest.raises(redis.AuthenticationError),
+    ):
+        stranger.set(f"keystone:router:{uuid.uuid4().hex}", "x")
 
 
 def test_elasticsearch_indexes_and_finds_a_document(stack: Stack) -> None:
