@@ -16,6 +16,7 @@ writer that WATCHes it knows nobody changed anything between its checks and its 
     keystone:retired_streams    hash: deleted streams' names and their owners, kept for good
     keystone:topics             hash: Kafka output topics (in Kafka's collision form) and their
                                 owners, kept for good
+    keystone:topic_names        hash: the same topics' names as made, kept for good
     keystone:version            incremented on every registry change
     keystone:router:<stream>    hash: the fleet's view of the stream's router (RouterState)
     keystone:audit              stream of changes: who, action, target, owner, detail
@@ -49,6 +50,8 @@ AUDIT = f"{PREFIX}audit"
 RETIRED = f"{PREFIX}retired_streams"
 # Kafka output topics and their owners, for the same reason.
 TOPICS = f"{PREFIX}topics"
+# The same topics' names as made (Kafka refuses another whose name differs only in '.'/'_').
+TOPIC_NAMES = f"{PREFIX}topic_names"
 AUDIT_KEPT = 100_000  # entries; older ones are trimmed
 _LABEL = TypeAdapter(Principal)
 log = logging.getLogger(__name__)
@@ -229,6 +232,7 @@ class Store:
                 tx.sadd(f"{PREFIX}streams", name)
                 for topic in new.kafka_topics().values():
                     tx.hsetnx(TOPICS, topic_key(topic), new.owner)
+                    tx.hsetnx(TOPIC_NAMES, topic_key(topic), topic)
             return old, new
 
         return self._transact(write, audit)
@@ -264,6 +268,11 @@ class Store:
         """Kafka output topics (in Kafka's collision form) and their owners."""
         claims = self._call(self.redis.hgetall, TOPICS)
         return {k.decode(): v.decode() for k, v in claims.items()}
+
+    def topic_names(self) -> dict[str, str]:
+        """Kafka output topics (in Kafka's collision form) and their names as made."""
+        names = self._call(self.redis.hgetall, TOPIC_NAMES)
+        return {k.decode(): v.decode() for k, v in names.items()}
 
     def get_stream(self, name: str) -> StreamSpec:
         raw = self._call(self.redis.get, f"{PREFIX}stream:{name}")

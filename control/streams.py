@@ -14,13 +14,19 @@ from dataclasses import dataclass
 
 from contracts.errors import Conflict, Forbidden, InvalidSpec, NotFound
 from contracts.limits import check_limit
-from contracts.names import topic_key
+from contracts.names import dead_letter_topic, fronting_topic, topic_key
 from contracts.settings import Settings
 from contracts.spec import OutputSpec, StreamSpec, load_spec
 from control.provisioner import provision
 from control.store import Store, Unreadable, audit
 from control.tenancy import ADMIN, Caller
-from control.validation import check_spec, route_problems, topic_problems
+from control.validation import (
+    check_spec,
+    kafka_name_problems,
+    route_problems,
+    route_twice_problems,
+    topic_problems,
+)
 
 
 @dataclass(frozen=True)
@@ -168,9 +174,27 @@ class Streams:
             topic_key(t): s.owner for s in streams.values() for t in s.kafka_topics().values()
         }
         problems += topic_problems(spec, topics | self.store.topic_owners(), owners)
+        # Each field's first problem only: a topic another owner holds also collides, say.
+        for problem in route_twice_problems(spec, streams) + kafka_name_problems(
+            spec, self._known_topics(streams)
+        ):
+            if problem["field"] not in {p["field"] for p in problems}:
+                problems.append(problem)
         if problems:
             raise InvalidSpec("the stream spec is not valid", problems=problems)
         return spec
+
+    def _known_topics(self, streams: dict[str, StreamSpec]) -> dict[str, str]:
+        """Every topic the registry knows exists or will (Kafka's collision form -> name):
+        live and deleted streams' fronting and dead-letter topics, Kafka outputs' topics."""
+        known = self.store.topic_names()
+        for name in [*streams, *self.store.retired_streams()]:
+            for topic in (fronting_topic(name), dead_letter_topic(name)):
+                known[topic_key(topic)] = topic
+        for stream in streams.values():
+            for topic in stream.kafka_topics().values():
+                known[topic_key(topic)] = topic
+        return known
 
     def _check_limits(self, spec: StreamSpec, old: StreamSpec | None) -> None:
         """The limits on what one spec asks of the shared service. A spec stored under looser

@@ -34,7 +34,7 @@ from dashboards.panels import fleet_panels, stream_panels
 from dashboards.prometheus import PrometheusError, instant
 
 HERE = Path(__file__).parent / "web"
-COOKIE = "keystone_token"
+COOKIE = "keystone_session"
 templates = Jinja2Templates(directory=HERE / "templates")
 templates.env.globals["default_triggers"] = DEFAULT_TRIGGERS  # the interval field's hint
 router = APIRouter(prefix="/ui", include_in_schema=False)

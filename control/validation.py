@@ -5,7 +5,7 @@ or deploys anything.)"""
 from __future__ import annotations
 
 from contracts.errors import ExpressionError, InvalidSpec
-from contracts.names import topic_key
+from contracts.names import dead_letter_topic, fronting_topic, topic_key
 from contracts.spec import StreamSpec
 from router.lang.parser import parse_filter, parse_projection
 from router.sinks.registry import validate_sinks
@@ -114,3 +114,95 @@ def _path(graph: dict[str, set[str]], start: str, goal: str) -> list[str] | None
         seen.add(node)
         stack.extend((nxt, [*path, nxt]) for nxt in sorted(graph.get(node, ())))
     return None
+
+
+def route_twice_problems(spec: StreamSpec, streams: dict[str, StreamSpec]) -> list[dict]:
+    """Keystone sinks that would bring one event into one stream by two routes (two outputs
+    into one target, or A -> C beside A -> B -> C). Each copy keeps the event's guid, its
+    identity from ingest to every sink: a sink keyed by guid would keep one and count both
+    delivered. So an event has one route into any stream. (Cycles are `route_problems`'.)"""
+    graph = {name: _edges(s) for name, s in streams.items()}
+    graph[spec.name] = _edges(spec)
+    problems = []
+    for source in sorted(graph):
+        for target, routes in _routes(graph, source).items():
+            mine = [r for r in routes if any(step[0] == spec.name for step in r)]
+            if len(routes) < 2 or not mine:
+                continue
+            # Named at the spec's last output on these routes: the one that adds a route.
+            outputs = {step[1] for route in mine for step in route if step[0] == spec.name}
+            index = max(i for i, o in enumerate(spec.outputs) if o.name in outputs)
+            shown = "; ".join(
+                " -> ".join([source, *(f"{o} -> {t}" for _, o, t in route)]) for route in routes
+            )
+            problems.append(
+                {
+                    "field": f"outputs.{index}.sink.stream",
+                    "message": f"events of stream {source!r} would reach stream {target!r} by "
+                    f"{len(routes)} routes ({shown}), each copy with the event's guid: one "
+                    "route into a stream per event",
+                }
+            )
+    return _first_per_field(problems)
+
+
+def _edges(spec: StreamSpec) -> list[tuple[str, str]]:
+    """(output, target stream) of each keystone sink."""
+    return [(o.name, o.sink.stream) for o in spec.outputs if o.sink.type == "keystone"]
+
+
+Route = list[tuple[str, str, str]]  # (stream, output, target) steps
+
+
+def _routes(graph: dict[str, list[tuple[str, str]]], source: str) -> dict[str, list[Route]]:
+    """Every route of keystone sinks from `source`, by the stream it reaches (routes that
+    would close a cycle stop short of it)."""
+    found: dict[str, list[Route]] = {}
+    stack: list[tuple[str, Route]] = [(source, [])]
+    while stack:
+        node, route = stack.pop()
+        for output, target in graph.get(node, []):
+            if target == source or any(step[0] == target for step in route):
+                continue
+            step = [*route, (node, output, target)]
+            found.setdefault(target, []).append(step)
+            stack.append((target, step))
+    return found
+
+
+def _first_per_field(problems: list[dict]) -> list[dict]:
+    seen: dict[str, dict] = {}
+    for problem in problems:
+        seen.setdefault(problem["field"], problem)
+    return list(seen.values())
+
+
+def kafka_name_problems(spec: StreamSpec, existing: dict[str, str]) -> list[dict]:
+    """The spec's topics (fronting, dead-letter, Kafka outputs) against every topic the
+    registry knows (`existing`: Kafka's collision form -> the topic's name) and each other.
+    Kafka refuses a topic whose name differs from another's only in '.' against '_' (stream
+    `x_dlq`'s fronting topic against stream `x`'s dead letters, say), which would otherwise be
+    a 503 "retry" that never succeeds: a 422 naming the field, decided before anything is
+    provisioned."""
+    mine = [
+        ("name", fronting_topic(spec.name)),
+        ("name", dead_letter_topic(spec.name)),
+    ]
+    topics = spec.kafka_topics()
+    for index, output in enumerate(spec.outputs):
+        if output.name in topics:
+            field = "sink.topic" if output.sink.topic is not None else "name"
+            mine.append((f"outputs.{index}.{field}", topics[output.name]))
+    claimed = dict(existing)
+    problems = []
+    for field, topic in mine:
+        other = claimed.setdefault(topic_key(topic), topic)
+        if other != topic:
+            problems.append(
+                {
+                    "field": field,
+                    "message": f"topic {topic!r} collides with topic {other!r}: Kafka counts "
+                    "'.' and '_' as the same, so choose another name",
+                }
+            )
+    return _first_per_field(problems)

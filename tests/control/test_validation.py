@@ -2,7 +2,13 @@ import pytest
 
 from contracts.errors import InvalidSpec
 from contracts.spec import StreamSpec, load_spec
-from control.validation import check_spec, route_problems, topic_problems
+from control.validation import (
+    check_spec,
+    kafka_name_problems,
+    route_problems,
+    route_twice_problems,
+    topic_problems,
+)
 
 
 def spec(**output: object) -> dict:
@@ -115,3 +121,58 @@ def test_an_owner_may_write_to_their_own_topics_and_to_free_ones() -> None:
     # A topic already hers stays hers when another owner's stream (Bob's `billing`) comes later.
     claimed = kafka_stream("audit", "alice", aa="billing.x")
     assert topic_problems(claimed, {"billing_x": "alice"}, {**STREAMS, "audit": "alice"}) == []
+
+
+def test_one_route_into_a_stream_per_event() -> None:
+    stored = {s.name: s for s in (stream("cc"), stream("bb", "team-a", "cc"))}
+    # aa -> bb -> cc is one route: fine.
+    assert route_twice_problems(stream("aa", "team-a", "bb"), stored) == []
+    # aa -> cc beside aa -> bb -> cc: the second route into cc.
+    [diamond] = route_twice_problems(stream("aa", "team-a", "bb", "cc"), stored)
+    assert diamond["field"] == "outputs.1.sink.stream"
+    assert "'aa' would reach stream 'cc' by 2 routes" in diamond["message"]
+    # Two outputs into one stream.
+    twice = load_spec(
+        {
+            "name": "aa",
+            "owner": "team-a",
+            "outputs": [
+                {"name": "one", "sink": {"type": "keystone", "stream": "cc"}},
+                {"name": "two", "sink": {"type": "keystone", "stream": "cc"}},
+            ],
+        }
+    )
+    assert [p["field"] for p in route_twice_problems(twice, stored)] == ["outputs.1.sink.stream"]
+    # A second route made by a stream upstream of this one's target counts too.
+    upstream = {**stored, "aa": stream("aa", "team-a", "bb", "dd")}
+    [problem] = route_twice_problems(stream("dd", "team-a", "cc"), upstream)
+    assert "by 2 routes" in problem["message"]
+
+
+@pytest.mark.parametrize(
+    ("name", "outputs", "existing", "field"),
+    [
+        # A stream named like another's dead letters, and the other way round.
+        ("xx_dlq", [], {"keystone_xx_dlq": "keystone.xx.dlq"}, "name"),
+        ("xx", [], {"keystone_xx_dlq": "keystone.xx_dlq"}, "name"),
+        # An output topic against a topic made already, and two of the spec's own.
+        ("yy", [{"topic": "a_b.c"}], {"a_b_c": "a.b_c"}, "outputs.0.sink.topic"),
+        ("yy", [{"topic": "a.b"}, {"topic": "a_b"}], {}, "outputs.1.sink.topic"),
+    ],
+)
+def test_topics_that_kafka_counts_as_one_are_refused(
+    name: str, outputs: list[dict], existing: dict[str, str], field: str
+) -> None:
+    new = load_spec(
+        {
+            "name": name,
+            "owner": "team-a",
+            "outputs": [
+                {"name": f"o{i}", "sink": {"type": "kafka", **o}} for i, o in enumerate(outputs)
+            ],
+        }
+    )
+    [problem] = kafka_name_problems(new, existing)
+    assert problem["field"] == field and "collides with topic" in problem["message"]
+    if existing:  # the collision is with what exists, not within the spec
+        assert kafka_name_problems(new, {}) == []

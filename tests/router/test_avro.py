@@ -47,6 +47,36 @@ SCHEMAS = [
             {"name": "ts", "type": {"type": "long", "logicalType": "timestamp-millis"}},
         ],
     },
+    {
+        "type": "record",
+        "name": "Optional",
+        "namespace": "ks",
+        "fields": [
+            {
+                "name": "user",
+                "type": [
+                    "null",
+                    {
+                        "type": "record",
+                        "name": "User",
+                        "fields": [
+                            {"name": "id", "type": "long"},
+                            {"name": "tags", "type": {"type": "array", "items": "string"}},
+                        ],
+                    },
+                ],
+            },
+            {
+                "name": "attrs",
+                "type": [
+                    "null",
+                    {"type": "record", "name": "P", "fields": [{"name": "p", "type": "float"}]},
+                    {"type": "record", "name": "Q", "fields": [{"name": "q", "type": "string"}]},
+                ],
+                "default": None,
+            },
+        ],
+    },
 ]
 KEYS = [
     "title",
