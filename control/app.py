@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -20,6 +21,7 @@ from starlette.types import Scope
 
 from contracts import metrics as names
 from contracts.errors import KeystoneError
+from contracts.limits import Limits
 from contracts.settings import Settings
 from control import api, ui
 from control.gate import Gate
@@ -75,6 +77,31 @@ def problems_of(error: RequestValidationError) -> list[dict[str, str]]:
             loc = []
         found.append({"field": ".".join(loc) or "(body)", "message": message})
     return found
+
+
+def with_limits(schema: dict[str, Any], limits: Limits) -> dict[str, Any]:
+    """The OpenAPI schema with this deployment's limits where a client can see them before it
+    is refused: maxima and lengths on the fields they bound."""
+    models = schema["components"]["schemas"]
+    bounds = {
+        ("StreamSpec", "partitions"): {"maximum": limits.max_partitions},
+        ("StreamSpec", "outputs"): {"maxItems": limits.max_outputs_per_stream},
+        ("OutputSpec", "filter"): {"maxLength": limits.max_filter_chars},
+        ("OutputSpec", "projection"): {"maxItems": limits.max_projection_fields},
+        ("PreviewRequest", "filter"): {"maxLength": limits.max_filter_chars},
+        ("PreviewRequest", "projection"): {"maxItems": limits.max_projection_fields},
+        ("AppCreate", "rate"): {"maximum": limits.max_app_rate},
+    }
+    for (model, field), bound in bounds.items():
+        prop = models[model]["properties"][field]
+        # An optional field is anyOf [its type, null]: the bound is the type's.
+        target = next((b for b in prop.get("anyOf", []) if b.get("type") != "null"), prop)
+        target.update(bound)
+    schema["info"]["description"] += (
+        f" Request bodies: at most {limits.max_control_body_bytes} bytes "
+        "(max_control_body_bytes)."
+    )
+    return schema
 
 
 def create_app(settings: Settings) -> FastAPI:
@@ -137,6 +164,12 @@ def create_app(settings: Settings) -> FastAPI:
         }
         return JSONResponse(body, status_code=422)
 
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            app.openapi_schema = with_limits(FastAPI.openapi(app), settings)
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
     app.include_router(api.router)
     app.include_router(ui.router)
     app.mount("/ui/static", ui.static, name="static")

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from contracts.errors import Conflict, Forbidden, InvalidSpec, NotFound
 from contracts.limits import check_limit
 from contracts.names import dead_letter_topic, fronting_topic, topic_key
+from contracts.schema import schema_limit_problems
 from contracts.settings import Settings
 from contracts.spec import OutputSpec, StreamSpec, load_spec
 from control.provisioner import provision
@@ -74,9 +75,7 @@ class Streams:
         try:
             self._read(caller, name)
         except Unreadable:  # only the admin is told of it, and may delete it
-            self.store.purge_unreadable(
-                name, audit(caller.name, "stream.purge", name, owner=ADMIN)
-            )
+            self.store.purge_unreadable(name, audit(caller.name, "stream.purge", name, owner=ADMIN))
             return
 
         def change(old: StreamSpec | None) -> None:
@@ -203,9 +202,11 @@ class Streams:
         if old is None or spec.partitions > old.partitions:
             check_limit(limits, "max_partitions", spec.partitions, "partitions", "partitions")
         if old is None or len(spec.outputs) > len(old.outputs):
-            check_limit(
-                limits, "max_outputs_per_stream", len(spec.outputs), "outputs", "outputs"
-            )
+            check_limit(limits, "max_outputs_per_stream", len(spec.outputs), "outputs", "outputs")
+        if spec.avro_schema is not None and (old is None or old.avro_schema != spec.avro_schema):
+            problems = schema_limit_problems(spec.avro_schema, limits)
+            if problems:
+                raise InvalidSpec("the stream's schema is over a limit", problems=problems)
         if old is None:
             live = sum(1 for s in self.store.streams() if s.owner == spec.owner)
             check_limit(

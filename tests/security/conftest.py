@@ -1,0 +1,74 @@
+"""A well-behaved tenant beside the hostile one: a stream with a router delivering to Kafka, an
+app posting to it, its alert rules in Prometheus. Every hostile test ends by checking that this
+tenant was not hurt: its events still delivered, its rules still loaded, its key still honoured.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import httpx
+import pytest
+
+from loadtest.topics import read_topic
+from tests.conftest import Api, Stack, eventually, owner
+
+GOOD_STREAM, GOOD_OWNER, GOOD_APP = "good_tenant", "good-team", "good-app"
+GOOD_OUTPUT = {
+    "name": "copy",
+    "sink": {"type": "kafka"},
+    "delivery": {"mode": "microbatch", "trigger": "2 seconds"},
+    "start": "earliest",
+}
+
+
+@dataclass
+class Good:
+    stack: Stack
+    api: Api
+    key: str
+
+    def post(self, event: dict, key: str | None = None) -> httpx.Response:
+        return httpx.post(
+            f"{self.stack.address('ingest_proxy')}/v1/streams/{GOOD_STREAM}/events",
+            json=event,
+            headers={"Authorization": f"Bearer {key or self.key}"},
+            timeout=30,
+        )
+
+    def delivered(self, guid: str) -> bool:
+        topic = f"{GOOD_STREAM}.{GOOD_OUTPUT['name']}"
+        return guid in {m.key().decode() for m in read_topic(self.stack.address("kafka"), topic)}
+
+    def rules_loaded(self) -> bool:
+        answer = httpx.get(f"{self.stack.address('prometheus')}/api/v1/rules", timeout=10)
+        groups = answer.json()["data"]["groups"]
+        return f"keystone-stream-{GOOD_STREAM}" in {g["name"] for g in groups}
+
+    def works(self) -> None:
+        """Its key is honoured, its event reaches its output, its rules are loaded."""
+        answer = self.post({"marker": uuid.uuid4().hex})
+        assert answer.status_code == 202, answer.text
+        [guid] = answer.json()["guids"]
+        eventually("the good tenant's event delivered", lambda: self.delivered(guid), 180)
+        eventually("the good tenant's rules loaded", self.rules_loaded, 30)
+
+
+@pytest.fixture(scope="session")
+def good(stack: Stack, admin: Api) -> Iterator[Good]:
+    team = owner(admin, GOOD_OWNER)
+    key = team.ok("POST", "/v1/apps", {"name": GOOD_APP})["key"]
+    spec = {
+        "name": GOOD_STREAM,
+        "owner": GOOD_OWNER,
+        "partitions": 1,
+        "producers": [GOOD_APP],
+        "outputs": [GOOD_OUTPUT],
+    }
+    team.ok("POST", "/v1/streams", spec)
+    tenant = Good(stack, team, key)
+    tenant.works()  # its router is up and delivering before any hostile test begins
+    yield tenant
+    team.call("DELETE", f"/v1/streams/{GOOD_STREAM}")
