@@ -98,8 +98,7 @@ def with_limits(schema: dict[str, Any], limits: Limits) -> dict[str, Any]:
         target = next((b for b in prop.get("anyOf", []) if b.get("type") != "null"), prop)
         target.update(bound)
     schema["info"]["description"] += (
-        f" Request bodies: at most {limits.max_control_body_bytes} bytes "
-        "(max_control_body_bytes)."
+        f" Request bodies: at most {limits.max_control_body_bytes} bytes (max_control_body_bytes)."
     )
     return schema
 

@@ -121,9 +121,7 @@ class AuditEntry:
 class RouterState:
     """What the fleet knows of one stream's router; written by the fleet, read by the API."""
 
-    state: Literal["pending", "starting", "running", "stopping", "restarting", "failed"] = (
-        "pending"
-    )
+    state: Literal["pending", "starting", "running", "stopping", "restarting", "failed"] = "pending"
     pid: int = 0
     port: int = 0  # where its metrics are served
     since: float = 0.0  # when it entered this state

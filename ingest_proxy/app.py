@@ -143,9 +143,7 @@ class Proxy:
 
     def _read_events(self, stream: str, body: bytes, kind: str) -> list[Event]:
         limits = self.settings
-        events = parse_events(
-            body, kind, limits.max_event_bytes, limits.max_events_per_request
-        )
+        events = parse_events(body, kind, limits.max_event_bytes, limits.max_events_per_request)
         self._check_schema(stream, events)
         return events
 
