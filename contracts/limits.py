@@ -81,6 +81,12 @@ class Limits(BaseModel):
     max_schema_depth: int = Field(
         16, ge=1, le=64, description="Nesting of records, arrays, maps and unions (422)."
     )
+    max_schema_types: int = Field(
+        5000,
+        ge=1,
+        description="Types in a stream's schema, each named type counted whole where it is used: "
+        "the router's compiled check writes every use out (422).",
+    )
 
 
 def check_limit(limits: Limits, setting: str, value: int, what: str, field: str = "") -> None:

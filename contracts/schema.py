@@ -83,6 +83,7 @@ def schema_limit_problems(schema: dict[str, Any], limits: Limits) -> list[dict[s
     measures = [
         ("max_schema_bytes", size, "bytes of JSON"),
         ("max_schema_depth", schema_depth(parsed), "levels of records, arrays, maps and unions"),
+        ("max_schema_types", schema_size(parsed), "types, each named type counted where used"),
     ]
     problems: list[dict[str, str | int]] = []
     for setting, value, what in measures:
@@ -99,34 +100,50 @@ def schema_depth(parsed: dict[str, Any]) -> int:
     """How deeply a parsed schema nests records, arrays, maps and unions (the root record is 1),
     a named type counted as deep where it is used as where it is defined: as deep as an event
     can nest. ValueError for a type that Keystone's checks cannot judge."""
-    return _depth(parsed, {}, frozenset())
+    return _measure(parsed, {}, frozenset())[0]
 
 
-def _depth(schema: Any, depths: dict[str, int], enclosing: frozenset[str]) -> int:
-    # fastavro accepts a name only after its definition, so a reference finds the named type's
-    # depth in `depths`, unless it is to an enclosing record.
+def schema_size(parsed: dict[str, Any]) -> int:
+    """How many types the schema holds with each named type counted whole where it is used: the
+    size of the router's compiled check (`router.avro`), which writes every use out. Counted,
+    never expanded: a schema whose records each use the one before twice is 2^levels big."""
+    return _measure(parsed, {}, frozenset())[1]
+
+
+def _measure(
+    schema: Any, measured: dict[str, tuple[int, int]], enclosing: frozenset[str]
+) -> tuple[int, int]:
+    """(depth, size) of a type. fastavro accepts a name only after its definition, so a
+    reference finds the named type's measures in `measured`, unless it is to an enclosing
+    record."""
     if isinstance(schema, str):
         if schema in enclosing:
             raise ValueError("recursive types (a record that contains itself) are not supported")
-        return depths.get(schema, 0)
+        return measured.get(schema, (0, 1))
     if isinstance(schema, list):
-        return 1 + max((_depth(b, depths, enclosing) for b in schema), default=0)
+        branches = [_measure(b, measured, enclosing) for b in schema]
+        return 1 + max((d for d, _ in branches), default=0), 1 + sum(n for _, n in branches)
     kind = schema["type"]
     if kind in ("array", "map"):
-        return 1 + _depth(schema["items" if kind == "array" else "values"], depths, enclosing)
+        depth, size = _measure(
+            schema["items" if kind == "array" else "values"], measured, enclosing
+        )
+        return 1 + depth, 1 + size
     if kind not in ("record", "enum", "fixed"):
         if kind == "error":  # fastavro's checks take it for a record, the router's for nothing
             raise ValueError("'error' is a type of Avro protocols, not of schemas")
-        return _depth(kind, depths, enclosing)  # a wrapped type: {"type": "long", ...}
+        return _measure(kind, measured, enclosing)  # a wrapped type: {"type": "long", ...}
     name = schema["name"]
     if name.rsplit(".", 1)[-1] in _PRIMITIVES:  # the router would take `string` for this type
         raise ValueError(f"a named type may not be called as a primitive type is: {name!r}")
-    depth = 0  # enum, fixed
+    depth, size = 0, 1  # enum, fixed
     if kind == "record":
         inner = enclosing | {name}
-        depth = 1 + max((_depth(f["type"], depths, inner) for f in schema["fields"]), default=0)
-    depths[name] = depth
-    return depth
+        fields = [_measure(f["type"], measured, inner) for f in schema["fields"]]
+        depth = 1 + max((d for d, _ in fields), default=0)
+        size = 1 + sum(n for _, n in fields)
+    measured[name] = (depth, size)
+    return depth, size
 
 
 def _nests_deeper(value: Any, limit: int) -> bool:

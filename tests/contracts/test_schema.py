@@ -23,6 +23,7 @@ from contracts.schema import (
     schema_depth,
     schema_limit_problems,
     schema_problems,
+    schema_size,
 )
 
 
@@ -431,3 +432,16 @@ def test_no_setting_allows_more_nesting_than_the_checks_take() -> None:
     assert Limits(max_schema_depth=HARD_MAX_SCHEMA_DEPTH).max_schema_depth == 64
     with pytest.raises(ValidationError):
         Limits(max_schema_depth=HARD_MAX_SCHEMA_DEPTH + 1)
+
+
+def test_the_size_the_router_compiles_is_counted_not_expanded() -> None:
+    # Each level's records use both records of the level below: 2**n uses, written out.
+    assert schema_size(parse_schema(levels(4))) < schema_size(parse_schema(levels(5)))
+    big = parse_schema(levels(16))
+    assert schema_size(big) > 2**16
+    [problem] = [
+        p
+        for p in schema_limit_problems(levels(16), Limits(max_schema_depth=64))
+        if p["setting"] == "max_schema_types"
+    ]
+    assert problem["limit"] == Limits().max_schema_types
