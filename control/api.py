@@ -147,7 +147,9 @@ def preview_output(
     projection = body.projection
     if projection is None:
         projection = existing.projection if existing else ["*"]
-    result = preview(plane.settings, spec, filter_text or None, projection, body.limit)
+    drafted = body.filter is not None or body.projection is not None
+    limits = plane.settings if drafted else None
+    result = preview(plane.settings, spec, filter_text or None, projection, body.limit, limits)
     return PreviewPublic(**result.__dict__)
 
 

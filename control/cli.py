@@ -91,7 +91,7 @@ def _state(router: dict) -> str:
 
 def _checked_spec(text: str) -> dict:
     spec = load_spec(text)
-    check_spec(spec)
+    check_spec(spec, Settings())  # the limits configured here; control checks with its own
     return json.loads(spec.to_json())
 
 

@@ -13,10 +13,12 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from contracts import envelope
 from contracts.errors import ExpressionError, InvalidSpec, Unavailable
+from contracts.limits import Limits
 from contracts.names import fronting_topic
 from contracts.schema import parse_schema, schema_problems
 from contracts.settings import Settings
 from contracts.spec import StreamSpec
+from control.validation import expression_problem
 from router.lang.evaluate import matches, project, read_event
 from router.lang.parser import parse_filter, parse_projection
 
@@ -42,9 +44,12 @@ def preview(
     filter_text: str | None,
     projection_text: list[str],
     limit: int,
+    limits: Limits | None,
 ) -> Preview:
-    """What the output would deliver of the stream's last `limit` events (at most)."""
-    expression, projection = _compiled(filter_text, projection_text)
+    """What the output would deliver of the stream's last `limit` events (at most). A draft is
+    parsed with `limits`, as a new output would be; an output's stored filter and projection
+    with None (they passed when stored: lowering a limit leaves them previewable)."""
+    expression, projection = _compiled(filter_text, projection_text, limits)
     schema = parse_schema(spec.avro_schema) if spec.avro_schema else None
     result = Preview()
     for event in recent_events(settings, spec.name, limit):
@@ -68,19 +73,17 @@ def preview(
     return result
 
 
-def _compiled(filter_text: str | None, projection_text: list[str]):
+def _compiled(filter_text: str | None, projection_text: list[str], limits: Limits | None):
     problems = []
     expression = projection = None
     try:
-        expression = parse_filter(filter_text) if filter_text else None
+        expression = parse_filter(filter_text, limits=limits) if filter_text else None
     except ExpressionError as e:
-        problems.append({"field": "filter", "message": e.message, "column": e.details["column"]})
+        problems.append(expression_problem("filter", e))
     try:
-        projection = parse_projection(projection_text)
+        projection = parse_projection(projection_text, limits=limits)
     except ExpressionError as e:
-        problems.append(
-            {"field": "projection", "message": e.message, "column": e.details["column"]}
-        )
+        problems.append(expression_problem("projection", e))
     if problems:
         raise InvalidSpec("the filter or projection does not parse", problems=problems)
     return expression, projection

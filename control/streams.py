@@ -158,7 +158,7 @@ class Streams:
         if not caller.owns(spec.owner):
             raise Forbidden(f"you may only own streams yourself: owner {caller.name!r}")
         self._check_limits(spec, old)
-        check_spec(spec)
+        check_spec(spec, self.settings, old)
         known = {a.name for a in self.store.apps()}
         problems = [
             {"field": f"producers.{i}", "message": f"no app {p!r}: register it first"}

@@ -296,7 +296,12 @@ def preview_draft(
     errors come back as 422 with the field and column, for the editor to point at."""
     spec = plane.streams.get(who, stream)
     result = preview(
-        plane.settings, spec, body.filter or None, body.projection or ["*"], body.limit
+        plane.settings,
+        spec,
+        body.filter or None,
+        body.projection or ["*"],
+        body.limit,
+        plane.settings,  # a draft: held to the limits of a new output
     )
     return JSONResponse(result.__dict__)
 

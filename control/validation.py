@@ -5,36 +5,48 @@ or deploys anything.)"""
 from __future__ import annotations
 
 from contracts.errors import ExpressionError, InvalidSpec
+from contracts.limits import Limits
 from contracts.names import dead_letter_topic, fronting_topic, topic_key
 from contracts.spec import StreamSpec
 from router.lang.parser import parse_filter, parse_projection
 from router.sinks.registry import validate_sinks
 
 
-def check_spec(spec: StreamSpec) -> None:
-    problems = language_problems(spec) + validate_sinks(spec)
+def check_spec(spec: StreamSpec, limits: Limits, old: StreamSpec | None = None) -> None:
+    """`limits`: what a spec may ask of the router (`Settings` are `Limits`); `old`, the spec
+    as stored, if it is."""
+    problems = language_problems(spec, limits, old) + validate_sinks(spec)
     if problems:
         raise InvalidSpec("the stream spec is not valid", problems=problems)
 
 
-def language_problems(spec: StreamSpec) -> list[dict]:
+def language_problems(
+    spec: StreamSpec, limits: Limits, old: StreamSpec | None = None
+) -> list[dict]:
+    """Each output's projection and filter parsed with the limits, but for one the stored spec
+    (`old`) already has: lowering a limit never makes a stream's other changes refused."""
+    stored = {o.name: o for o in old.outputs} if old is not None else {}
     problems = []
     for index, output in enumerate(spec.outputs):
-        checks = [("projection", lambda o=output: parse_projection(o.projection))]
-        if output.filter is not None:
-            checks.append(("filter", lambda o=output: parse_filter(o.filter)))
-        for field, check in checks:
+        kept = stored.get(output.name)
+        for field, parse in (("projection", parse_projection), ("filter", parse_filter)):
+            text = getattr(output, field)
+            if text is None:
+                continue
+            unchanged = kept is not None and getattr(kept, field) == text
             try:
-                check()
+                parse(text, limits=None if unchanged else limits)
             except ExpressionError as e:
-                problems.append(
-                    {
-                        "field": f"outputs.{index}.{field}",
-                        "message": e.message,
-                        "column": e.details["column"],
-                    }
-                )
+                problems.append(expression_problem(f"outputs.{index}.{field}", e))
     return problems
+
+
+def expression_problem(field: str, error: ExpressionError) -> dict:
+    """The problem of a filter or projection that does not parse: where, and the limit it is
+    over when that is why."""
+    problem = {"field": field, "message": error.message, "column": error.details["column"]}
+    problem.update({k: error.details[k] for k in ("setting", "limit") if k in error.details})
+    return problem
 
 
 def route_problems(spec: StreamSpec, streams: dict[str, StreamSpec], admin: bool) -> list[dict]:

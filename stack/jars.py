@@ -2,8 +2,8 @@
 
 Each bundle is a small pom whose dependencies are copied into `<cache>/jars/<bundle>`; a stamp
 holding the pom's hash makes a second fetch free and a changed pin refetch. The Java classes in
-stack/java (two service launchers, Spark's local file system, and the router's meter and payload
-reader) are compiled with the machine's javac against the jars they run with.
+stack/java (two service launchers, Spark's local file system, and the router's meter, payload
+reader and like matcher) are compiled with the machine's javac against the jars they run with.
 """
 
 from __future__ import annotations
@@ -32,9 +32,10 @@ JAVA_CLASSES = {
     "ForklessLocalFileSystem": lambda s: [PYSPARK_JARS],
     "RouterMeter": lambda s: [PYSPARK_JARS],
     "JsonPaths": lambda s: [PYSPARK_JARS],
+    "LikeMatcher": lambda s: [PYSPARK_JARS],
 }
 # Classes that Spark ships to its executors (by `spark.jars`).
-SHIPPED = ("RouterMeter", "JsonPaths")
+SHIPPED = ("RouterMeter", "JsonPaths", "LikeMatcher")
 
 
 def bundle_dir(settings: Settings, bundle: str) -> Path:

@@ -11,6 +11,9 @@ from typing import Literal as Choice
 METADATA = {"guid": "string", "timestamp": "number", "host": "string", "app": "string"}
 
 
+# The JSON types a comparison holds between (others make it unknown).
+COMPARABLE = ("string", "number", "boolean")
+
 # The comparison operators, for both backends: on plain values and on Spark Columns alike.
 COMPARISONS = {
     "=": operator.eq,
@@ -53,9 +56,18 @@ class IsNull:
 
 
 @dataclass(frozen=True)
+class In:
+    """`operand in (v1, v2, ...)`: the OR of `operand = v` (one node, so that a long list is no
+    deeper a tree than a short one)."""
+
+    operand: Operand
+    values: tuple[Const, ...]
+
+
+@dataclass(frozen=True)
 class Like:
     operand: Operand
-    pattern: str
+    pattern: str  # as written: a backslash escapes %, _ or a backslash
 
 
 @dataclass(frozen=True)
@@ -82,7 +94,7 @@ class Or:
     right: Expr
 
 
-Expr = Compare | IsNull | Like | Truth | Not | And | Or
+Expr = Compare | In | IsNull | Like | Truth | Not | And | Or
 
 
 @dataclass(frozen=True)
@@ -108,7 +120,7 @@ def paths_read(*nodes: Expr | Projection | None) -> frozenset[tuple[str, ...]]:
         elif isinstance(node, Compare):
             visit(node.left)
             visit(node.right)
-        elif isinstance(node, IsNull | Like | Truth):
+        elif isinstance(node, In | IsNull | Like | Truth):  # an In's values are constants
             visit(node.operand)
         elif isinstance(node, Not):
             visit(node.expr)

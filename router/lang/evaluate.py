@@ -4,18 +4,19 @@ compiler is tested against. `event` is the parsed payload; `metadata` holds guid
 
 from __future__ import annotations
 
-import re
-from functools import lru_cache
 from typing import Any
 
 from contracts.envelope import JSON_SPACE, STRICT_JSON
+from router.lang import like
 from router.lang.ast import (
+    COMPARABLE,
     COMPARISONS,
     MISSING,
     And,
     Compare,
     Const,
     Expr,
+    In,
     IsNull,
     Like,
     Meta,
@@ -57,18 +58,20 @@ def truth(expr: Expr, event: dict[str, Any], metadata: dict[str, Any]) -> Truth3
     if isinstance(expr, Compare):
         left, right = value_of(expr.left, event, metadata), value_of(expr.right, event, metadata)
         kind = json_type(left)
-        if kind != json_type(right) or kind not in ("string", "number", "boolean"):
+        if kind != json_type(right) or kind not in COMPARABLE:
             return None
         if kind == "number":  # as doubles, as Spark compares them
             left, right = as_double(left), as_double(right)
         return COMPARISONS[expr.op](left, right)
+    if isinstance(expr, In):
+        return _member(value_of(expr.operand, event, metadata), expr.values)
     if isinstance(expr, IsNull):
         return json_type(value_of(expr.operand, event, metadata)) in ("null", "missing")
     if isinstance(expr, Like):
         value = value_of(expr.operand, event, metadata)
         if json_type(value) != "string":
             return None
-        return _like(expr.pattern).fullmatch(value) is not None
+        return like.matches(expr.pattern, value)
     if isinstance(expr, Truth):
         value = value_of(expr.operand, event, metadata)
         return value if json_type(value) == "boolean" else None
@@ -93,19 +96,23 @@ def matches(expr: Expr | None, event: dict[str, Any], metadata: dict[str, Any]) 
     return expr is None or truth(expr, event, metadata) is True
 
 
-@lru_cache(maxsize=1024)
-def _like(pattern: str) -> re.Pattern[str]:
-    parts, chars = [], iter(pattern)
-    for ch in chars:
-        if ch == "\\":
-            parts.append(re.escape(next(chars)))  # the parser allows only \%, \_ and \\
-        elif ch == "%":
-            parts.append(".*")
-        elif ch == "_":
-            parts.append(".")
-        else:
-            parts.append(re.escape(ch))
-    return re.compile("".join(parts), re.DOTALL)
+def _member(value: Any, values: tuple[Const, ...]) -> Truth3:
+    """`value in values`: the OR of `value = v` (a Compare each), in one loop over the list.
+    True if one equality is; else unknown if one is (a value of another JSON type, a null);
+    else false."""
+    kind = json_type(value)
+    if kind not in COMPARABLE:
+        return None  # every equality is unknown
+    if kind == "number":
+        value = as_double(value)
+    unknown = False
+    for const in values:
+        other = const.value
+        if json_type(other) != kind:
+            unknown = True
+        elif (as_double(other) if kind == "number" else other) == value:
+            return True
+    return None if unknown else False
 
 
 def project(projection: Projection, event: dict[str, Any], metadata: dict[str, Any]) -> dict:

@@ -6,14 +6,24 @@ test:       "(" or ")" | operand [ cmp operand | "is" ["not"] "null"
 operand:    path | literal ;  path: name ("." name)* ;  literal: string | number | true
             | false | null ;  strings in single quotes, '' for a quote
 projection: "*" | path ["as" name]
+
+Any text gives a tree or an ExpressionError, never anything else: the parser recurses only
+into '(', whose nesting with the 'not's is bounded (always by `HARD_MAX_EXPRESSION_DEPTH`, with
+limits by `max_expression_depth`), and a chain of 'and's or 'or's becomes a balanced tree, so
+that no tree is deeper than its nesting plus the logarithms of its chains (the backends recurse
+once per level). With `limits`, what a spec may ask of the router is bounded too (text, 'in'
+lists, like wildcards, projected fields); without, a stored spec reads as it was accepted.
 """
 
 from __future__ import annotations
 
 import re
+import sys
 from dataclasses import dataclass
 
 from contracts.errors import ExpressionError
+from contracts.limits import HARD_MAX_EXPRESSION_DEPTH, Limits
+from router.lang import like
 from router.lang.ast import (
     METADATA,
     And,
@@ -22,6 +32,7 @@ from router.lang.ast import (
     Const,
     Expr,
     Field,
+    In,
     IsNull,
     Like,
     Meta,
@@ -83,9 +94,37 @@ def _tokens(text: str) -> list[Token]:
 _PATTERN = re.compile(r"(?:[^\\]|\\[%_\\])*", re.DOTALL)
 
 
+def _balanced(node: type[And] | type[Or], terms: list[Expr]) -> Expr:
+    """`a op b op c ...` as a tree of logarithmic depth: and and or are associative (in
+    three-valued logic too), and a long chain must not become a deep tree. Pairs are joined
+    from the left, so a chain of two or three keeps its left-deep shape."""
+    while len(terms) > 1:
+        pairs = [node(terms[i], terms[i + 1]) for i in range(0, len(terms) - 1, 2)]
+        terms = pairs + terms[len(terms) - len(terms) % 2 :]
+    return terms[0]
+
+
+def _refuse_over(
+    limit: int, setting: str | None, count: int, what: str, text: str, column: int
+) -> None:
+    """Refuses `count` of `what` when over `limit`, naming the setting that holds it (None: the
+    structural limit, which no setting raises)."""
+    if count > limit:
+        named = {"setting": setting} if setting else {}
+        raise ExpressionError(
+            f"{count} {what}; the limit is {limit} ({setting or 'structural'})",
+            text,
+            column,
+            f"at most {limit} {what}",
+            limit=limit,
+            **named,
+        )
+
+
 class _Parser:
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str, limits: Limits | None) -> None:
         self.text = text
+        self.limits = limits
         self.tokens = _tokens(text)
         self.at = 0
 
@@ -114,36 +153,58 @@ class _Parser:
             expected,
         )
 
+    def over(self, setting: str, count: int, what: str, column: int) -> None:
+        """Refuses `count` of `what` over the limit `setting`, if limits apply."""
+        if self.limits is not None:
+            limit = getattr(self.limits, setting)
+            _refuse_over(limit, setting, count, what, self.text, column)
+
     # filter
 
     def filter(self) -> Expr:
-        expr = self.disjunction()
+        expr = self.disjunction(0)
         if self.token.kind != "end":
             self.fail("'and', 'or' or the end")
         return expr
 
-    def disjunction(self) -> Expr:
-        expr = self.conjunction()
-        while self.accept("keyword", "or"):
-            expr = Or(expr, self.conjunction())
+    def disjunction(self, depth: int) -> Expr:
+        """`depth`: how many '(' and 'not' this is nested in."""
+        alternatives = []
+        while True:
+            factors = [self.negation(depth)]
+            while self.accept("keyword", "and"):
+                factors.append(self.negation(depth))
+            alternatives.append(_balanced(And, factors))
+            if not self.accept("keyword", "or"):
+                return _balanced(Or, alternatives)
+
+    def negation(self, depth: int) -> Expr:
+        """A test under any number of 'not's: a loop, they need no recursion."""
+        nots = 0
+        while token := self.accept("keyword", "not"):
+            nots += 1
+            self.nest(depth + nots, token)
+        if token := self.accept("punct", "("):
+            self.nest(depth + nots + 1, token)
+            expr = self.disjunction(depth + nots + 1)
+            self.expect("punct", ")", "')'")
+        else:
+            expr = self.test()
+        for _ in range(nots):
+            expr = Not(expr)
         return expr
 
-    def conjunction(self) -> Expr:
-        expr = self.negation()
-        while self.accept("keyword", "and"):
-            expr = And(expr, self.negation())
-        return expr
-
-    def negation(self) -> Expr:
-        if self.accept("keyword", "not"):
-            return Not(self.negation())
-        return self.test()
+    def nest(self, depth: int, token: Token) -> None:
+        """Refuses the '(' or 'not' at `depth` when it is over the limit: the configured one,
+        or without limits the structural one (so the parser and both backends, which recurse
+        once per level, stay far from any stack's end)."""
+        what = "levels of '(' and 'not' nested"
+        if self.limits is None:
+            _refuse_over(HARD_MAX_EXPRESSION_DEPTH, None, depth, what, self.text, token.column)
+        else:
+            self.over("max_expression_depth", depth, what, token.column)
 
     def test(self) -> Expr:
-        if self.accept("punct", "("):
-            expr = self.disjunction()
-            self.expect("punct", ")", "')'")
-            return expr
         left = self.operand()
         if op := self.accept("op"):
             return Compare("!=" if op.text == "<>" else op.text, left, self.operand())
@@ -166,12 +227,10 @@ class _Parser:
         self.expect("punct", "(", "'(' after 'in'")
         values = [self.literal()]
         while self.accept("punct", ","):
+            self.over("max_in_values", len(values) + 1, "values in an 'in' list", self.token.column)
             values.append(self.literal())
         self.expect("punct", ")", "',' or ')'")
-        expr: Expr = Compare("=", left, values[0])
-        for value in values[1:]:
-            expr = Or(expr, Compare("=", left, value))
-        return expr
+        return In(left, tuple(values))
 
     def pattern(self) -> str:
         token = self.token
@@ -185,6 +244,9 @@ class _Parser:
                 token.column,
                 "a valid pattern",
             )
+        parts = like.segments(literal.value)  # the '%' between them, and '_' (None) in them
+        wildcards = len(parts) - 1 + sum(part.count(None) for part in parts)
+        self.over("max_like_wildcards", wildcards, "'%' and '_' in a like pattern", token.column)
         return literal.value
 
     def operand(self) -> Operand:
@@ -197,8 +259,17 @@ class _Parser:
         if self.accept("string"):
             return Const(token.text[1:-1].replace("''", "'"))
         if self.accept("number"):
-            is_int = re.fullmatch(r"-?[0-9]+", token.text)
-            return Const(int(token.text) if is_int else float(token.text))
+            if not re.fullmatch(r"-?[0-9]+", token.text):
+                return Const(float(token.text))
+            try:
+                return Const(int(token.text))
+            except ValueError:  # over sys.get_int_max_str_digits(); as a double, infinite anyway
+                raise ExpressionError(
+                    "an integer of too many digits",
+                    self.text,
+                    token.column,
+                    f"at most {sys.get_int_max_str_digits()} digits",
+                ) from None
         for word, value in (("true", True), ("false", False), ("null", None)):
             if self.accept("keyword", word):
                 return Const(value)
@@ -229,12 +300,30 @@ class _Parser:
         return Column(source, name)
 
 
-def parse_filter(text: str) -> Expr:
-    return _Parser(text).filter()
+def parse_filter(text: str, *, limits: Limits | None = None) -> Expr:
+    """`limits`: what a new spec may ask (control's checks); None reads a stored one."""
+    if limits is not None:  # before any other work on the text
+        limit = limits.max_filter_chars
+        _refuse_over(
+            limit, "max_filter_chars", len(text), "characters in a filter", text, limit + 1
+        )
+    return _Parser(text, limits).filter()
 
 
-def parse_projection(items: list[str]) -> Projection:
-    columns = [_Parser(item).column() for item in items]
+def parse_projection(items: list[str], *, limits: Limits | None = None) -> Projection:
+    """`limits`: what a new spec may ask (control's checks); None reads a stored one."""
+    if limits is not None:
+        limit = limits.max_projection_fields
+        first_over = len(", ".join(items[:limit])) + 3  # the column of the first item over
+        _refuse_over(
+            limit,
+            "max_projection_fields",
+            len(items),
+            "projected fields",
+            ", ".join(items),
+            first_over,
+        )
+    columns = [_Parser(item, limits).column() for item in items]
     if None in columns:
         if len(columns) > 1:
             raise ExpressionError(

@@ -5,8 +5,9 @@ The payload is a struct with a field for each field path read, named by the dott
 text in the event (`json`) and a string's decoded value (`string`). Each operand becomes a typed
 view (its JSON type, and its value read as a string, a double and a boolean) so comparisons
 follow exactly the rules the Python evaluator follows; a projected value is its text, as the
-producer wrote it. Only Column functions are used: the user's text never reaches Spark as SQL;
-field paths and output names are validated names, constants are literals.
+producer wrote it. Only Column functions are used, and stack/java/LikeMatcher.java for `like`:
+the user's text never reaches Spark as SQL; field paths and output names are validated names,
+constants are literals.
 """
 
 from __future__ import annotations
@@ -14,10 +15,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from pyspark import SparkContext
 from pyspark.sql import Column
 from pyspark.sql import functions as F
 
 from router.lang.ast import (
+    COMPARABLE,
     COMPARISONS,
     METADATA,
     And,
@@ -25,6 +28,7 @@ from router.lang.ast import (
     Const,
     Expr,
     Field,
+    In,
     IsNull,
     Like,
     Meta,
@@ -37,8 +41,6 @@ from router.lang.ast import (
     dotted,
     json_type,
 )
-
-COMPARABLE = ("string", "number", "boolean")
 
 
 @dataclass(frozen=True)
@@ -114,11 +116,13 @@ def _truth(expr: Expr, payload: Column, metadata: Mapping[str, Column]) -> Colum
             value = COMPARISONS[expr.op](left.reading(kind), right.reading(kind))
             result = F.when(same, value).otherwise(result)
         return result
+    if isinstance(expr, In):
+        return _member(expr, _typed(expr.operand, payload, metadata))
     if isinstance(expr, IsNull):
         return _typed(expr.operand, payload, metadata).kind.isin("null", "missing")
     if isinstance(expr, Like):
         value = _typed(expr.operand, payload, metadata)
-        return F.when(value.kind == "string", value.string.like(expr.pattern))
+        return F.when(value.kind == "string", _like(value.string, expr.pattern))
     if isinstance(expr, Truth):
         value = _typed(expr.operand, payload, metadata)
         return F.when(value.kind == "boolean", value.boolean)
@@ -129,6 +133,32 @@ def _truth(expr: Expr, payload: Column, metadata: Mapping[str, Column]) -> Colum
     if isinstance(expr, Or):
         return _truth(expr.left, payload, metadata) | _truth(expr.right, payload, metadata)
     raise TypeError(f"not an expression: {expr!r}")
+
+
+def _member(expr: In, typed: Typed) -> Column:
+    """`operand in (...)` as the Python evaluator reads it, flat however long the list: for each
+    JSON type the operand may have, one `isin` over the list's values of that type (numbers as
+    doubles). It is true when that finds the value; else unknown if the list holds a value of
+    another type or a null (an unknown equality), else false. Other types: unknown."""
+    result = F.lit(None).cast("boolean")
+    for kind in sorted(_kinds(expr.operand)):
+        same = [c.value for c in expr.values if json_type(c.value) == kind]
+        if not same:
+            continue  # every equality is unknown: so is the whole
+        if kind == "number":
+            same = [as_double(v) for v in same]
+        found = typed.reading(kind).isin(same)
+        if len(same) < len(expr.values):
+            found = F.when(found, True)  # not found: unknown, null
+        result = F.when(_is(expr.operand, typed, kind), found).otherwise(result)
+    return result
+
+
+def _like(value: Column, pattern: str) -> Column:
+    """`value like pattern` by stack/java/LikeMatcher.java, linear where Spark's own LIKE (a
+    backtracking regular expression) is not, and counting code points as Python does."""
+    jvm = SparkContext._active_spark_context._jvm
+    return Column(jvm.LikeMatcher.column(value._jc, pattern))
 
 
 def compile_projection(

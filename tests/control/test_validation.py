@@ -1,6 +1,7 @@
 import pytest
 
 from contracts.errors import InvalidSpec
+from contracts.limits import Limits
 from contracts.spec import StreamSpec, load_spec
 from control.validation import (
     check_spec,
@@ -23,12 +24,12 @@ def spec(**output: object) -> dict:
 
 
 def test_valid_filters_and_projections_pass() -> None:
-    check_spec(load_spec(spec(filter="country = 'US'", projection=["guid", "a.b as c"])))
+    check_spec(load_spec(spec(filter="country = 'US'", projection=["guid", "a.b as c"])), Limits())
 
 
 def test_broken_ones_name_the_output_field_and_column() -> None:
     with pytest.raises(InvalidSpec) as caught:
-        check_spec(load_spec(spec(filter="country = ", projection=["*", "guid"])))
+        check_spec(load_spec(spec(filter="country = ", projection=["*", "guid"])), Limits())
     problems = caught.value.details["problems"]
     assert [(p["field"], p["column"]) for p in problems] == [
         ("outputs.1.projection", 1),
@@ -44,7 +45,7 @@ def test_a_sink_checks_its_own_config() -> None:
         "outputs": [{"name": "again", "sink": {"type": "keystone", "stream": "playback"}}],
     }
     with pytest.raises(InvalidSpec) as caught:
-        check_spec(load_spec(loop))
+        check_spec(load_spec(loop), Limits())
     [problem] = caught.value.details["problems"]
     assert problem["field"] == "outputs.0.sink"
     assert "its own stream" in problem["message"]
@@ -176,3 +177,19 @@ def test_topics_that_kafka_counts_as_one_are_refused(
     assert problem["field"] == field and "collides with topic" in problem["message"]
     if existing:  # the collision is with what exists, not within the spec
         assert kafka_name_problems(new, {}) == []
+
+
+def test_controls_checks_report_the_setting_a_filter_is_over() -> None:
+    output = {"name": "search", "sink": {"type": "hive"}, "filter": "x in (1, 2, 3)"}
+    spec = load_spec({"name": "playback", "owner": "team-a", "outputs": [output]})
+    check_spec(spec, Limits())
+    with pytest.raises(InvalidSpec) as caught:
+        check_spec(spec, Limits(max_in_values=2))
+    [problem] = caught.value.details["problems"]
+    assert problem["field"] == "outputs.0.filter"
+    assert (problem["setting"], problem["limit"], problem["column"]) == ("max_in_values", 2, 13)
+    # Stored so, under a looser limit: the stream stays changeable while its filter is kept.
+    check_spec(spec, Limits(max_in_values=2), old=spec)
+    changed = load_spec({**spec.model_dump(), "outputs": [{**output, "filter": "x in (1, 2, 4)"}]})
+    with pytest.raises(InvalidSpec):
+        check_spec(changed, Limits(max_in_values=2), old=spec)

@@ -20,6 +20,7 @@ from router.lang.ast import (
     Const,
     Expr,
     Field,
+    In,
     IsNull,
     Like,
     Meta,
@@ -36,7 +37,8 @@ from tests.router.conftest import frame
 
 # Few names, so that paths often exist (and often do not); "A" is not "a".
 NAMES = ["a", "b", "A"]
-TEXT = st.text(alphabet="ab%_\\\né 'x", max_size=4)
+# An astral character among them: one code point, two UTF-16 units.
+TEXT = st.text(alphabet="ab%_\\\né 'x😀", max_size=4)
 SCALARS = (
     st.none()
     | st.booleans()
@@ -69,10 +71,11 @@ OPERANDS: st.SearchStrategy[Operand] = (
     PATHS | st.sampled_from(sorted(METADATA)).map(Meta) | SCALARS.map(Const)
 )
 PATTERNS = st.lists(
-    st.sampled_from(["a", "b", "%", "_", "\\%", "\\_", "\\\\", "é", "\n"]), max_size=4
+    st.sampled_from(["a", "b", "%", "_", "\\%", "\\_", "\\\\", "é", "😀", "\n"]), max_size=6
 ).map("".join)
 TESTS = (
     st.builds(Compare, st.sampled_from(["=", "!=", "<", "<=", ">", ">="]), OPERANDS, OPERANDS)
+    | st.builds(In, OPERANDS, st.lists(SCALARS.map(Const), min_size=1, max_size=4).map(tuple))
     | st.builds(IsNull, OPERANDS)
     | st.builds(Like, OPERANDS, PATTERNS)
     | st.builds(Truth, OPERANDS)
@@ -103,6 +106,8 @@ def render(node: Expr | Operand) -> str:
             return name
         case Compare(op=op, left=left, right=right):
             return f"{render(left)} {op} {render(right)}"
+        case In(operand=operand, values=values):
+            return f"{render(operand)} in ({', '.join(render(v) for v in values)})"
         case IsNull(operand=operand):
             return f"{render(operand)} is null"
         case Like(operand=operand, pattern=pattern):

@@ -1,7 +1,25 @@
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from contracts.errors import ExpressionError
-from router.lang.ast import And, Column, Compare, Const, Field, IsNull, Like, Meta, Not, Or, Truth
+from contracts.limits import HARD_MAX_EXPRESSION_DEPTH, Limits
+from router.lang.ast import (
+    And,
+    Column,
+    Compare,
+    Const,
+    Expr,
+    Field,
+    In,
+    IsNull,
+    Like,
+    Meta,
+    Not,
+    Or,
+    Truth,
+)
+from router.lang.evaluate import matches
 from router.lang.parser import parse_filter, parse_projection
 
 
@@ -13,9 +31,7 @@ def test_precedence_not_binds_tighter_than_and_than_or() -> None:
 
 
 def test_sugar_is_spelled_out_in_the_tree() -> None:
-    assert parse_filter("x not in ('a', 2)") == Not(
-        Or(Compare("=", Field(("x",)), Const("a")), Compare("=", Field(("x",)), Const(2)))
-    )
+    assert parse_filter("x not in ('a', 2)") == Not(In(Field(("x",)), (Const("a"), Const(2))))
     assert parse_filter("x is not null") == Not(IsNull(Field(("x",))))
     assert parse_filter("x <> 1") == Compare("!=", Field(("x",)), Const(1))
     assert parse_filter("x not like 'a%'") == Not(Like(Field(("x",)), "a%"))
@@ -72,3 +88,158 @@ def test_projections() -> None:
     ):
         with pytest.raises(ExpressionError, match=message):
             parse_projection(items)
+
+
+# Robustness: any text is a tree or an ExpressionError, and what a new spec asks is bounded.
+
+# Pieces of filters, so that generated text gets deep into the grammar (and past its bounds);
+# every one a whole token or more.
+TOKENS = st.sampled_from(
+    [
+        "(", ")", "not ", " and ", " or ", "a", "b.c", "guid", " = ", " <> ", " < ", " in ",
+        " like ", " is ", "null", "true", "'x'", "'%_\\%'", "''", ", ", "1", "-1.5e3",
+        "9" * 4400, "1e400", "*", " as ", ".",
+    ]
+)  # fmt: skip
+TEXTS = st.text() | st.lists(TOKENS | st.sampled_from(["'", "~"]), max_size=40).map("".join)
+# Units that each open one or more levels and leave the parser inside them, repeated past
+# any limit: nested parentheses, 'not's, and both within real conditions.
+NESTING_UNITS = st.sampled_from(
+    ["(", "not ", "not(", "(a or ", "not (b = 1 and ", "(c like 'x' or "]
+)
+PROPERTIES = settings(max_examples=300, deadline=None, database=None)
+
+
+def depth(expr: Expr) -> int:
+    """The tree's depth, without recursing (a tree too deep is what this is to catch)."""
+    deepest, stack = 0, [(expr, 1)]
+    while stack:
+        node, level = stack.pop()
+        deepest = max(deepest, level)
+        if isinstance(node, Not):
+            stack.append((node.expr, level + 1))
+        elif isinstance(node, And | Or):
+            stack += [(node.left, level + 1), (node.right, level + 1)]
+    return deepest
+
+
+@PROPERTIES
+@given(text=TEXTS, limited=st.booleans())
+def test_any_text_is_a_tree_or_an_expression_error(text: str, limited: bool) -> None:
+    limits = Limits() if limited else None
+    for parse in (lambda: parse_filter(text, limits=limits), lambda: parse_projection([text])):
+        try:
+            parse()
+        except ExpressionError as e:
+            assert e.message and e.details["column"] >= 1
+
+
+@settings(max_examples=60, deadline=None, database=None)
+@given(
+    units=st.lists(NESTING_UNITS, min_size=1, max_size=4),
+    times=st.integers(HARD_MAX_EXPRESSION_DEPTH + 1, 3000),
+    tail=st.lists(TOKENS, max_size=40).map("".join),
+    limited=st.booleans(),
+)
+def test_deeply_nested_text_is_refused_at_the_depth_limit(
+    units: list[str], times: int, tail: str, limited: bool
+) -> None:
+    text = "".join(units) * times + tail
+    with pytest.raises(ExpressionError) as caught:
+        parse_filter(text, limits=Limits(max_filter_chars=10**6) if limited else None)
+    details = caught.value.details
+    if limited:
+        assert (details["setting"], details["limit"]) == ("max_expression_depth", 64)
+    else:
+        assert "setting" not in details and details["limit"] == HARD_MAX_EXPRESSION_DEPTH
+
+
+@pytest.mark.parametrize(
+    ("text", "column"),
+    [
+        ("not " * 1500 + "a", 1 + 4 * HARD_MAX_EXPRESSION_DEPTH),
+        ("(" * 400 + "a" + ")" * 400, 1 + HARD_MAX_EXPRESSION_DEPTH),
+        ("not (" * 150 + "a" + ")" * 150, 1 + 5 * (HARD_MAX_EXPRESSION_DEPTH // 2)),
+    ],
+)
+def test_nesting_is_bounded_without_limits_at_the_token_over(text: str, column: int) -> None:
+    with pytest.raises(ExpressionError, match="the limit is 200") as caught:
+        parse_filter(text)
+    assert caught.value.details["column"] == column
+    assert caught.value.details["limit"] == HARD_MAX_EXPRESSION_DEPTH
+
+
+def test_nesting_up_to_the_limit_parses() -> None:
+    deepest = HARD_MAX_EXPRESSION_DEPTH
+    assert parse_filter("(" * deepest + "a" + ")" * deepest) == Truth(Field(("a",)))
+    assert depth(parse_filter("not " * deepest + "a")) == deepest + 1
+    limits = Limits()
+    # Siblings do not add up: each of these is 64 deep.
+    twice = " and ".join(["(" * 64 + "a" + ")" * 64] * 2)
+    assert parse_filter(twice, limits=limits) == And(Truth(Field(("a",))), Truth(Field(("a",))))
+    with pytest.raises(ExpressionError) as caught:
+        parse_filter("not (" * 32 + "not a" + ")" * 32, limits=limits)
+    assert caught.value.details["column"] == 32 * 5 + 1  # the 65th level: that last 'not'
+    assert caught.value.details["setting"] == "max_expression_depth"
+
+
+@pytest.mark.parametrize(
+    ("limits", "text", "setting", "limit", "column"),
+    [
+        (Limits(max_filter_chars=16), "a = 'abcdefghijklm'", "max_filter_chars", 16, 17),
+        (Limits(max_in_values=3), "x in (1, 2, 3, 4)", "max_in_values", 3, 16),
+        (Limits(max_like_wildcards=2), "x like 'a%b_c%'", "max_like_wildcards", 2, 8),
+    ],
+)
+def test_a_filter_over_a_limit_names_the_setting(
+    limits: Limits, text: str, setting: str, limit: int, column: int
+) -> None:
+    parse_filter(text)  # stored specs are read without limits
+    with pytest.raises(ExpressionError, match=rf"the limit is {limit} \({setting}\)") as caught:
+        parse_filter(text, limits=limits)
+    assert caught.value.details["setting"] == setting
+    assert caught.value.details["limit"] == limit
+    assert caught.value.details["column"] == column
+
+
+def test_escaped_wildcards_do_not_count() -> None:
+    text = "x like '\\%\\_\\\\%_'"  # two wildcards: the last two characters
+    assert parse_filter(text, limits=Limits(max_like_wildcards=2)) == Like(
+        Field(("x",)), "\\%\\_\\\\%_"
+    )
+
+
+def test_a_projection_over_its_limit_names_the_setting() -> None:
+    items = ["a", "b", "c"]
+    assert len(parse_projection(items).columns) == 3
+    with pytest.raises(ExpressionError, match=r"the limit is 2 \(max_projection_fields\)") as e:
+        parse_projection(items, limits=Limits(max_projection_fields=2))
+    assert e.value.details["setting"] == "max_projection_fields"
+    assert e.value.details["limit"] == 2
+    assert e.value.details["column"] == 7  # at "c"
+
+
+def test_a_long_in_list_is_one_node_and_bounded_with_limits() -> None:
+    values = ", ".join(str(i) for i in range(5000))
+    expr = parse_filter(f"x in ({values})")
+    assert expr == In(Field(("x",)), tuple(Const(i) for i in range(5000)))
+    assert matches(expr, {"x": 4999.0}, {}) is True
+    with pytest.raises(ExpressionError) as caught:
+        parse_filter(f"x in ({values})", limits=Limits(max_filter_chars=10**6))
+    assert caught.value.details["setting"] == "max_in_values"
+    assert caught.value.details["limit"] == 1000
+    assert caught.value.details["column"] == f"x in ({values})".index(" 1000,") + 2
+
+
+def test_a_long_chain_of_and_or_or_is_a_shallow_tree() -> None:
+    chain = " or ".join(f"a = {i}" for i in range(5000))
+    expr = parse_filter(chain)
+    assert depth(expr) == 14  # 5000 leaves, balanced: ceil(log2(5000)) + 1
+    assert matches(expr, {"a": 4999}, {}) is True
+    assert matches(parse_filter(" and ".join(["a"] * 5000)), {"a": True}, {}) is True
+
+
+def test_an_integer_python_cannot_read_is_an_expression_error() -> None:
+    with pytest.raises(ExpressionError, match="too many digits") as caught:
+        parse_filter("a = " + "1" * 5000)
+    assert caught.value.details["column"] == 5

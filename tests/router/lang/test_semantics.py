@@ -8,7 +8,8 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from router.lang.ast import METADATA, paths_read
+from contracts.limits import HARD_MAX_EXPRESSION_DEPTH
+from router.lang.ast import METADATA, Expr, paths_read
 from router.lang.evaluate import matches, project
 from router.lang.parser import parse_filter, parse_projection
 from router.lang.spark import compile_filter, compile_projection
@@ -26,12 +27,29 @@ EVENT = {
     "big": 123456789012345678901234567890,
     "name": "50%_off\n",
     "huge": 10**400,  # beyond a double
+    "emoji": "a😀b",  # an astral character: one code point, two UTF-16 units
 }
 META = {"guid": "g-1", "timestamp": 1700000000000, "host": "proxy-1", "app": "player"}
 CASES = [
     ("country = 'US'", True),
     ("country in ('CA', 'US')", True),
     ("country not in ('CA', 'US')", False),
+    # `in` is the OR of equalities: a null or another type in the list is an unknown one...
+    ("n in (5, null)", True),
+    ("n in (4, null)", False),
+    ("not n in (4, null)", False),  # ...so not found there is unknown, not false
+    ("n not in (4, 'x')", False),
+    ("n not in (4, 6)", True),
+    ("n in ('5', 5.0)", True),  # as doubles
+    ("big in (1.2345678901234568e29)", True),
+    ("huge in (1e400)", True),
+    ("ok in (false, true)", True),
+    ("ok not in (false)", True),
+    ("missing in (1, null)", False),
+    ("not missing in (1)", False),
+    ("device in ('tv')", False),
+    ("none not in (1)", False),
+    ("5 in (4, 5)", True),  # a constant operand too
     ("device.type != 'test'", True),
     ("n > 4.5 and n <= 5", True),
     ("d = 1.5", True),
@@ -54,11 +72,18 @@ CASES = [
     ("country", False),  # a bare non-boolean is unknown
     ("missing = 1 or country = 'US'", True),  # unknown or true
     ("missing = 1 and country = 'US'", False),  # unknown and true
+    # A chain is a balanced tree: the same meaning, however it is grouped.
+    ("missing = 1 or n = 4 or country = 'CA' or ok or d = 2", True),
+    ("n = 5 and ok and missing = 1 and d = 1.5 and country = 'US'", False),
     ("not (missing = 1 and country = 'CA')", True),  # not (unknown and false)
     ("name like '50\\%\\_off%'", True),  # escaped % and _, then % runs across the newline
     ("name like '50%'", True),
     ("name like '5_%off_'", True),
     ("n like '5'", False),  # like applies to strings only
+    ("not n like '5'", False),
+    ("emoji like 'a_b'", True),  # `_` is one code point
+    ("emoji like 'a__b'", False),
+    ("emoji like '%😀%'", True),
     ("app = 'player' and timestamp > 1600000000000 and host like 'proxy-%'", True),
     ("guid = 'g-2'", False),
     ("AND_ = 1 Or country = 'US'", True),  # keywords in any case...
@@ -85,6 +110,51 @@ def test_both_backends_mean_the_same(spark: SparkSession, text: str, keeps: bool
         .collect()
     )
     assert row["keep"] is keeps
+
+
+def both(spark: SparkSession, expr: Expr, rows: list[tuple[dict, dict]]) -> list[bool]:
+    """What each backend keeps of the rows: checked to agree, returned."""
+    metadata = {name: F.col(name) for name in METADATA}
+    kept = [
+        row["keep"]
+        for row in frame(spark, rows, expr)
+        .select(compile_filter(expr, F.col("payload"), metadata).alias("keep"))
+        .collect()
+    ]
+    assert kept == [matches(expr, event, meta) for event, meta in rows]
+    return kept
+
+
+# Events that make `in` true, false and unknown: found, not found, another type, missing.
+MEMBERS = [({"x": 2999}, META), ({"x": 3000}, META), ({"x": "7"}, META), ({}, META)]
+
+
+def test_an_in_list_of_thousands_is_flat_in_both_backends(spark: SparkSession) -> None:
+    values = ", ".join(str(i) for i in range(3000))
+    assert both(spark, parse_filter(f"x in ({values})"), MEMBERS) == [True, False, False, False]
+    assert both(spark, parse_filter(f"x not in ({values})"), MEMBERS) == [
+        False,
+        True,
+        False,
+        False,
+    ]
+    # A string among the numbers: a number not found is unknown (so is its negation).
+    mixed = parse_filter(f"x not in ({values}, '7')")
+    assert both(spark, mixed, MEMBERS) == [False, False, False, False]
+    assert both(spark, parse_filter(f"x in ({values}, '7')"), MEMBERS) == [
+        True,
+        False,
+        True,
+        False,
+    ]
+
+
+def test_the_deepest_nesting_the_structural_limit_allows_runs_in_both_backends(
+    spark: SparkSession,
+) -> None:
+    half = HARD_MAX_EXPRESSION_DEPTH // 2
+    expr = parse_filter("not (" * half + "x = 3000" + ")" * half)  # an even number of 'not's
+    assert both(spark, expr, MEMBERS) == [False, True, False, False]
 
 
 def test_no_filter_keeps_everything() -> None:

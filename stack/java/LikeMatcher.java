@@ -1,0 +1,188 @@
+import java.io.Serializable;
+import java.util.ArrayList;
+import java.util.List;
+
+import org.apache.spark.sql.Column;
+import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.catalyst.analysis.TypeCheckResult;
+import org.apache.spark.sql.catalyst.expressions.Expression;
+import org.apache.spark.sql.catalyst.expressions.codegen.CodegenContext;
+import org.apache.spark.sql.catalyst.expressions.codegen.CodegenFallback;
+import org.apache.spark.sql.catalyst.expressions.codegen.ExprCode;
+import org.apache.spark.sql.classic.ExpressionUtils;
+import org.apache.spark.sql.types.DataType;
+import org.apache.spark.sql.types.DataTypes;
+import org.apache.spark.sql.types.StringType;
+import org.apache.spark.unsafe.types.UTF8String;
+
+import scala.collection.immutable.IndexedSeq;
+import scala.collection.immutable.Seq;
+import scala.jdk.javaapi.CollectionConverters;
+
+/**
+ * A string's `like` a pattern, in O(len(text) * len(pattern)) code point comparisons: the
+ * algorithm of router/lang/like.py (the reference), for the router.
+ *
+ * Spark's own LIKE compiles to a java.util.regex pattern, which backtracks: `%a%a%a%a%b` over a
+ * long run of `a`s takes time growing as a power of its length. Here the pattern is split on `%`
+ * into segments of literal code points and `_` (any one code point); the first must match at
+ * the start, the last at the end, each one between at its leftmost place after the one before,
+ * and nothing backtracks. Characters are code points, as in Python: `_` matches one astral
+ * character, not half of it. The pattern is split once, where the expression is built, and
+ * travels with it to the executors. Null in, null out.
+ */
+public final class LikeMatcher extends Expression implements CodegenFallback, Serializable {
+    private static final int ANY = -1;  // `_` in a segment
+
+    private final Expression child;
+    private final Seq<Expression> children;
+    private final String pattern;  // as written: what the plan shows
+    private final int[][] segments;
+
+    public LikeMatcher(Expression child, String pattern) {
+        this.child = child;
+        this.children = CollectionConverters.asScala(List.of(child)).toSeq();
+        this.pattern = pattern;
+        this.segments = segments(pattern);
+    }
+
+    /** The column of whether `value` (a string) is like `pattern`. */
+    public static Column column(Column value, String pattern) {
+        return ExpressionUtils.column(new LikeMatcher(ExpressionUtils.expression(value), pattern));
+    }
+
+    /** The pattern split on `%`; a backslash escapes %, _ or a backslash (the parser allows no
+     * other). */
+    static int[][] segments(String pattern) {
+        List<int[]> parts = new ArrayList<>();
+        List<Integer> current = new ArrayList<>();
+        int[] chars = pattern.codePoints().toArray();
+        for (int i = 0; i < chars.length; i++) {
+            if (chars[i] == '\\') {
+                current.add(chars[++i]);
+            } else if (chars[i] == '%') {
+                parts.add(current.stream().mapToInt(Integer::intValue).toArray());
+                current.clear();
+            } else {
+                current.add(chars[i] == '_' ? ANY : chars[i]);
+            }
+        }
+        parts.add(current.stream().mapToInt(Integer::intValue).toArray());
+        return parts.toArray(new int[0][]);
+    }
+
+    /** How many code points matching `text` against `pattern` compares (`steps`, the cost
+     * bound's measure, for tests). */
+    public static long comparisons(String pattern, String text) {
+        long[] steps = {0};
+        matches(segments(pattern), text.codePoints().toArray(), steps);
+        return steps[0];
+    }
+
+    /** Whether the text's code points match the segments; `steps` (when not null) counts the
+     * code points compared. */
+    static boolean matches(int[][] segments, int[] text, long[] steps) {
+        int[] first = segments[0];
+        int[] last = segments[segments.length - 1];
+        if (segments.length == 1) {  // no `%`: the whole text, code point by code point
+            return text.length == first.length && fits(first, text, 0, steps);
+        }
+        int end = text.length - last.length;  // where the last segment must start
+        if (first.length > end || !fits(first, text, 0, steps) || !fits(last, text, end, steps)) {
+            return false;
+        }
+        int at = first.length;
+        for (int s = 1; s < segments.length - 1; s++) {
+            int[] segment = segments[s];
+            while (at + segment.length <= end && !fits(segment, text, at, steps)) {
+                at++;
+            }
+            if (at + segment.length > end) {
+                return false;
+            }
+            at += segment.length;
+        }
+        return true;
+    }
+
+    private static boolean fits(int[] segment, int[] text, int at, long[] steps) {
+        for (int i = 0; i < segment.length; i++) {
+            if (steps != null) {
+                steps[0]++;
+            }
+            if (segment[i] != ANY && text[at + i] != segment[i]) {
+                return false;
+            }
+        }
+        return true;
+    }
+
+    @Override
+    public Object eval(InternalRow row) {
+        Object value = child.eval(row);
+        if (value == null) {
+            return null;
+        }
+        return matches(segments, ((UTF8String) value).toString().codePoints().toArray(), null);
+    }
+
+    @Override
+    public Seq<Expression> children() {
+        return children;
+    }
+
+    @Override
+    public TypeCheckResult checkInputDataTypes() {
+        if (child.dataType() instanceof StringType) {
+            return TypeCheckResult.TypeCheckSuccess$.MODULE$;
+        }
+        return new TypeCheckResult.TypeCheckFailure("likematcher reads a STRING, not "
+            + child.dataType().simpleString());
+    }
+
+    @Override
+    public DataType dataType() {
+        return DataTypes.BooleanType;
+    }
+
+    @Override
+    public boolean nullable() {
+        return true;
+    }
+
+    @Override
+    public ExprCode doGenCode(CodegenContext ctx, ExprCode ev) {
+        return CodegenFallback.super.doGenCode(ctx, ev);
+    }
+
+    @Override
+    public Expression withNewChildrenInternal(IndexedSeq<Expression> children) {
+        return new LikeMatcher(children.head(), pattern);
+    }
+
+    @Override
+    public int productArity() {
+        return 2;
+    }
+
+    @Override
+    public Object productElement(int n) {
+        return n == 0 ? child : pattern;
+    }
+
+    @Override
+    public boolean canEqual(Object other) {
+        return other instanceof LikeMatcher;
+    }
+
+    @Override
+    public boolean equals(Object other) {
+        return other instanceof LikeMatcher that && child.equals(that.child)
+            && pattern.equals(that.pattern);
+    }
+
+    @Override
+    public int hashCode() {
+        return 31 * child.hashCode() + pattern.hashCode();
+    }
+}
