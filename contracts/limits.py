@@ -46,6 +46,11 @@ class Limits(BaseModel):
     max_streams_per_owner: int = Field(50, ge=1, description="Live streams of one owner (422).")
     max_outputs_per_stream: int = Field(20, ge=1, description="Outputs of one stream (422).")
     max_apps_per_owner: int = Field(50, ge=1, description="Apps one owner registers (422).")
+    max_producers_per_stream: int = Field(
+        100,
+        ge=1,
+        description="Apps one stream lets post (422); each is a series of the proxy's metrics.",
+    )
     max_partitions: int = Field(
         64,
         ge=1,

@@ -4,6 +4,7 @@ and derived here, so nothing else ever reaches a topic, table or index name."""
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 from contracts.errors import InvalidName
 
@@ -22,10 +23,11 @@ def check_name(name: str, what: str = "name") -> str:
     return name
 
 
-def valid_name(name: object) -> bool:
-    """Whether a name read from somewhere else (Redis, a file) may become a path or a topic."""
+def valid_name(name: object, check: Callable[[str], str] = check_name) -> bool:
+    """Whether a name read from somewhere else (Redis, a file) passes `check` (an output's
+    name by default), and so may become a path or a topic."""
     try:
-        check_name(name)  # type: ignore[arg-type]
+        check(name)  # type: ignore[arg-type]
     except InvalidName:
         return False
     return True

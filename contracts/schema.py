@@ -160,10 +160,43 @@ def _nests_deeper(value: Any, limit: int) -> bool:
     return False
 
 
-def schema_problems(event: Any, parsed: dict[str, Any]) -> list[dict[str, str]]:
-    """[] when the event matches; else [{path, message}] for each mismatching field."""
+# The work one event's check may take, in steps (a value judged against a type): four per byte
+# of the event's JSON, ten thousand at least. A schema of ordinary width takes about one per
+# byte; a union of hundreds of records over an array of thousands of objects would take hundreds,
+# in a thread that shares its process with every other tenant.
+STEPS_PER_BYTE = 4
+MIN_STEPS = 10_000
+# Verdicts kept per check, at most: beyond them the budget still bounds the work.
+MAX_VERDICTS = 100_000
+
+
+def check_budget(event_bytes: int) -> int:
+    """The steps a check of an event of this many bytes may take."""
+    return max(MIN_STEPS, STEPS_PER_BYTE * event_bytes)
+
+
+class _TooCostly(Exception):
+    pass
+
+
+def schema_problems(
+    event: Any, parsed: dict[str, Any], budget: int | None = None
+) -> list[dict[str, str]]:
+    """[] when the event matches; else [{path, message}] for each mismatching field. With a
+    `budget` (`check_budget`), an event whose check would take more steps is refused as a
+    whole, with a message that says so."""
     problems: list[dict[str, str]] = []
-    _Checker(_named_types(parsed)).problems(event, parsed, "", problems)
+    try:
+        _Checker(_named_types(parsed), budget).problems(event, parsed, "", problems)
+    except _TooCostly:
+        return [
+            {
+                "path": "(event)",
+                "message": f"checking it against the stream's schema takes more than {budget} "
+                f"steps ({STEPS_PER_BYTE} per byte of the event): the schema's unions are too "
+                "wide for an event this large",
+            }
+        ]
     return problems
 
 
@@ -204,8 +237,9 @@ class _Checker:
     """One event against one parsed schema. The walks follow the event only as deep as the
     schema goes, which `parse_schema` bounds."""
 
-    def __init__(self, named: dict[str, Any]) -> None:
+    def __init__(self, named: dict[str, Any], budget: int | None) -> None:
         self.named = named
+        self.steps_left = budget
         # Verdicts on (an object or array of the event, a part of the schema), by identity:
         # union branches and types used in many places would otherwise judge them again and
         # again, exponentially often in how deeply they nest.
@@ -222,13 +256,19 @@ class _Checker:
                 return schema
 
     def valid(self, value: Any, schema: Any) -> bool:
+        if self.steps_left is not None:
+            self.steps_left -= 1
+            if self.steps_left < 0:
+                raise _TooCostly
         schema = self.resolve(schema)
         if not isinstance(value, dict | list):
             return self.judge(value, schema)
         key = (id(value), id(schema))
         verdict = self.verdicts.get(key)
         if verdict is None:
-            verdict = self.verdicts[key] = self.judge(value, schema)
+            verdict = self.judge(value, schema)
+            if len(self.verdicts) < MAX_VERDICTS:
+                self.verdicts[key] = verdict
         return verdict
 
     def judge(self, value: Any, schema: Any) -> bool:

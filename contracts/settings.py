@@ -48,12 +48,18 @@ def stored_secret(path: Path, create: bool, prefix: str = "") -> str | None:
         return None
     path.parent.mkdir(parents=True, exist_ok=True)
     secret = f"{prefix}{secrets.token_urlsafe(32)}"
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:  # another process made it first: theirs is the one
-        return path.read_text().strip()
+    # Written whole beside it, then linked into place: a reader never sees it half written, and
+    # of two processes making it at once, the first link wins and both use its secret.
+    staging = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
+    fd = os.open(staging, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as out:
         out.write(secret)
+    try:
+        os.link(staging, path)
+    except FileExistsError:
+        return path.read_text().strip()
+    finally:
+        staging.unlink()
     return secret
 
 
@@ -188,11 +194,13 @@ class Settings(BaseSettings, Limits):
         return ADDRESS_SETTING[service] not in self.model_fields_set
 
     def redis_auth(self) -> str | None:
-        """The password every client gives Redis: the setting's, else the state directory's
-        (None when there is none, or it cannot be read)."""
-        return self.redis_password.get_secret_value() or stored_secret(
-            self.redis_password_file, create=False
-        )
+        """The password every client gives Redis: the setting's, else, for the embedded Redis,
+        the state directory's (None when there is none, or it cannot be read). An external
+        Redis's password is the setting's, or in its URL."""
+        configured = self.redis_password.get_secret_value()
+        if configured or not self.is_embedded("redis"):
+            return configured or None
+        return stored_secret(self.redis_password_file, create=False)
 
     def redis_client_kwargs(self) -> dict[str, Any]:
         """What `redis.Redis.from_url(settings.redis_url, **kwargs)` needs besides the URL."""

@@ -58,10 +58,14 @@ class Accounts:
                     field="rate",
                 )
             check_limit(limits, "max_app_rate", rate, "events per second", "rate")
-            mine = sum(1 for a in self.store.apps() if a.owner == owner)
-            check_limit(limits, "max_apps_per_owner", mine + 1, "apps of this owner", "name")
+
+        def within_limit(apps: list[App]) -> None:  # in the transaction that registers it
+            if owner:
+                mine = sum(1 for a in apps if a.owner == owner)
+                check_limit(limits, "max_apps_per_owner", mine + 1, "apps of this owner", "name")
+
         entry = audit(caller.name, "app.create", name, owner=owner or ADMIN, rate=rate)
-        return self.store.create_app(name, rate, owner, entry), rate
+        return self.store.create_app(name, rate, owner, entry, within_limit), rate
 
     def apps(self, caller: Caller) -> list[App]:
         return [a for a in self.store.apps() if caller.owns(a.owner)]

@@ -163,15 +163,20 @@ class Fleet:
     def reconcile(self) -> None:
         """One pass: every stream's router brought one step closer to its spec, and every
         stream's dashboard and alert rules made current."""
-        specs = self.store.streams()
+        specs, unreadable = self.store.read_streams()
+        # A stored spec that does not read back is not a deleted stream: its router, checkpoints
+        # and rules stay as they are until the admin replaces or deletes it.
+        untouched = {u.stream for u in unreadable}
+        for problem in unreadable:
+            log.error("stream %s left as it is: %s", problem.stream, problem.reason)
         try:
-            self.dashboards.sync(specs)
-        except (KeystoneError, ValueError) as e:  # retried next pass; routers come first
+            self.dashboards.sync(specs, keep=untouched)
+        except (KeystoneError, ValueError, OSError) as e:  # retried next pass; routers first
             log.warning("dashboards not published: %s", e)
         desired = {s.name: s for s in specs if s.outputs}
         running = Deployment.load_all(self.settings)
         states = self.store.router_states()
-        for stream in sorted(set(desired) | set(running) | set(states)):
+        for stream in sorted((set(desired) | set(running) | set(states)) - untouched):
             state = states.get(stream) or RouterState()
             try:
                 self._step(stream, desired.get(stream), running.get(stream), state)
@@ -327,8 +332,11 @@ def _free_port(host: str) -> int:
 
 
 def _router_up(host: str, port: int, stream: str) -> bool:
+    """Running once it has tried to start every query (it reports each one's state). Whether
+    each one runs is `keystone_router_query_up`'s to say, and the router-down alert's: a router
+    with one output failing still delivers the others'."""
     try:
         text = httpx.get(f"http://{host}:{port}/metrics", timeout=1).text
     except httpx.HTTPError:
         return False
-    return f'{names.ROUTER_UP}{{stream="{stream}"}} 1.0' in text
+    return f'{names.ROUTER_QUERY_UP}{{stream="{stream}",' in text

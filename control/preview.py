@@ -15,7 +15,7 @@ from contracts import envelope
 from contracts.errors import ExpressionError, InvalidSpec, Unavailable
 from contracts.limits import Limits
 from contracts.names import fronting_topic
-from contracts.schema import parse_schema, schema_problems
+from contracts.schema import check_budget, parse_schema, schema_problems
 from contracts.settings import Settings
 from contracts.spec import StreamSpec
 from control.validation import expression_problem
@@ -101,7 +101,8 @@ def _readable(event: Event, schema: Any) -> tuple[str | None, dict]:
         return f"no {envelope.GUID} header", {}
     if not event.headers.get(envelope.TIMESTAMP, "").isdigit():
         return f"no {envelope.TIMESTAMP} header of epoch milliseconds", {}
-    if schema is not None and (problems := schema_problems(payload, schema)):
+    budget = check_budget(len(event.value))
+    if schema is not None and (problems := schema_problems(payload, schema, budget)):
         return f"does not match the stream's schema at {problems[0]['path']}", {}
     return None, payload
 

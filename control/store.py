@@ -20,6 +20,7 @@ writer that WATCHes it knows nobody changed anything between its checks and its 
     keystone:version            incremented on every registry change
     keystone:router:<stream>    hash: the fleet's view of the stream's router (RouterState)
     keystone:audit              stream of changes: who, action, target, owner, detail
+    keystone:audit:<owner>      the same entries on what was the owner's, kept per owner
     keystone:session:<sha256>   a web session's token hash, expiring
     keystone:fleet:leader       the control process running the fleet (an expiring lock)
 """
@@ -39,7 +40,7 @@ import redis
 from pydantic import TypeAdapter, ValidationError
 
 from contracts.errors import Conflict, InvalidName, InvalidSpec, NotFound, Unavailable
-from contracts.names import check_stream_name, topic_key
+from contracts.names import check_stream_name, topic_key, valid_name
 from contracts.settings import Settings
 from contracts.spec import Principal, StreamSpec, field_errors
 
@@ -53,6 +54,9 @@ TOPICS = f"{PREFIX}topics"
 # The same topics' names as made (Kafka refuses another whose name differs only in '.'/'_').
 TOPIC_NAMES = f"{PREFIX}topic_names"
 AUDIT_KEPT = 100_000  # entries; older ones are trimmed
+# Each owner's own copy of the entries on what is theirs: another tenant's changes, however
+# many, never push an owner's history out of their view.
+AUDIT_KEPT_PER_OWNER = 10_000
 _LABEL = TypeAdapter(Principal)
 log = logging.getLogger(__name__)
 
@@ -195,18 +199,29 @@ class Store:
         self.change_stream(spec.name, lambda _: spec)
 
     def change_stream(
-        self, name: str, change: Change, audit: dict[str, Any] | None = None
+        self,
+        name: str,
+        change: Change,
+        audit: dict[str, Any] | None = None,
+        replace_unreadable: bool = False,
     ) -> tuple[StreamSpec | None, StreamSpec | None]:
         """Applies `change` (old spec or None -> new spec or None to delete) atomically against
         every other registry write: if anything changes meanwhile, it runs again on the new
         state. `change` validates and may raise. The audit entry is written in the same step.
         A deleted stream's name stays its owner's: another owner's stream of that name would
         read (and write) the data its topics, tables and indices keep. So does a Kafka output's
-        topic, from the first spec stored that writes to it (`change` checks the claims)."""
+        topic, from the first spec stored that writes to it (`change` checks the claims).
+        A stored spec that does not read back is `Unreadable`, or with `replace_unreadable`
+        (the admin's) taken as none."""
 
         def write(tx: redis.client.Pipeline) -> tuple[StreamSpec | None, StreamSpec | None]:
             raw = tx.get(f"{PREFIX}stream:{name}")
-            old = None if raw is None else read_spec(name, raw)
+            try:
+                old = None if raw is None else read_spec(name, raw)
+            except Unreadable:
+                if not replace_unreadable:
+                    raise
+                old = None
             new = change(old)
             stored = None if new is None else stored_form(new)
             if new is not None:  # checked here, not before: an app may go meanwhile
@@ -235,9 +250,9 @@ class Store:
 
         return self._transact(write, audit)
 
-    def purge_unreadable(self, name: str, audit: dict[str, Any]) -> None:
+    def purge_unreadable(self, name: str, audit: dict[str, Any], fallback_owner: str) -> None:
         """Deletes a stored spec that does not read back (the admin's way out); its name stays
-        retired to the owner it names, when it names one."""
+        retired (its topics keep their data) to the owner it names, else to `fallback_owner`."""
 
         def purge(tx: redis.client.Pipeline) -> None:
             raw = tx.get(f"{PREFIX}stream:{name}")
@@ -246,21 +261,22 @@ class Store:
             try:
                 read_spec(name, raw)
             except Unreadable:
-                owner = _claimed_owner(raw)
+                owner = _claimed_owner(raw) or fallback_owner
             else:
                 raise Conflict(f"stream {name!r} reads back: delete it as any stream")
             tx.multi()
             tx.delete(f"{PREFIX}stream:{name}")
             tx.srem(f"{PREFIX}streams", name)
-            if owner:
-                tx.hset(RETIRED, name, owner)
+            tx.hset(RETIRED, name, owner)
 
         self._transact(purge, audit)
 
     def retired_streams(self) -> dict[str, str]:
-        """Deleted streams' names and their owners."""
+        """Deleted streams' names and their owners (an entry that is no stream's name is
+        skipped: it was not written here)."""
         retired = self._call(self.redis.hgetall, RETIRED)
-        return {k.decode(): v.decode() for k, v in retired.items()}
+        names = {k.decode(errors="replace"): v.decode(errors="replace") for k, v in retired.items()}
+        return {name: owner for name, owner in names.items() if valid_name(name, check_stream_name)}
 
     def topic_owners(self) -> dict[str, str]:
         """Kafka output topics (in Kafka's collision form) and their owners."""
@@ -312,13 +328,12 @@ class Store:
         return self._replace_secret("owner", "token", "ko", name, audit)
 
     def delete_owner(self, name: str, audit: dict[str, Any]) -> None:
-        self._delete_principal("owner", "token", name, audit)
+        """Removes the owner, and their view of the audit log with them: an owner made later
+        with the same name starts with none of it (the admin's log keeps everything)."""
+        self._delete_principal("owner", "token", name, audit, forget=(_owner_audit(name),))
 
     def owners(self) -> list[str]:
         return sorted(n.decode() for n in self._call(self.redis.smembers, f"{PREFIX}owners"))
-
-    def owner_by_token(self, token: str) -> str | None:
-        return self.owner_by_digest(hash_key(token))
 
     def owner_by_digest(self, token_sha256: str) -> str | None:
         name = self._call(self.redis.get, f"{PREFIX}token:{token_sha256}")
@@ -327,10 +342,24 @@ class Store:
     # Apps
 
     def create_app(
-        self, name: str, rate: int = 0, owner: str = "", audit: dict | None = None
+        self,
+        name: str,
+        rate: int = 0,
+        owner: str = "",
+        audit: dict | None = None,
+        check: Callable[[list[App]], None] | None = None,
     ) -> str:
-        """Registers a producing app and returns its key: shown once, stored only hashed."""
-        return self._create("app", "key", "ks", name, {"rate": rate, "owner": owner}, audit)
+        """Registers a producing app and returns its key: shown once, stored only hashed.
+        `check` sees every app as the write commits (a limit per owner)."""
+        return self._create(
+            "app",
+            "key",
+            "ks",
+            name,
+            {"rate": rate, "owner": owner},
+            audit,
+            None if check is None else lambda: check(self.apps()),
+        )
 
     def rotate_app(self, name: str, audit: dict[str, Any], owner: str | None = None) -> str:
         """A new key for the app; the old one stops working within the proxy's refresh. With
@@ -357,26 +386,32 @@ class Store:
         return found[0]
 
     def apps(self) -> list[App]:
-        return self._apps(
-            sorted(n.decode() for n in self._call(self.redis.smembers, f"{PREFIX}apps"))
-        )
+        """Every app whose record reads (one that does not is skipped and logged)."""
+        members = self._call(self.redis.smembers, f"{PREFIX}apps")
+        return self._apps(sorted(n.decode(errors="replace") for n in members))
 
     def _apps(self, names: list[str]) -> list[App]:
         with self.redis.pipeline(transaction=False) as batch:
             for name in names:
                 batch.hgetall(f"{PREFIX}app:{name}")
             records = self._call(batch.execute)
-        return [
-            App(
-                name=name,
-                key_sha256=r[b"key_sha256"].decode(),
-                rate=int(r.get(b"rate", 0)),
-                created=float(r.get(b"created", 0)),
-                owner=r.get(b"owner", b"").decode(),
-            )
-            for name, r in zip(names, records, strict=True)
-            if r
-        ]
+        apps = []
+        for name, record in zip(names, records, strict=True):
+            if not record:
+                continue
+            try:
+                apps.append(
+                    App(
+                        name=check_label(name, "app"),
+                        key_sha256=record[b"key_sha256"].decode(),
+                        rate=int(record.get(b"rate", 0)),
+                        created=float(record.get(b"created", 0)),
+                        owner=record.get(b"owner", b"").decode(),
+                    )
+                )
+            except (KeyError, ValueError, UnicodeDecodeError) as e:  # skipped, not fatal
+                log.warning("skipping app record %r: %r", name, e)
+        return apps
 
     # Owners and apps alike: a record with one hashed secret, its hash the way back to it.
 
@@ -388,15 +423,19 @@ class Store:
         name: str,
         fields: dict[str, Any],
         audit: dict[str, Any] | None,
+        check: Callable[[], None] | None = None,
     ) -> str:
+        """A new record and its secret, in one transaction with `check` (a limit, say): two
+        concurrent creates cannot both win, nor both pass a check only one of them may."""
         check_label(name, kind)
         value = f"{prefix}_{secrets.token_urlsafe(32)}"
         digest = hash_key(value)
-        # Create only if absent, atomically: two concurrent creates cannot both win.
-        if not self._call(self.redis.hsetnx, f"{PREFIX}{kind}:{name}", f"{secret}_sha256", digest):
-            raise Conflict(f"{kind} {name!r} already exists")
 
         def write(tx: redis.client.Pipeline) -> None:
+            if tx.exists(f"{PREFIX}{kind}:{name}"):
+                raise Conflict(f"{kind} {name!r} already exists")
+            if check is not None:
+                check()
             tx.multi()
             record = {f"{secret}_sha256": digest, "created": time.time(), **fields}
             tx.hset(f"{PREFIX}{kind}:{name}", mapping=record)
@@ -436,12 +475,13 @@ class Store:
         audit: dict[str, Any],
         also: Callable[[redis.client.Pipeline], list[StreamSpec]] | None = None,
         owner: str | None = None,
+        forget: tuple[str, ...] = (),
     ) -> None:
         def write(tx: redis.client.Pipeline) -> None:
             old = self._digest(tx, kind, secret, name, owner)
             changed = also(tx) if also else []
             tx.multi()
-            tx.delete(f"{PREFIX}{secret}:{old}", f"{PREFIX}{kind}:{name}")
+            tx.delete(f"{PREFIX}{secret}:{old}", f"{PREFIX}{kind}:{name}", *forget)
             tx.srem(f"{PREFIX}{kind}s", name)
             for spec in changed:
                 tx.set(f"{PREFIX}stream:{spec.name}", stored_form(spec))
@@ -474,9 +514,9 @@ class Store:
         streams = []
         for key in found:
             name = key.decode(errors="replace").removeprefix(f"{PREFIX}router:")
-            try:
-                streams.append(check_stream_name(name))
-            except InvalidName:
+            if valid_name(name, check_stream_name):
+                streams.append(name)
+            else:
                 log.warning("skipping router record %r: not a stream's name", name)
         with self.redis.pipeline(transaction=False) as batch:
             for name in streams:
@@ -538,9 +578,10 @@ class Store:
 
     # The audit log: who changed what, when.
 
-    def audit_log(self, limit: int = 100) -> list[AuditEntry]:
-        """The newest entries first."""
-        entries = self._call(self.redis.xrevrange, AUDIT, count=limit)
+    def audit_log(self, limit: int = 100, owner: str | None = None) -> list[AuditEntry]:
+        """The newest entries first: all of them, or those on what was `owner`'s."""
+        stream = AUDIT if owner is None else _owner_audit(owner)
+        entries = self._call(self.redis.xrevrange, stream, count=limit)
         return [_entry(entry_id, values) for entry_id, values in entries]
 
     # Writes
@@ -556,7 +597,14 @@ class Store:
                     result = write(tx)
                     tx.incr(VERSION)
                     if audit is not None:
-                        tx.xadd(AUDIT, _audit_fields(audit), maxlen=AUDIT_KEPT, approximate=True)
+                        entry = _audit_fields(audit)
+                        tx.xadd(AUDIT, entry, maxlen=AUDIT_KEPT, approximate=True)
+                        tx.xadd(
+                            _owner_audit(audit["owner"]),
+                            entry,
+                            maxlen=AUDIT_KEPT_PER_OWNER,
+                            approximate=True,
+                        )
                     self._call(tx.execute)
                     return result
                 except redis.WatchError:
@@ -574,6 +622,10 @@ class Store:
             raise Unavailable(f"the registry (Redis) is unreachable: {e}", retry_after=2) from e
 
 
+def _owner_audit(owner: str) -> str:
+    return f"{AUDIT}:{owner}"
+
+
 def _router_state(stream: str, raw: dict[bytes, bytes]) -> RouterState | None:
     if not raw:
         return None
@@ -589,7 +641,7 @@ def _claimed_owner(raw: bytes | None) -> str:
     try:
         owner = json.loads(raw or b"{}").get("owner")
         return check_label(owner, "owner")
-    except (ValueError, AttributeError, InvalidName):
+    except (ValueError, AttributeError, RecursionError, InvalidName):
         return ""
 
 

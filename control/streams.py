@@ -75,7 +75,8 @@ class Streams:
         try:
             self._read(caller, name)
         except Unreadable:  # only the admin is told of it, and may delete it
-            self.store.purge_unreadable(name, audit(caller.name, "stream.purge", name, owner=ADMIN))
+            entry = audit(caller.name, "stream.purge", name, owner=ADMIN)
+            self.store.purge_unreadable(name, entry, fallback_owner=ADMIN)
             return
 
         def change(old: StreamSpec | None) -> None:
@@ -144,13 +145,23 @@ class Streams:
         action: str,
         **detail: str,
     ) -> Applied:
-        before = self._stored(caller, name)
+        replace = False
+        try:
+            before: StreamSpec | None = self.store.get_stream(name)
+        except NotFound:
+            before = None
+        except Unreadable as e:
+            if not caller.admin:  # as for any stream that is not theirs
+                if action in ("stream.create", "stream.put"):
+                    raise Conflict(f"stream {name!r} already exists") from e
+                raise NotFound(f"no stream {name!r}") from e
+            before, replace = None, True  # the admin replaces it
         draft = change(before)
         provisioned = provision(self.settings, draft) if draft is not None else []
         # Whose the stream is: `change` checks again in the transaction that it still is.
         owner = (draft or before).owner  # type: ignore[union-attr]
         entry = audit(caller.name, action, name, owner=owner, provisioned=provisioned, **detail)
-        old, new = self.store.change_stream(name, change, entry)
+        old, new = self.store.change_stream(name, change, entry, replace_unreadable=replace)
         return Applied(spec=new, created=old is None, provisioned=provisioned)
 
     def _checked(self, caller: Caller, spec: StreamSpec, old: StreamSpec | None) -> StreamSpec:
@@ -187,6 +198,7 @@ class Streams:
         """Every topic the registry knows exists or will (Kafka's collision form -> name):
         live and deleted streams' fronting and dead-letter topics, Kafka outputs' topics."""
         known = self.store.topic_names()
+        # Names read from Redis: only a stream's name is one (`retired_streams` checks).
         for name in [*streams, *self.store.retired_streams()]:
             for topic in (fronting_topic(name), dead_letter_topic(name)):
                 known[topic_key(topic)] = topic
@@ -201,6 +213,10 @@ class Streams:
         limits = self.settings
         if old is None or spec.partitions > old.partitions:
             check_limit(limits, "max_partitions", spec.partitions, "partitions", "partitions")
+        if old is None or len(spec.producers) > len(old.producers):
+            check_limit(
+                limits, "max_producers_per_stream", len(spec.producers), "producers", "producers"
+            )
         if old is None or len(spec.outputs) > len(old.outputs):
             check_limit(limits, "max_outputs_per_stream", len(spec.outputs), "outputs", "outputs")
         if spec.avro_schema is not None and (old is None or old.avro_schema != spec.avro_schema):
@@ -212,12 +228,6 @@ class Streams:
             check_limit(
                 limits, "max_streams_per_owner", live + 1, f"streams of {spec.owner!r}", "name"
             )
-
-    def _stored(self, caller: Caller, name: str) -> StreamSpec | None:
-        try:
-            return self._read(caller, name)
-        except NotFound:
-            return None
 
     def _read(self, caller: Caller, name: str) -> StreamSpec:
         """The stored spec; one that does not read back is the admin's to know of (409), and

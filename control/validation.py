@@ -129,33 +129,40 @@ def _path(graph: dict[str, set[str]], start: str, goal: str) -> list[str] | None
 
 
 def route_twice_problems(spec: StreamSpec, streams: dict[str, StreamSpec]) -> list[dict]:
-    """Keystone sinks that would bring one event into one stream by two routes (two outputs
-    into one target, or A -> C beside A -> B -> C). Each copy keeps the event's guid, its
+    """Keystone sinks that would bring one event into one stream by a second route (two
+    outputs into one target, or A -> C beside A -> B -> C). Each copy keeps the event's guid, its
     identity from ingest to every sink: a sink keyed by guid would keep one and count both
-    delivered. So an event has one route into any stream. (Cycles are `route_problems`'.)"""
+    delivered. So an event has one route into any stream. Only routes this spec adds are
+    refused (`streams` is every stream as stored, this one's old spec included): a graph stored
+    before the rule does not block unrelated changes. Cycles are `route_problems`'."""
+    before = _route_counts({name: _edges(s) for name, s in streams.items()})
     graph = {name: _edges(s) for name, s in streams.items()}
     graph[spec.name] = _edges(spec)
-    problems = []
-    for source in sorted(graph):
-        for target, routes in _routes(graph, source).items():
-            mine = [r for r in routes if any(step[0] == spec.name for step in r)]
-            if len(routes) < 2 or not mine:
-                continue
-            # Named at the spec's last output on these routes: the one that adds a route.
-            outputs = {step[1] for route in mine for step in route if step[0] == spec.name}
-            index = max(i for i, o in enumerate(spec.outputs) if o.name in outputs)
-            shown = "; ".join(
-                " -> ".join([source, *(f"{o} -> {t}" for _, o, t in route)]) for route in routes
-            )
-            problems.append(
-                {
-                    "field": f"outputs.{index}.sink.stream",
-                    "message": f"events of stream {source!r} would reach stream {target!r} by "
-                    f"{len(routes)} routes ({shown}), each copy with the event's guid: one "
-                    "route into a stream per event",
-                }
-            )
-    return _first_per_field(problems)
+    after = _route_counts(graph)
+    if before is None or after is None:  # a cycle: route_problems says so
+        return []
+    added = [
+        (source, target, count)
+        for (source, target), count in sorted(after.items())
+        if count > 1 and count > before.get((source, target), 0)
+    ]
+    if not added:
+        return []
+    old = streams.get(spec.name)
+    new_edges = set(_edges(spec)) - set(_edges(old) if old is not None else [])
+    index = max(
+        i
+        for i, o in enumerate(spec.outputs)
+        if o.sink.type == "keystone" and (o.name, o.sink.stream) in new_edges
+    )
+    source, target, count = added[0]
+    return [
+        {
+            "field": f"outputs.{index}.sink.stream",
+            "message": f"events of stream {source!r} would reach stream {target!r} by {count} "
+            "routes, each copy with the event's guid: one route into a stream per event",
+        }
+    ]
 
 
 def _edges(spec: StreamSpec) -> list[tuple[str, str]]:
@@ -163,22 +170,36 @@ def _edges(spec: StreamSpec) -> list[tuple[str, str]]:
     return [(o.name, o.sink.stream) for o in spec.outputs if o.sink.type == "keystone"]
 
 
-Route = list[tuple[str, str, str]]  # (stream, output, target) steps
+def _route_counts(graph: dict[str, list[tuple[str, str]]]) -> dict[tuple[str, str], int] | None:
+    """How many routes of keystone sinks lead from each stream to each other, counted (not
+    listed: stacked diamonds have exponentially many); None when the graph has a cycle."""
+    reach: dict[str, dict[str, int]] = {}
+    visiting: set[str] = set()
 
+    def routes_from(node: str) -> dict[str, int] | None:
+        if node in reach:
+            return reach[node]
+        if node in visiting:
+            return None
+        visiting.add(node)
+        counts: dict[str, int] = {}
+        for _, target in graph.get(node, []):
+            further = routes_from(target)
+            if further is None:
+                return None
+            counts[target] = counts.get(target, 0) + 1
+            for end, n in further.items():
+                counts[end] = counts.get(end, 0) + n
+        visiting.discard(node)
+        reach[node] = counts
+        return counts
 
-def _routes(graph: dict[str, list[tuple[str, str]]], source: str) -> dict[str, list[Route]]:
-    """Every route of keystone sinks from `source`, by the stream it reaches (routes that
-    would close a cycle stop short of it)."""
-    found: dict[str, list[Route]] = {}
-    stack: list[tuple[str, Route]] = [(source, [])]
-    while stack:
-        node, route = stack.pop()
-        for output, target in graph.get(node, []):
-            if target == source or any(step[0] == target for step in route):
-                continue
-            step = [*route, (node, output, target)]
-            found.setdefault(target, []).append(step)
-            stack.append((target, step))
+    found: dict[tuple[str, str], int] = {}
+    for source in graph:
+        counts = routes_from(source)
+        if counts is None:
+            return None
+        found.update({(source, target): n for target, n in counts.items()})
     return found
 
 

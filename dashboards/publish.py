@@ -41,10 +41,11 @@ class Publisher:
         self._reload_pending = False
         self.failures: dict[str, str] = {}  # stream -> why its files were not published
 
-    def sync(self, specs: list[StreamSpec]) -> list[str]:
-        """Writes what changed, removes what is no more; returns what it did, for the log.
-        Each stream on its own: one whose rules do not pass keeps its last good file and is
-        named in `failures`, and every other stream's go on being published."""
+    def sync(self, specs: list[StreamSpec], keep: set[str] | None = None) -> list[str]:
+        """Writes what changed, removes what is no more (but the files of the streams in
+        `keep`); returns what it did, for the log. Each stream on its own: one whose rules do
+        not pass keeps its last good file and is named in `failures`, and every other stream's
+        go on being published."""
         boards, rules = self.settings.dashboards_dir, self.settings.prometheus_rules_dir
         done = []
         failures = {}
@@ -62,7 +63,7 @@ class Publisher:
                 if self.failures.get(spec.name) != str(e):  # once per new reason
                     log.error("dashboards of stream %s not published: %s", spec.name, e)
         self.failures = failures
-        names = {s.name for s in specs}
+        names = {s.name for s in specs} | (keep or set())
         for folder, suffix in ((boards, ".json"), (rules, ".yml")):
             for path in folder.glob(f"*{suffix}") if folder.exists() else []:
                 if path.stem not in names:
@@ -80,9 +81,14 @@ class Publisher:
             # The stack's Prometheus has no HTTP lifecycle API (it would let any web page on
             # this machine stop it): it reloads on SIGHUP.
             pid = PidFile(self.settings.run_dir / "prometheus.pid").running_pid()
-            if pid is None:
-                raise Unavailable("Prometheus is not running: rules not reloaded", retry_after=5)
-            os.kill(pid, signal.SIGHUP)
+            try:
+                if pid is None:
+                    raise ProcessLookupError
+                os.kill(pid, signal.SIGHUP)
+            except ProcessLookupError as e:
+                raise Unavailable(
+                    "Prometheus is not running: rules not reloaded", retry_after=5
+                ) from e
             self._reload_pending = False
             return
         url = f"{self.settings.prometheus_url}/-/reload"

@@ -25,27 +25,28 @@ FLAGS = [
 
 
 def render_png(url: str, token: str, path: Path, timeout_s: float = 60) -> None:
+    """Signs in with the token (a session of its own, ended when the image is drawn), opens the
+    page and saves it once its charts have drawn."""
     parts = urlsplit(url)
-    cookie = {
-        "name": "keystone_token",
-        "value": token,
-        "domain": parts.hostname or "127.0.0.1",
-        "path": "/ui",
-        "httpOnly": True,
-        "sameSite": "Strict",
-    }
+    base = f"{parts.scheme}://{parts.netloc}"
     try:
         with sync_playwright() as playwright:
             browser = playwright.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
             try:
                 context = browser.new_context(viewport={"width": 1400, "height": 1000})
-                context.add_cookies([cookie])
-                page = context.new_page()
-                page.goto(url)
-                if urlsplit(page.url).path.endswith("/login"):
+                # The context's requests share its cookies: the session's is the page's too.
+                signed_in = context.request.post(
+                    f"{base}/ui/login", form={"token": token}, max_redirects=0
+                )
+                if signed_in.status != 303:
                     raise KeystoneError("the token was refused: cannot sign in to draw the page")
-                page.wait_for_selector("#charts[data-loaded=true]", timeout=timeout_s * 1000)
-                page.screenshot(path=str(path), full_page=True)
+                try:
+                    page = context.new_page()
+                    page.goto(url)
+                    page.wait_for_selector("#charts[data-loaded=true]", timeout=timeout_s * 1000)
+                    page.screenshot(path=str(path), full_page=True)
+                finally:
+                    context.request.post(f"{base}/ui/logout", max_redirects=0)
             finally:
                 browser.close()
     except PlaywrightError as e:

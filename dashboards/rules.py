@@ -68,9 +68,10 @@ def rules(spec: StreamSpec, dashboard_url: str) -> dict[str, Any]:
                         "1m",
                         "critical",
                         f"The router of stream {s} is down",
-                        "Prometheus cannot reach it, or its queries are not running; nothing is "
-                        "delivered meanwhile (events wait in Kafka). See `keystone stream show "
-                        f"{s}` for its state and last error.",
+                        "Prometheus cannot reach it, or one of its queries is not running "
+                        f"({m.ROUTER_QUERY_UP} says which): what it does not deliver waits in "
+                        f"Kafka meanwhile. See `keystone stream show {s}` for its state and last "
+                        "error.",
                     ),
                     alert(
                         "KeystoneLagGrowing",

@@ -26,7 +26,7 @@ from starlette.concurrency import run_in_threadpool
 from contracts import envelope
 from contracts.errors import KeystoneError, PayloadTooLarge, SchemaMismatch, Unavailable
 from contracts.names import fronting_topic
-from contracts.schema import schema_problems
+from contracts.schema import check_budget, schema_problems
 from contracts.settings import Settings
 from control.store import Store
 from ingest_proxy.events import Event, field, media_type, parse_events
@@ -95,14 +95,16 @@ class Proxy:
             kind = media_type(request.headers.get("content-type"))
             body = await self._read_body(request)
             if len(body) > INLINE_BYTES or self.registry.schema(stream) is not None:
-                events = await run_in_threadpool(self._read_events, stream, body, kind)
+                events, keys = await run_in_threadpool(
+                    self._read_events, stream, body, kind, key_path
+                )
             else:
-                events = self._read_events(stream, body, kind)
+                events, keys = self._read_events(stream, body, kind, key_path)
             count = len(events)
             await self.quota.take(app.name, app.rate, count)
             if not self.kafka_reachable:
                 raise Unavailable("Kafka is unreachable; nothing was written", retry_after=2)
-            accepted = await self._publish(stream, app.name, events, key_path)
+            accepted = await self._publish(stream, app.name, events, keys)
         except KeystoneError as error:
             result = "failed" if error.status >= 500 else "rejected"
             accepted_count = len(error.details.get("accepted", []))
@@ -141,11 +143,16 @@ class Proxy:
             chunks.append(chunk)
         return b"".join(chunks)
 
-    def _read_events(self, stream: str, body: bytes, kind: str) -> list[Event]:
+    def _read_events(
+        self, stream: str, body: bytes, kind: str, key_path: str | None
+    ) -> tuple[list[Event], list[bytes | None]]:
+        """The request's events, checked, and each one's partition key (None: its guid): all
+        the work that grows with the body, in one place that can run off the event loop."""
         limits = self.settings
         events = parse_events(body, kind, limits.max_event_bytes, limits.max_events_per_request)
         self._check_schema(stream, events)
-        return events
+        keys = [_key(e.value, key_path) if key_path else None for e in events]
+        return events, keys
 
     def _check_schema(self, stream: str, events: list) -> None:
         schema = self.registry.schema(stream)
@@ -154,7 +161,7 @@ class Proxy:
         mismatches = [
             {"index": i, "problems": problems}
             for i, event in enumerate(events)
-            if (problems := schema_problems(event.value, schema))
+            if (problems := schema_problems(event.value, schema, check_budget(len(event.raw))))
         ]
         if mismatches:
             raise SchemaMismatch(
@@ -163,13 +170,14 @@ class Proxy:
                 events=mismatches[:100],
             )
 
-    async def _publish(self, stream: str, app: str, events: list, key_path: str | None) -> Accepted:
+    async def _publish(
+        self, stream: str, app: str, events: list, keys: list[bytes | None]
+    ) -> Accepted:
         common = envelope.common_headers(int(time.time() * 1000), self.host, app, stream)
         guids = new_guids(len(events))
         records: list[Record] = []
-        for guid, event in zip(guids, events, strict=True):
+        for guid, event, key in zip(guids, events, keys, strict=True):
             guid_bytes = guid.encode()
-            key = _key(event.value, key_path) if key_path else None
             records.append(
                 (key or guid_bytes, event.raw, envelope.event_headers(guid_bytes, common))
             )

@@ -112,8 +112,8 @@ class ProxyClient:
                 for i, guid in zip(todo, body["guids"], strict=True):
                     guids[i] = guid
                 return [g for g in guids if g is not None], attempt
-            fits = _fits(response.status_code, body)
-            if fits and fits < len(todo):  # more events than one request may hold: split
+            fits = _fits(response.status_code, body, len(todo))
+            if fits and fits < len(todo):  # more than one request may hold: split
                 self.batch_size = min(self.batch_size, fits)  # and send fewer from now on
                 retries = attempt
                 for start in range(0, len(todo), fits):
@@ -144,10 +144,15 @@ class ProxyClient:
 _SPLITTABLE = ("max_events_per_request", "quota")
 
 
-def _fits(status: int, body: dict[str, Any]) -> int:
-    """How many events one request may hold, when the proxy refused one for holding more."""
-    if status == 413 and body.get("setting") in _SPLITTABLE:
+def _fits(status: int, body: dict[str, Any], sent: int) -> int:
+    """How many events one request may hold, when the proxy refused `sent` for too many, or
+    (a request's bytes) half as many, to try again; 0 when splitting cannot help."""
+    if status != 413:
+        return 0
+    if body.get("setting") in _SPLITTABLE:
         return int(body["limit"])
+    if body.get("setting") == "max_request_bytes":
+        return sent // 2
     return 0
 
 

@@ -3,6 +3,7 @@ change (it watches the store's version counter), answered from memory per reques
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from dataclasses import dataclass, field
@@ -31,6 +32,7 @@ class Registry:
         self._metrics = metrics
         self._refresh = refresh_seconds
         self._snapshot = Snapshot()
+        self._parsed: dict[str, Any] = {}  # parsed schemas by their JSON, as last loaded
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="registry", daemon=True)
 
@@ -50,11 +52,16 @@ class Registry:
         version = self._store.version()
         if version == self._snapshot.version:
             return
-        streams, schemas = {}, {}
+        streams, schemas, parsed = {}, {}, {}
         for spec in self._store.streams():  # a stream that does not read back is skipped
             try:
                 if spec.avro_schema:
-                    schemas[spec.name] = parse_schema(spec.avro_schema)
+                    # Parsed again only when it changed: any tenant can make the registry
+                    # reload (a grant, a revoke), and every proxy process reloads it all.
+                    text = json.dumps(spec.avro_schema, sort_keys=True)
+                    known = self._parsed.get(text)
+                    parsed[text] = known if known is not None else parse_schema(spec.avro_schema)
+                    schemas[spec.name] = parsed[text]
             except ValueError as e:  # its events are refused (404), no one else's
                 log.warning("skipping stream %r: its schema does not parse: %s", spec.name, e)
                 continue
@@ -65,6 +72,7 @@ class Registry:
             schemas=schemas,
             apps_by_key={a.key_sha256: a for a in self._store.apps()},
         )
+        self._parsed = parsed
         self._metrics.announce((s.name, app) for s in streams.values() for app in s.producers)
 
     def _watch(self) -> None:

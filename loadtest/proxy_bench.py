@@ -38,6 +38,7 @@ from contracts.settings import Settings
 from contracts.spec import StreamSpec
 from control.provisioner import ensure_topics
 from control.store import Store, audit
+from control.tenancy import ADMIN
 from loadtest.bench import DOCS, Steadiness, cpu_steadiness, machine, make_event, write_section
 from router.topics import delete_topics
 
@@ -280,7 +281,7 @@ def main() -> None:
         results = measure(settings, spec, key, args.duration)
     finally:  # the run's gigabytes of events and its registrations go with it
         store.change_stream(spec.name, lambda _: None)
-        store.delete_app(app, audit("bench", "app.delete", app))
+        store.delete_app(app, audit("bench", "app.delete", app, owner=ADMIN))
         delete_topics(settings, [fronting_topic(spec.name), dead_letter_topic(spec.name)])
 
     table = Table(

@@ -441,6 +441,8 @@ class Redis(Service):
         self._dirs()
         configured = self.settings.redis_password.get_secret_value()
         password = configured or stored_secret(self.settings.redis_password_file, create=True)
+        if not password:
+            raise StackError(f"cannot read Redis's password in {self.settings.redis_password_file}")
         _write_private(self.config, f"requirepass {password}\n")
 
     def argv(self) -> list[str]:
@@ -564,7 +566,10 @@ class Prometheus(Service):
             f"--storage.tsdb.path={self.data}",
             f"--web.listen-address={s.bind_host}:{s.prometheus_port}",
             # No --web.enable-lifecycle: it would let any page in a browser on this machine POST
-            # /-/quit. Control reloads the rules with SIGHUP (dashboards.publish).
+            # /-/quit. Control reloads the rules with SIGHUP (dashboards.publish). Nor any CORS
+            # origin (its default is every one): no page of another site reads every tenant's
+            # metrics through a browser here. Control queries it from the server.
+            "--web.cors.origin=none",
         ]
 
     def healthy(self) -> bool:

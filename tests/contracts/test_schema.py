@@ -19,6 +19,7 @@ from pydantic import ValidationError
 from contracts.limits import Limits
 from contracts.schema import (
     HARD_MAX_SCHEMA_DEPTH,
+    check_budget,
     parse_schema,
     schema_depth,
     schema_limit_problems,
@@ -445,3 +446,19 @@ def test_the_size_the_router_compiles_is_counted_not_expanded() -> None:
         if p["setting"] == "max_schema_types"
     ]
     assert problem["limit"] == Limits().max_schema_types
+
+
+def test_a_check_too_costly_for_its_event_is_refused_within_its_budget() -> None:
+    """A union of 300 records over an array of objects: every object is tried against every
+    record. The check stops at its budget (steps counted, not timed) and says why."""
+    branches = [record(f"R{i}", [{"name": f"a{i}", "type": "long"}]) for i in range(300)]
+    schema = parse_schema(
+        record("Wide", [{"name": "xs", "type": {"type": "array", "items": branches}}])
+    )
+    event = {"xs": [{"a299": n} for n in range(1000)]}
+    size = len(json.dumps(event))
+    assert schema_problems(event, schema) == []  # valid, at 300 steps an object
+    [problem] = schema_problems(event, schema, check_budget(size))
+    assert problem["path"] == "(event)" and "more than" in problem["message"]
+    # An ordinary event is far within its budget.
+    assert schema_problems({"xs": [{"a0": 1}]}, schema, check_budget(12)) == []

@@ -150,6 +150,32 @@ def test_one_route_into_a_stream_per_event() -> None:
     assert "by 2 routes" in problem["message"]
 
 
+def test_routes_stored_before_the_rule_block_no_other_change() -> None:
+    stored = {
+        s.name: s
+        for s in (
+            stream("aa", "team-a", "bb", "cc"),
+            stream("bb", "team-a", "dd"),
+            stream("cc", "team-a", "dd"),
+            stream("dd"),
+        )
+    }
+    changed = load_spec(
+        {
+            **stored["bb"].model_dump(by_alias=True),
+            "outputs": [
+                *stored["bb"].model_dump(by_alias=True)["outputs"],
+                {"name": "copy", "sink": {"type": "kafka"}},
+            ],
+        }
+    )
+    assert route_twice_problems(changed, stored) == []
+    # A route this change adds is still refused: aa -> cc -> bb beside aa -> bb.
+    [problem] = route_twice_problems(stream("cc", "team-a", "dd", "bb"), stored)
+    assert "'aa' would reach stream 'bb' by 2 routes" in problem["message"]
+    assert problem["field"] == "outputs.1.sink.stream"
+
+
 @pytest.mark.parametrize(
     ("name", "outputs", "existing", "field"),
     [

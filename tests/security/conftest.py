@@ -18,6 +18,8 @@ from tests.conftest import Api, Stack, eventually, owner
 GOOD_STREAM, GOOD_OWNER, GOOD_APP = "good_tenant", "good-team", "good-app"
 GOOD_OUTPUT = {
     "name": "copy",
+    # Through the router's own like matcher (stack/java/LikeMatcher.java): every marker matches.
+    "filter": "marker like '%_%'",
     "sink": {"type": "kafka"},
     "delivery": {"mode": "microbatch", "trigger": "2 seconds"},
     "start": "earliest",
@@ -69,6 +71,7 @@ def good(stack: Stack, admin: Api) -> Iterator[Good]:
     }
     team.ok("POST", "/v1/streams", spec)
     tenant = Good(stack, team, key)
+    eventually("the proxy knows the stream", lambda: tenant.post({}).status_code != 404, 30)
     tenant.works()  # its router is up and delivering before any hostile test begins
     yield tenant
     team.call("DELETE", f"/v1/streams/{GOOD_STREAM}")

@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import shutil
 import socket
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -19,10 +21,11 @@ from contracts.errors import Unavailable
 from contracts.limits import MAX_OBJECTIVE_LAG_RECORDS, Limits
 from contracts.settings import Settings
 from contracts.spec import Objectives, StreamSpec
-from control.store import PREFIX, VERSION, Store
+from control.fleet import Deployment
+from control.store import PREFIX, RETIRED, VERSION, Store
 from dashboards.publish import Publisher
 from tests.conftest import Api, Stack, eventually, owner
-from tests.security.conftest import Good
+from tests.security.conftest import GOOD_OUTPUT, GOOD_OWNER, GOOD_STREAM, Good
 
 LIMITS = Limits()  # the test stack runs with the defaults
 
@@ -106,7 +109,15 @@ def test_a_stored_spec_that_does_not_read_back_hurts_no_one_else(
         # What a bug, an old version or anyone with Redis's password could leave there.
         store.redis.set(f"{PREFIX}stream:{evil}", json.dumps({"name": evil, "owner": 5}))
         store.redis.sadd(f"{PREFIX}streams", evil)
+        # And an app record and a retired name that no write of control's makes.
+        store.redis.hset(f"{PREFIX}app:{evil}", mapping={"rate": "lots"})
+        store.redis.sadd(f"{PREFIX}apps", evil)
+        store.redis.hset(RETIRED, "Not.A.Name", "x")
         store.redis.incr(VERSION)  # every reader loads the registry again
+        assert evil not in [a["name"] for a in admin.ok("GET", "/v1/apps")]
+        fine = f"fine_{unique}"
+        good.api.ok("POST", "/v1/streams", spec(fine, GOOD_OWNER))
+        good.api.ok("DELETE", f"/v1/streams/{fine}")
         listed = [s["spec"]["name"] for s in admin.ok("GET", "/v1/streams")]
         assert "good_tenant" in listed and evil not in listed
         seen = admin.call("GET", f"/v1/streams/{evil}")
@@ -119,11 +130,20 @@ def test_a_stored_spec_that_does_not_read_back_hurts_no_one_else(
         good.key = new_key
         good.works()  # the fleet and the publisher go on too
 
+        # The name is taken for an owner, as by any stream; the admin may replace or delete it.
+        taken = good.api.call("POST", "/v1/streams", spec(evil, GOOD_OWNER))
+        assert taken.status_code == 409 and "already exists" in taken.text
+        store.redis.set(f"{PREFIX}stream:{evil}", b"[" * 100_000)  # nor JSON Python can read
+        assert admin.call("PUT", f"/v1/streams/{evil}", spec(evil, "admin")).status_code == 201
+        store.redis.set(f"{PREFIX}stream:{evil}", b"[" * 100_000)
         admin.ok("DELETE", f"/v1/streams/{evil}")
         assert store.redis.get(f"{PREFIX}stream:{evil}") is None
+        assert store.retired_streams()[evil] == "admin"  # its topics' data stays nobody else's
     finally:
-        store.redis.delete(f"{PREFIX}stream:{evil}")
+        store.redis.delete(f"{PREFIX}stream:{evil}", f"{PREFIX}app:{evil}")
         store.redis.srem(f"{PREFIX}streams", evil)
+        store.redis.srem(f"{PREFIX}apps", evil)
+        store.redis.hdel(RETIRED, "Not.A.Name")
         store.close()
 
 
@@ -187,10 +207,18 @@ def test_limits_per_owner(admin: Api, good: Good, unique: str) -> None:
     for i in range(LIMITS.max_streams_per_owner):
         team.ok("DELETE", f"/v1/streams/many_{unique}_{i}")
 
-    for i in range(LIMITS.max_apps_per_owner):
-        team.ok("POST", "/v1/apps", {"name": f"many-{unique}-{i}"})
-    refused = team.call("POST", "/v1/apps", {"name": f"many-{unique}-x"})
-    assert refused.status_code == 422 and refused.json()["setting"] == "max_apps_per_owner"
+    # At once, from many clients: the limit is checked in the write, so none slips past it.
+    with ThreadPoolExecutor(16) as pool:
+        answers = list(
+            pool.map(
+                lambda i: team.call("POST", "/v1/apps", {"name": f"many-{unique}-{i}"}),
+                range(LIMITS.max_apps_per_owner + 10),
+            )
+        )
+    statuses = Counter(a.status_code for a in answers)
+    assert statuses == {201: LIMITS.max_apps_per_owner, 422: 10}, statuses
+    refused = next(a for a in answers if a.status_code == 422)
+    assert refused.json()["setting"] == "max_apps_per_owner"
     good.works()
 
 
@@ -229,6 +257,11 @@ def test_an_owner_sees_only_what_was_theirs(admin: Api, good: Good, unique: str)
         assert alice.call("GET", path).status_code == 404
     for app_name in (f"bobs-{unique}", f"none-{unique}"):
         assert bob.call("POST", f"/v1/apps/{app_name}/key").status_code == 404
+
+    # An owner made again under a removed owner's name inherits none of their history.
+    bob.ok("DELETE", f"/v1/streams/{bobs}")
+    admin.ok("DELETE", f"/v1/owners/bob-{unique}")
+    assert owner(admin, f"bob-{unique}").ok("GET", "/v1/audit") == []
     good.works()
 
 
@@ -315,4 +348,33 @@ def test_a_second_route_into_a_stream_is_refused(admin: Api, good: Good, unique:
     [problem] = answer.json()["problems"]
     assert problem["field"] == "outputs.1.sink.stream" and "by 2 routes" in problem["message"]
     team.ok("DELETE", f"/v1/streams/{target}")
+    good.works()
+
+
+def test_a_stream_whose_spec_stops_reading_keeps_its_router(
+    stack: Stack, good: Good, unique: str
+) -> None:
+    """Not taken for deleted: its router runs on and its checkpoints stay, until the admin
+    replaces or deletes the spec."""
+    settings = stack.settings
+    before = Deployment.load(settings, GOOD_STREAM)
+    assert before is not None and before.alive()
+    key = f"{PREFIX}stream:{GOOD_STREAM}"
+    orphan = f"{PREFIX}router:orphan_{unique}"
+    store = Store.connect(settings)
+    raw = store.redis.get(key)
+    try:
+        store.redis.set(key, raw.replace(b'"owner":', b'"owner":5,"was":'))
+        store.redis.incr(VERSION)
+        store.redis.hset(orphan, mapping={"state": '"failed"'})  # gone once the fleet passed
+        eventually("the fleet passed", lambda: not store.redis.exists(orphan), 30)
+        after = Deployment.load(settings, GOOD_STREAM)
+        assert after is not None and after.pid == before.pid and after.alive()
+        assert (settings.checkpoints_dir / GOOD_STREAM / GOOD_OUTPUT["name"]).is_dir()
+        assert (settings.prometheus_rules_dir / f"{GOOD_STREAM}.yml").exists()
+    finally:
+        store.redis.set(key, raw)
+        store.redis.incr(VERSION)
+        store.redis.delete(orphan)
+        store.close()
     good.works()
