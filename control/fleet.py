@@ -339,4 +339,8 @@ def _router_up(host: str, port: int, stream: str) -> bool:
         text = httpx.get(f"http://{host}:{port}/metrics", timeout=1).text
     except httpx.HTTPError:
         return False
-    return f'{names.ROUTER_QUERY_UP}{{stream="{stream}",' in text
+    label = f'stream="{stream}"'
+    return any(
+        line.startswith(f"{names.ROUTER_QUERY_UP}{{") and label in line
+        for line in text.splitlines()
+    )
