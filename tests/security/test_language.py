@@ -16,9 +16,11 @@ from tests.security.conftest import Good
 
 LIMITS = Limits()
 OWNER, STREAM, APP = "lang-hostile", "lang_hostile", "lang-hostile-app"
+# Each within every other limit, so that the one it is over is the one named. (1,500 'not's
+# or 3,000 values, as the issue tried them, are over max_filter_chars first.)
 OVER = {
-    "max_expression_depth": "not " * 1500 + "a = 1",
-    "max_in_values": "a in (" + ", ".join(str(i) for i in range(3000)) + ")",
+    "max_expression_depth": "not " * (LIMITS.max_expression_depth + 1) + "a = 1",
+    "max_in_values": "a in (" + ",".join(["1"] * (LIMITS.max_in_values + 1)) + ")",
     "max_like_wildcards": "a like '" + "%a" * (LIMITS.max_like_wildcards + 1) + "'",
     "max_filter_chars": "a = '" + "x" * LIMITS.max_filter_chars + "'",
 }
