@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import uuid
 
+import httpx
 import pytest
 
 from contracts.limits import Limits
@@ -31,6 +32,12 @@ def hostile(stack: Stack, admin: Api) -> tuple[Api, str]:
     team = owner(admin, OWNER)
     key = team.ok("POST", "/v1/apps", {"name": APP})["key"]
     team.ok("POST", "/v1/streams", {"name": STREAM, "owner": OWNER, "producers": [APP]})
+    url = f"{stack.address('ingest_proxy')}/v1/streams/{STREAM}/events"
+    headers = {"Authorization": f"Bearer {key}", "Content-Type": "text/plain"}
+    eventually(  # 415: the key and the stream known, the body not even read
+        "the proxy knows the stream",
+        lambda: httpx.post(url, content=b"", headers=headers, timeout=10).status_code == 415,
+    )
     return team, key
 
 
