@@ -93,6 +93,9 @@ class Proxy:
             app, spec = self.registry.authorize(request.headers.get("authorization"), stream)
             app_name, stream_label = app.name, spec.name
             kind = media_type(request.headers.get("content-type"))
+            declared = request.headers.get("content-length", "")
+            if not declared.isdigit() or int(declared) > INLINE_BYTES:
+                await self.quota.admits_any(app.name, app.rate)  # before the work, not after
             body = await self._read_body(request)
             if len(body) > INLINE_BYTES or self.registry.schema(stream) is not None:
                 events, keys = await run_in_threadpool(

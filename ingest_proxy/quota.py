@@ -15,8 +15,8 @@ import redis.asyncio as aioredis
 from contracts.errors import PayloadTooLarge, RateLimited, Unavailable
 from control.store import PREFIX
 
-# KEYS[1]: the app's bucket; ARGV: rate (events/s), events. Returns -1 when admitted, else
-# the milliseconds until it would be.
+# KEYS[1]: the app's bucket; ARGV: rate (events/s), events, and 1 to only look (take nothing).
+# Returns -1 when admitted, else the milliseconds until it would be.
 _TAKE = """
 local rate, events = tonumber(ARGV[1]), tonumber(ARGV[2])
 local clock = redis.call('TIME')
@@ -27,6 +27,9 @@ local at = tonumber(bucket[2]) or now
 tokens = math.min(rate, tokens + math.max(0, now - at) * rate / 1000)
 if tokens < events then
   return math.ceil((events - tokens) * 1000 / rate)
+end
+if ARGV[3] == '1' then
+  return -1
 end
 tokens = tokens - events
 redis.call('HSET', KEYS[1], 'tokens', tostring(tokens), 'at', now)
@@ -40,6 +43,12 @@ class Quota:
         self._redis = client
         self._take = client.register_script(_TAKE)
 
+    async def admits_any(self, app: str, rate: int) -> None:
+        """429 when the app's bucket is empty: asked before a large body is read and parsed,
+        so an app over its quota cannot make the proxy do that work for nothing."""
+        if rate > 0:
+            await self._ask(app, rate, 1, look=True)
+
     async def take(self, app: str, rate: int, events: int) -> None:
         """Takes `events` from the app's bucket; 429 with when to retry when it cannot."""
         if rate <= 0:
@@ -52,8 +61,13 @@ class Quota:
                 limit=rate,
                 quota=rate,
             )
+        await self._ask(app, rate, events, look=False)
+
+    async def _ask(self, app: str, rate: int, events: int, look: bool) -> None:
         try:
-            wait_ms = await self._take(keys=[f"{PREFIX}quota:{app}"], args=[rate, events])
+            wait_ms = await self._take(
+                keys=[f"{PREFIX}quota:{app}"], args=[rate, events, 1 if look else 0]
+            )
         except aioredis.RedisError as e:
             raise Unavailable(f"the quota store (Redis) is unreachable: {e}", retry_after=2) from e
         if wait_ms >= 0:

@@ -4,7 +4,9 @@ well-behaved tenant (`good`) served meanwhile."""
 
 from __future__ import annotations
 
+import socket
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -128,6 +130,41 @@ def test_a_schema_past_its_limits_is_refused(hostile: Hostile, good: Good) -> No
         assert answer.status_code == 422, answer.text
         [problem] = answer.json()["problems"]
         assert problem["field"] == "schema" and problem["setting"] == setting
+    good.works()
+
+
+def test_an_app_over_its_quota_gets_429_before_its_body_is_read(
+    hostile: Hostile, good: Good
+) -> None:
+    slow = "hostile-slow"
+    # One event a second: the second's worth spent stays spent for a second, far longer than
+    # the next request takes to arrive.
+    key = hostile.api.ok("POST", "/v1/apps", {"name": slow, "rate": 1})["key"]
+    hostile.api.ok("PUT", f"/v1/streams/{hostile.stream}/producers/{slow}")
+    url = hostile.stack.address("ingest_proxy")
+    spent = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
+    eventually(  # the proxy knows the app, and its second's quota is spent
+        "the quota spent",
+        lambda: (
+            httpx.post(
+                f"{url}/v1/streams/{hostile.stream}/events",
+                content=b"{}",
+                headers=spent,
+                timeout=10,
+            ).status_code
+            == 429
+        ),
+    )
+    # A megabyte announced, nothing sent: a proxy that read the body first would never answer.
+    parts = urlsplit(url)
+    with socket.create_connection((parts.hostname, parts.port), timeout=30) as connection:
+        connection.sendall(
+            f"POST /v1/streams/{hostile.stream}/events HTTP/1.1\r\nHost: {parts.netloc}\r\n"
+            f"Authorization: Bearer {key}\r\nContent-Type: application/json\r\n"
+            "Content-Length: 1000000\r\n\r\n".encode()
+        )
+        head = connection.recv(65536).decode(errors="replace")
+    assert head.startswith("HTTP/1.1 429"), head
     good.works()
 
 
