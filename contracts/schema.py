@@ -240,10 +240,31 @@ class _Checker:
     def __init__(self, named: dict[str, Any], budget: int | None) -> None:
         self.named = named
         self.steps_left = budget
+        self.shapes: dict[int, tuple[dict[str, Any], set[str]]] = {}
         # Verdicts on (an object or array of the event, a part of the schema), by identity:
         # union branches and types used in many places would otherwise judge them again and
         # again, exponentially often in how deeply they nest.
         self.verdicts: dict[tuple[int, int], bool] = {}
+
+    def shape(self, record: dict[str, Any]) -> tuple[dict[str, Any], set[str]]:
+        """A record's field types by name, and the names of those that must be present (no
+        default, and a type null does not match): once per record per check."""
+        known = self.shapes.get(id(record))
+        if known is None:
+            fields = {f["name"]: f["type"] for f in record["fields"]}
+            required = {
+                f["name"]
+                for f in record["fields"]
+                if "default" not in f and not self.accepts_null(f["type"])
+            }
+            known = self.shapes[id(record)] = (fields, required)
+        return known
+
+    def accepts_null(self, schema: Any) -> bool:
+        schema = self.resolve(schema)
+        if isinstance(schema, list):
+            return any(self.accepts_null(b) for b in schema)
+        return schema == "null"
 
     def resolve(self, schema: Any) -> Any:
         """A named reference or a wrapped type as the schema it stands for."""
@@ -278,10 +299,14 @@ class _Checker:
             return _primitive(value, schema)
         kind = schema["type"]
         if kind == "record":
-            return (
-                isinstance(value, dict)
-                and value.get("-type", schema["name"]) == schema["name"]
-                and all(self.valid(value.get(f["name"]), f["type"]) for f in _given(value, schema))
+            if not isinstance(value, dict) or value.get("-type", schema["name"]) != schema["name"]:
+                return False
+            fields, required = self.shape(schema)
+            # A missing field is null to its type: the record's fields that cannot be null,
+            # found once, must all be there. Work per object grows with its keys, not with the
+            # record's width.
+            return required <= value.keys() and all(
+                self.valid(item, fields[key]) for key, item in value.items() if key in fields
             )
         if kind == "enum":
             return isinstance(value, str) and value in schema["symbols"]

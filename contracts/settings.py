@@ -58,6 +58,15 @@ def stored_secret(path: Path, create: bool, prefix: str = "") -> str | None:
         os.link(staging, path)
     except FileExistsError:
         return path.read_text().strip()
+    except OSError:  # a file system without hard links (some shared mounts): create it alone
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            return path.read_text().strip()
+        with os.fdopen(fd, "w") as out:
+            out.write(secret)
+            out.flush()
+            os.fsync(out.fileno())
     finally:
         staging.unlink()
     return secret

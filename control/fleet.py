@@ -134,6 +134,7 @@ class Fleet:
         self.dashboards = Publisher(settings)
         self.holder = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.leading = False
+        self._unreadable: dict[str, str] = {}  # stream -> why, as last said
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="fleet", daemon=True)
 
@@ -167,8 +168,10 @@ class Fleet:
         # A stored spec that does not read back is not a deleted stream: its router, checkpoints
         # and rules stay as they are until the admin replaces or deletes it.
         untouched = {u.stream for u in unreadable}
-        for problem in unreadable:
-            log.error("stream %s left as it is: %s", problem.stream, problem.reason)
+        for problem in unreadable:  # said once per reason, not every pass
+            if self._unreadable.get(problem.stream) != problem.reason:
+                log.error("stream %s left as it is: %s", problem.stream, problem.reason)
+        self._unreadable = {u.stream: u.reason for u in unreadable}
         try:
             self.dashboards.sync(specs, keep=untouched)
         except (KeystoneError, ValueError, OSError) as e:  # retried next pass; routers first
@@ -332,15 +335,15 @@ def _free_port(host: str) -> int:
 
 
 def _router_up(host: str, port: int, stream: str) -> bool:
-    """Running once it has tried to start every query (it reports each one's state). Whether
-    each one runs is `keystone_router_query_up`'s to say, and the router-down alert's: a router
-    with one output failing still delivers the others'."""
+    """Running once one of its queries runs: a router with one output failing still delivers
+    the others' (whether every one runs is `keystone_router_up`'s to say, and the router-down
+    alert's)."""
     try:
         text = httpx.get(f"http://{host}:{port}/metrics", timeout=1).text
     except httpx.HTTPError:
         return False
     label = f'stream="{stream}"'
     return any(
-        line.startswith(f"{names.ROUTER_QUERY_UP}{{") and label in line
+        line.startswith(f"{names.ROUTER_QUERY_UP}{{") and label in line and line.endswith(" 1.0")
         for line in text.splitlines()
     )

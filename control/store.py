@@ -14,6 +14,7 @@ writer that WATCHes it knows nobody changed anything between its checks and its 
     keystone:app:<name>         hash: key_sha256, rate (events/s, 0 = unlimited), owner, created
     keystone:key:<sha256>       the app a key belongs to
     keystone:retired_streams    hash: deleted streams' names and their owners, kept for good
+    keystone:retired_owners     set: removed owners' names, never given again
     keystone:topics             hash: Kafka output topics (in Kafka's collision form) and their
                                 owners, kept for good
     keystone:topic_names        hash: the same topics' names as made, kept for good
@@ -49,6 +50,8 @@ VERSION = f"{PREFIX}version"
 AUDIT = f"{PREFIX}audit"
 # Deleted streams' names and their owners: the topics, tables and indices stay, so the name does.
 RETIRED = f"{PREFIX}retired_streams"
+# Removed owners' names, never given again.
+RETIRED_OWNERS = f"{PREFIX}retired_owners"
 # Kafka output topics and their owners, for the same reason.
 TOPICS = f"{PREFIX}topics"
 # The same topics' names as made (Kafka refuses another whose name differs only in '.'/'_').
@@ -230,7 +233,7 @@ class Store:
                         raise NotFound(f"no app {app!r}")
             if old is None and new is not None:
                 retired = tx.hget(RETIRED, name)
-                if retired is not None and retired.decode() != new.owner:
+                if retired is not None and retired.decode(errors="replace") != new.owner:
                     # Their deleted stream's topics, tables and indices keep its data. Said as
                     # for a live stream of that name: whose it was is theirs to know.
                     raise Conflict(f"stream {name!r} already exists")
@@ -267,7 +270,7 @@ class Store:
             tx.multi()
             tx.delete(f"{PREFIX}stream:{name}")
             tx.srem(f"{PREFIX}streams", name)
-            tx.hset(RETIRED, name, owner)
+            tx.hsetnx(RETIRED, name, owner)  # a name retired before stays whose it was
 
         self._transact(purge, audit)
 
@@ -281,12 +284,12 @@ class Store:
     def topic_owners(self) -> dict[str, str]:
         """Kafka output topics (in Kafka's collision form) and their owners."""
         claims = self._call(self.redis.hgetall, TOPICS)
-        return {k.decode(): v.decode() for k, v in claims.items()}
+        return {k.decode(errors="replace"): v.decode(errors="replace") for k, v in claims.items()}
 
     def topic_names(self) -> dict[str, str]:
         """Kafka output topics (in Kafka's collision form) and their names as made."""
         names = self._call(self.redis.hgetall, TOPIC_NAMES)
-        return {k.decode(): v.decode() for k, v in names.items()}
+        return {k.decode(errors="replace"): v.decode(errors="replace") for k, v in names.items()}
 
     def get_stream(self, name: str) -> StreamSpec:
         raw = self._call(self.redis.get, f"{PREFIX}stream:{name}")
@@ -320,17 +323,41 @@ class Store:
     # Owners: who may change which streams, each with a bearer token.
 
     def create_owner(self, name: str, audit: dict[str, Any]) -> str:
-        """Registers an owner and returns their token: shown once, stored only hashed."""
-        return self._create("owner", "token", "ko", name, {}, audit)
+        """Registers an owner and returns their token: shown once, stored only hashed. A
+        removed owner's name is never given again: their deleted streams' names, kept for them,
+        and their history would go with it."""
+
+        def unused() -> None:
+            if self._call(self.redis.sismember, RETIRED_OWNERS, name):
+                raise Conflict(f"owner {name!r} was an owner's: choose another name")
+
+        return self._create("owner", "token", "ko", name, {}, audit, unused)
 
     def rotate_owner(self, name: str, audit: dict[str, Any]) -> str:
         """A new token for the owner; the old one stops working at once."""
         return self._replace_secret("owner", "token", "ko", name, audit)
 
     def delete_owner(self, name: str, audit: dict[str, Any]) -> None:
-        """Removes the owner, and their view of the audit log with them: an owner made later
-        with the same name starts with none of it (the admin's log keeps everything)."""
-        self._delete_principal("owner", "token", name, audit, forget=(_owner_audit(name),))
+        """Removes an owner who owns no stream or app any more, and their view of the audit
+        log (the admin's keeps everything); their name is retired for good."""
+
+        def owns_nothing() -> None:
+            streams = sorted(s.name for s in self.streams() if s.owner == name)
+            apps = sorted(a.name for a in self.apps() if a.owner == name)
+            if streams or apps:
+                raise Conflict(
+                    f"owner {name!r} still owns {', '.join(streams + apps)}: delete those first"
+                )
+
+        self._delete_principal(
+            "owner",
+            "token",
+            name,
+            audit,
+            forget=(_owner_audit(name),),
+            check=owns_nothing,
+            retire=RETIRED_OWNERS,
+        )
 
     def owners(self) -> list[str]:
         return sorted(n.decode() for n in self._call(self.redis.smembers, f"{PREFIX}owners"))
@@ -476,13 +503,19 @@ class Store:
         also: Callable[[redis.client.Pipeline], list[StreamSpec]] | None = None,
         owner: str | None = None,
         forget: tuple[str, ...] = (),
+        check: Callable[[], None] | None = None,
+        retire: str | None = None,
     ) -> None:
         def write(tx: redis.client.Pipeline) -> None:
             old = self._digest(tx, kind, secret, name, owner)
+            if check is not None:
+                check()
             changed = also(tx) if also else []
             tx.multi()
             tx.delete(f"{PREFIX}{secret}:{old}", f"{PREFIX}{kind}:{name}", *forget)
             tx.srem(f"{PREFIX}{kind}s", name)
+            if retire is not None:
+                tx.sadd(retire, name)
             for spec in changed:
                 tx.set(f"{PREFIX}stream:{spec.name}", stored_form(spec))
 

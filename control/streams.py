@@ -121,8 +121,9 @@ class Streams:
 
         def change(old: StreamSpec | None) -> StreamSpec:
             spec = caller.visible_stream(self._existing(old, stream))
-            producers = sorted({*spec.producers, app})
-            return _replace(spec, producers=producers)
+            granted = _replace(spec, producers=sorted({*spec.producers, app}))
+            self._check_limits(granted, spec)
+            return granted
 
         return self._apply(caller, stream, change, "producer.grant", app=app)
 
@@ -155,7 +156,9 @@ class Streams:
                 if action in ("stream.create", "stream.put"):
                     raise Conflict(f"stream {name!r} already exists") from e
                 raise NotFound(f"no stream {name!r}") from e
-            before, replace = None, True  # the admin replaces it
+            if action != "stream.put":  # only a replacement is made over it
+                raise
+            before, replace = None, True
         draft = change(before)
         provisioned = provision(self.settings, draft) if draft is not None else []
         # Whose the stream is: `change` checks again in the transaction that it still is.

@@ -139,8 +139,6 @@ def route_twice_problems(spec: StreamSpec, streams: dict[str, StreamSpec]) -> li
     graph = {name: _edges(s) for name, s in streams.items()}
     graph[spec.name] = _edges(spec)
     after = _route_counts(graph)
-    if before is None or after is None:  # a cycle: route_problems says so
-        return []
     added = [
         (source, target, count)
         for (source, target), count in sorted(after.items())
@@ -170,23 +168,23 @@ def _edges(spec: StreamSpec) -> list[tuple[str, str]]:
     return [(o.name, o.sink.stream) for o in spec.outputs if o.sink.type == "keystone"]
 
 
-def _route_counts(graph: dict[str, list[tuple[str, str]]]) -> dict[tuple[str, str], int] | None:
+def _route_counts(graph: dict[str, list[tuple[str, str]]]) -> dict[tuple[str, str], int]:
     """How many routes of keystone sinks lead from each stream to each other, counted (not
-    listed: stacked diamonds have exponentially many); None when the graph has a cycle."""
+    listed: stacked diamonds have exponentially many). An edge that closes a cycle counts for
+    nothing beyond itself: a cycle is `route_problems`' to refuse, and one stored elsewhere must
+    not blind this rule to the rest of the graph."""
     reach: dict[str, dict[str, int]] = {}
     visiting: set[str] = set()
 
-    def routes_from(node: str) -> dict[str, int] | None:
+    def routes_from(node: str) -> dict[str, int]:
         if node in reach:
             return reach[node]
         if node in visiting:
-            return None
+            return {}
         visiting.add(node)
         counts: dict[str, int] = {}
         for _, target in graph.get(node, []):
             further = routes_from(target)
-            if further is None:
-                return None
             counts[target] = counts.get(target, 0) + 1
             for end, n in further.items():
                 counts[end] = counts.get(end, 0) + n
@@ -196,10 +194,7 @@ def _route_counts(graph: dict[str, list[tuple[str, str]]]) -> dict[tuple[str, st
 
     found: dict[tuple[str, str], int] = {}
     for source in graph:
-        counts = routes_from(source)
-        if counts is None:
-            return None
-        found.update({(source, target): n for target, n in counts.items()})
+        found.update({(source, target): n for target, n in routes_from(source).items()})
     return found
 
 

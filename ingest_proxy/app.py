@@ -232,7 +232,9 @@ def _key(value: dict[str, Any], path: str) -> bytes | None:
     found = field(value, path)
     if found is None:
         return None  # no such field in this event: keyed by its guid
-    return found.encode() if isinstance(found, str) else json.dumps(found).encode()
+    # A lone surrogate is valid JSON text but no UTF-8: kept as the producer wrote it.
+    text = found if isinstance(found, str) else json.dumps(found)
+    return text.encode("utf-8", "surrogatepass")
 
 
 _EVENTS_BODY = {

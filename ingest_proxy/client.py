@@ -114,7 +114,8 @@ class ProxyClient:
                 return [g for g in guids if g is not None], attempt
             fits = _fits(response.status_code, body, len(todo))
             if fits and fits < len(todo):  # more than one request may hold: split
-                self.batch_size = min(self.batch_size, fits)  # and send fewer from now on
+                if body.get("setting") != "max_request_bytes":  # a count: fewer from now on
+                    self.batch_size = min(self.batch_size, fits)
                 retries = attempt
                 for start in range(0, len(todo), fits):
                     part = todo[start : start + fits]

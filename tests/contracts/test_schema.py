@@ -462,3 +462,14 @@ def test_a_check_too_costly_for_its_event_is_refused_within_its_budget() -> None
     assert problem["path"] == "(event)" and "more than" in problem["message"]
     # An ordinary event is far within its budget.
     assert schema_problems({"xs": [{"a0": 1}]}, schema, check_budget(12)) == []
+
+
+def test_a_wide_record_costs_what_the_event_holds_not_what_the_record_could() -> None:
+    """Forty optional fields, each object giving one: ordinary, and well within the budget
+    however many objects there are (the fields not given are judged once per record)."""
+    fields = [{"name": f"f{i}", "type": ["null", "string"]} for i in range(40)]
+    schema = parse_schema(
+        record("Wide", [{"name": "items", "type": {"type": "array", "items": record("I", fields)}}])
+    )
+    event = {"items": [{"f0": f"x{n}"} for n in range(3000)]}
+    assert schema_problems(event, schema, check_budget(len(json.dumps(event)))) == []

@@ -219,3 +219,17 @@ def test_controls_checks_report_the_setting_a_filter_is_over() -> None:
     changed = load_spec({**spec.model_dump(), "outputs": [{**output, "filter": "x in (1, 2, 4)"}]})
     with pytest.raises(InvalidSpec):
         check_spec(changed, Limits(max_in_values=2), old=spec)
+
+
+def test_a_cycle_stored_elsewhere_does_not_blind_the_one_route_rule() -> None:
+    stored = {
+        s.name: s
+        for s in (
+            stream("xx", "team-b", "yy"),
+            stream("yy", "team-b", "xx"),
+            stream("bb", "team-a", "dd"),
+            stream("dd"),
+        )
+    }
+    [problem] = route_twice_problems(stream("aa", "team-a", "bb", "dd"), stored)
+    assert "'aa' would reach stream 'dd' by 2 routes" in problem["message"]

@@ -258,10 +258,14 @@ def test_an_owner_sees_only_what_was_theirs(admin: Api, good: Good, unique: str)
     for app_name in (f"bobs-{unique}", f"none-{unique}"):
         assert bob.call("POST", f"/v1/apps/{app_name}/key").status_code == 404
 
-    # An owner made again under a removed owner's name inherits none of their history.
+    # An owner is removed only once they own nothing, and their name is never given again:
+    # their deleted streams' names, kept for them, and their history would go with it.
+    still = admin.call("DELETE", f"/v1/owners/bob-{unique}")
+    assert still.status_code == 409 and bobs in still.json()["message"]
     bob.ok("DELETE", f"/v1/streams/{bobs}")
     admin.ok("DELETE", f"/v1/owners/bob-{unique}")
-    assert owner(admin, f"bob-{unique}").ok("GET", "/v1/audit") == []
+    again = admin.call("POST", "/v1/owners", {"name": f"bob-{unique}"})
+    assert again.status_code == 409, again.text
     good.works()
 
 
@@ -366,8 +370,11 @@ def test_a_stream_whose_spec_stops_reading_keeps_its_router(
     try:
         store.redis.set(key, raw.replace(b'"owner":', b'"owner":5,"was":'))
         store.redis.incr(VERSION)
-        store.redis.hset(orphan, mapping={"state": '"failed"'})  # gone once the fleet passed
-        eventually("the fleet passed", lambda: not store.redis.exists(orphan), 30)
+        for _ in range(2):  # two whole passes of the fleet since the spec stopped reading
+            store.redis.hset(orphan, mapping={"state": '"failed"'})  # gone once it passed
+            eventually("the fleet passed", lambda: not store.redis.exists(orphan), 30)
+        state = store.router_state(GOOD_STREAM)
+        assert state is not None and state.state == "running"  # not "stopping"
         after = Deployment.load(settings, GOOD_STREAM)
         assert after is not None and after.pid == before.pid and after.alive()
         assert (settings.checkpoints_dir / GOOD_STREAM / GOOD_OUTPUT["name"]).is_dir()
