@@ -385,3 +385,22 @@ def test_a_stream_whose_spec_stops_reading_keeps_its_router(
         store.redis.delete(orphan)
         store.close()
     good.works()
+
+
+def test_grants_are_held_to_the_producers_limit(admin: Api, good: Good, unique: str) -> None:
+    """An owner may grant any registered app, so grants are bounded too: each (stream, app) is
+    a series of every proxy's metrics."""
+    name = f"grants-{unique}"
+    team = owner(admin, name)
+    stream = f"grants_{unique}"
+    team.ok("POST", "/v1/streams", spec(stream, name))
+    apps = [f"grant-{unique}-{i}" for i in range(LIMITS.max_producers_per_stream + 1)]
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda app: admin.ok("POST", "/v1/apps", {"name": app}), apps))
+    for app in apps[:-1]:
+        team.ok("PUT", f"/v1/streams/{stream}/producers/{app}")
+    refused = team.call("PUT", f"/v1/streams/{stream}/producers/{apps[-1]}")
+    assert refused.status_code == 422, refused.text
+    assert refused.json()["setting"] == "max_producers_per_stream"
+    team.ok("DELETE", f"/v1/streams/{stream}")
+    good.works()
