@@ -154,7 +154,7 @@ class Proxy:
         limits = self.settings
         events = parse_events(body, kind, limits.max_event_bytes, limits.max_events_per_request)
         self._check_schema(stream, events)
-        keys = [_key(e.value, key_path) if key_path else None for e in events]
+        keys = [_key(e.value, key_path) for e in events] if key_path else [None] * len(events)
         return events, keys
 
     def _check_schema(self, stream: str, events: list) -> None:

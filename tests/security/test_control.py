@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
@@ -25,7 +25,7 @@ from control.fleet import Deployment
 from control.store import PREFIX, RETIRED, VERSION, Store
 from dashboards.publish import Publisher
 from tests.conftest import Api, Stack, eventually, owner
-from tests.security.conftest import GOOD_OUTPUT, GOOD_OWNER, GOOD_STREAM, Good
+from tests.security.conftest import GOOD_OUTPUT, GOOD_OWNER, GOOD_STREAM, Good, raw_request
 
 LIMITS = Limits()  # the test stack runs with the defaults
 
@@ -34,19 +34,10 @@ def spec(name: str, owner_name: str, **extra: object) -> dict:
     return {"name": name, "owner": owner_name, "partitions": 1, **extra}
 
 
-def raw_request(url: str, head: str) -> str:
-    """Sends only a request's head (no body, whatever it announces) and reads the answer: a
-    server that waited for the body would never answer, and the read would time out."""
-    parts = urlsplit(url)
-    with socket.create_connection((parts.hostname, parts.port), timeout=30) as connection:
-        connection.sendall(head.encode() + b"\r\n")
-        answer = b""
-        while b"\r\n\r\n" not in answer or not answer.rstrip().endswith(b"}"):
-            chunk = connection.recv(65536)
-            if not chunk:
-                break
-            answer += chunk
-    return answer.decode(errors="replace")
+def post_body(admin: Api, body: Any) -> httpx.Response:
+    """A stream's creation with these very bytes (or chunks) as its body."""
+    headers = {"Authorization": f"Bearer {admin.token}", "Content-Type": "application/json"}
+    return httpx.post(f"{admin.url}/v1/streams", content=body, headers=headers, timeout=30)
 
 
 def test_a_body_is_refused_by_its_size_and_token_before_it_is_read(admin: Api, good: Good) -> None:
@@ -69,13 +60,7 @@ def test_a_body_is_refused_by_its_size_and_token_before_it_is_read(admin: Api, g
     )
     assert answer.startswith("HTTP/1.1 401"), answer
     # Streamed past the limit with a good token: 413 once the limit is passed.
-    chunks = iter([b"[" + b" " * (LIMITS.max_control_body_bytes + 1)])
-    streamed = httpx.post(
-        f"{admin.url}/v1/streams",
-        content=chunks,
-        headers={"Authorization": f"Bearer {admin.token}", "Content-Type": "application/json"},
-        timeout=30,
-    )
+    streamed = post_body(admin, iter([b"[" + b" " * (LIMITS.max_control_body_bytes + 1)]))
     assert streamed.status_code == 413, streamed.text
     good.works()
 
@@ -90,12 +75,7 @@ def test_a_body_is_refused_by_its_size_and_token_before_it_is_read(admin: Api, g
     ],
 )
 def test_bodies_are_strict_json(admin: Api, body: str | bytes, words: str) -> None:
-    answer = httpx.post(
-        f"{admin.url}/v1/streams",
-        content=body,
-        headers={"Authorization": f"Bearer {admin.token}", "Content-Type": "application/json"},
-        timeout=30,
-    )
+    answer = post_body(admin, body)
     assert answer.status_code == 422, answer.text
     assert words in answer.json()["problems"][0]["message"]
 

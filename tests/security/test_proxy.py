@@ -4,7 +4,6 @@ well-behaved tenant (`good`) served meanwhile."""
 
 from __future__ import annotations
 
-import socket
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -16,7 +15,7 @@ from contracts.names import fronting_topic
 from ingest_proxy.client import ProxyClient
 from loadtest.topics import read_topic
 from tests.conftest import Api, Stack, eventually, owner
-from tests.security.conftest import Good
+from tests.security.conftest import Good, raw_request
 
 LIMITS = Limits()
 OPTIONAL_RECORD = {
@@ -156,15 +155,13 @@ def test_an_app_over_its_quota_gets_429_before_its_body_is_read(
         ),
     )
     # A megabyte announced, nothing sent: a proxy that read the body first would never answer.
-    parts = urlsplit(url)
-    with socket.create_connection((parts.hostname, parts.port), timeout=30) as connection:
-        connection.sendall(
-            f"POST /v1/streams/{hostile.stream}/events HTTP/1.1\r\nHost: {parts.netloc}\r\n"
-            f"Authorization: Bearer {key}\r\nContent-Type: application/json\r\n"
-            "Content-Length: 1000000\r\n\r\n".encode()
-        )
-        head = connection.recv(65536).decode(errors="replace")
-    assert head.startswith("HTTP/1.1 429"), head
+    answer = raw_request(
+        url,
+        f"POST /v1/streams/{hostile.stream}/events HTTP/1.1\r\nHost: {urlsplit(url).netloc}\r\n"
+        f"Authorization: Bearer {key}\r\nContent-Type: application/json\r\n"
+        "Content-Length: 1000000\r\n",
+    )
+    assert answer.startswith("HTTP/1.1 429"), answer
     good.works()
 
 
