@@ -16,11 +16,11 @@ lint:
 
 bench: bootstrap
 	.venv/bin/keystone stack up
-	.venv/bin/python -m loadtest.proxy_bench --write-docs
-	.venv/bin/python -m loadtest.router_bench --write-docs
-	.venv/bin/python -m loadtest.router_plan_bench --write-docs
-	.venv/bin/python -m loadtest.router_plan_bench --write-docs --object-fields 20
-	.venv/bin/python -m loadtest.e2e_bench --write-docs
+	.venv/bin/python -m keystone.loadtest.proxy_bench --write-docs
+	.venv/bin/python -m keystone.loadtest.router_bench --write-docs
+	.venv/bin/python -m keystone.loadtest.router_plan_bench --write-docs
+	.venv/bin/python -m keystone.loadtest.router_plan_bench --write-docs --object-fields 20
+	.venv/bin/python -m keystone.loadtest.e2e_bench --write-docs
 
 down:
 	.venv/bin/keystone stack down

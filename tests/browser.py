@@ -9,8 +9,8 @@ from pathlib import Path
 
 from playwright.sync_api import Browser, sync_playwright
 
-from contracts.settings import CHECKOUT
-from dashboards.render import CHROMIUM, FLAGS
+from keystone.contracts.settings import CHECKOUT
+from keystone.dashboards.render import CHROMIUM, FLAGS
 
 ARTIFACTS = CHECKOUT / "build" / "test-artifacts"
 

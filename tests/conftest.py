@@ -20,7 +20,7 @@ from typing import IO, Any
 import httpx
 import pytest
 
-from contracts.settings import CHECKOUT, Settings
+from keystone.contracts.settings import CHECKOUT, Settings
 
 KEYSTONE = str(Path(sys.executable).parent / "keystone")
 

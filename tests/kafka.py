@@ -12,8 +12,8 @@ from confluent_kafka import (
     Producer,
 )
 
-from contracts.settings import Settings
-from router.topics import create_topics
+from keystone.contracts.settings import Settings
+from keystone.router.topics import create_topics
 
 
 def produce(bootstrap: str, topic: str, records: list[tuple[bytes, dict[str, str]]]) -> None:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from contracts.errors import LimitExceeded
-from contracts.limits import Limits, check_limit
-from contracts.settings import CHECKOUT, Settings
+from keystone.contracts.errors import LimitExceeded
+from keystone.contracts.limits import Limits, check_limit
+from keystone.contracts.settings import CHECKOUT, Settings
 
 
 def test_every_limit_is_a_setting_listed_in_the_readme() -> None:

@@ -16,8 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from contracts.limits import Limits
-from contracts.schema import (
+from keystone.contracts.limits import Limits
+from keystone.contracts.schema import (
     HARD_MAX_SCHEMA_DEPTH,
     check_budget,
     parse_schema,

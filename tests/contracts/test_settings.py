@@ -3,7 +3,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from contracts.settings import Settings
+from keystone.contracts.settings import Settings
 
 
 def test_addresses_derive_from_ports_and_host(tmp_path: Path) -> None:

@@ -1,9 +1,9 @@
 import pytest
 
-from contracts.errors import InvalidName, InvalidSpec
-from contracts.names import check_name, dead_letter_topic, fronting_topic
-from contracts.schema import parse_schema, schema_problems
-from contracts.spec import load_spec
+from keystone.contracts.errors import InvalidName, InvalidSpec
+from keystone.contracts.names import check_name, dead_letter_topic, fronting_topic
+from keystone.contracts.schema import parse_schema, schema_problems
+from keystone.contracts.spec import load_spec
 
 SPEC = """
 name: playback

@@ -16,10 +16,10 @@ from confluent_kafka.admin import AdminClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis.errors import Unsatisfiable
 
-from contracts.names import fronting_topic
-from control.store import TOPICS, Store
-from router.lang.evaluate import matches, project
-from router.lang.parser import parse_filter, parse_projection
+from keystone.contracts.names import fronting_topic
+from keystone.control.store import TOPICS, Store
+from keystone.router.lang.evaluate import matches, project
+from keystone.router.lang.parser import parse_filter, parse_projection
 from tests.conftest import Api, Stack, eventually, owner
 from tests.kafka import produce
 

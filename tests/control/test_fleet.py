@@ -18,13 +18,13 @@ import httpx
 import pytest
 from hmsclient.hmsclient import HMSClient
 
-from contracts.names import HIVE_DATABASE
-from control.fleet import Deployment
-from ingest_proxy.client import ProxyClient
-from loadtest.topics import read_topic
-from router.lang.evaluate import matches, project
-from router.lang.parser import parse_filter, parse_projection
-from stack.processes import PidFile, stop
+from keystone.contracts.names import HIVE_DATABASE
+from keystone.control.fleet import Deployment
+from keystone.ingest_proxy.client import ProxyClient
+from keystone.loadtest.topics import read_topic
+from keystone.router.lang.evaluate import matches, project
+from keystone.router.lang.parser import parse_filter, parse_projection
+from keystone.stack.processes import PidFile, stop
 from tests.conftest import Api, Stack, checked, eventually, owner
 from tests.processes import processes_mentioning
 

@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
-from contracts.settings import Settings
-from control.app import create_app
+from keystone.contracts.settings import Settings
+from keystone.control.app import create_app
 
 
 def test_the_limits_are_in_the_openapi_schema(tmp_path) -> None:

@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from contracts.errors import InvalidSpec
-from contracts.spec import StreamSpec
-from control.store import RouterState, Unreadable, read_spec, stored_form
+from keystone.contracts.errors import InvalidSpec
+from keystone.contracts.spec import StreamSpec
+from keystone.control.store import RouterState, Unreadable, read_spec, stored_form
 
 NAN_DEFAULT = {
     "type": "record",

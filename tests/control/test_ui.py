@@ -8,8 +8,8 @@ from collections.abc import Iterator
 import pytest
 from playwright.sync_api import Page, expect
 
-from ingest_proxy.client import ProxyClient
-from loadtest.run import await_key
+from keystone.ingest_proxy.client import ProxyClient
+from keystone.loadtest.run import await_key
 from tests.browser import artifact, chromium
 from tests.conftest import Api, Stack, owner
 

@@ -1,9 +1,9 @@
 import pytest
 
-from contracts.errors import InvalidSpec
-from contracts.limits import Limits
-from contracts.spec import StreamSpec, load_spec
-from control.validation import (
+from keystone.contracts.errors import InvalidSpec
+from keystone.contracts.limits import Limits
+from keystone.contracts.spec import StreamSpec, load_spec
+from keystone.control.validation import (
     check_spec,
     kafka_name_problems,
     route_problems,

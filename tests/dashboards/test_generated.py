@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from contracts.errors import Unavailable
-from contracts.settings import Settings
-from contracts.spec import StreamSpec, load_spec
-from dashboards.grafana import dashboard
-from dashboards.publish import Publisher
-from dashboards.rules import rules_yaml
+from keystone.contracts.errors import Unavailable
+from keystone.contracts.settings import Settings
+from keystone.contracts.spec import StreamSpec, load_spec
+from keystone.dashboards.grafana import dashboard
+from keystone.dashboards.publish import Publisher
+from keystone.dashboards.rules import rules_yaml
 
 LONG = "s" + "x" * 62  # the longest stream name there may be
 

@@ -17,9 +17,9 @@ import httpx
 import pytest
 from playwright.sync_api import expect
 
-from contracts.names import fronting_topic
-from ingest_proxy.client import ProxyClient
-from stack.processes import PidFile, stop
+from keystone.contracts.names import fronting_topic
+from keystone.ingest_proxy.client import ProxyClient
+from keystone.stack.processes import PidFile, stop
 from tests.browser import artifact, chromium
 from tests.conftest import Api, Stack, checked, eventually, owner
 from tests.kafka import produce

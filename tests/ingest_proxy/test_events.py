@@ -4,9 +4,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from contracts.envelope import STRICT_JSON
-from contracts.errors import BadRequest, PayloadTooLarge, UnsupportedMediaType
-from ingest_proxy.events import JSON, NDJSON, field, media_type, parse_events
+from keystone.contracts.envelope import STRICT_JSON
+from keystone.contracts.errors import BadRequest, PayloadTooLarge, UnsupportedMediaType
+from keystone.ingest_proxy.events import JSON, NDJSON, field, media_type, parse_events
 
 LIMIT = 1024 * 1024
 

@@ -1,6 +1,6 @@
 import uuid
 
-from ingest_proxy.app import new_guids
+from keystone.ingest_proxy.app import new_guids
 
 
 def test_new_guids_are_distinct_canonical_version_4_uuids() -> None:

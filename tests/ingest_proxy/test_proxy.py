@@ -18,13 +18,13 @@ import schemathesis
 from hypothesis import HealthCheck, given, settings
 from hypothesis.errors import Unsatisfiable
 
-from contracts import envelope
-from contracts.errors import PayloadTooLarge
-from contracts.names import fronting_topic
-from contracts.settings import MAX_EVENT_BYTES
-from ingest_proxy.client import DirectProducer, ProxyClient, SendFailed
-from loadtest.topics import read_topic
-from stack.processes import PidFile, stop
+from keystone.contracts import envelope
+from keystone.contracts.errors import PayloadTooLarge
+from keystone.contracts.names import fronting_topic
+from keystone.contracts.settings import MAX_EVENT_BYTES
+from keystone.ingest_proxy.client import DirectProducer, ProxyClient, SendFailed
+from keystone.loadtest.topics import read_topic
+from keystone.stack.processes import PidFile, stop
 from tests.conftest import Stack, checked
 
 SCHEMA = {

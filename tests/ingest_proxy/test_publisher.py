@@ -7,9 +7,9 @@ import socket
 import time
 import uuid
 
-from contracts.settings import Settings
-from ingest_proxy.publisher import Publisher
-from router.topics import create_topics
+from keystone.contracts.settings import Settings
+from keystone.ingest_proxy.publisher import Publisher
+from keystone.router.topics import create_topics
 from tests.conftest import Stack
 
 

@@ -55,7 +55,7 @@ def _ready(url: str) -> bool:
 
 def _launch(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     """The launcher run to its end (these runs end by themselves, within seconds)."""
-    return run_module("ingest_proxy.serve", env=env, timeout=60)
+    return run_module("keystone.ingest_proxy.serve", env=env, timeout=60)
 
 
 def _free_port() -> int:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from loadtest.bench import Steadiness, cpu_steadiness
+from keystone.loadtest.bench import Steadiness, cpu_steadiness
 
 
 def test_steadiness_counts_the_samples_near_the_fastest_as_full_speed() -> None:

@@ -10,11 +10,11 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from contracts.envelope import METADATA
-from contracts.settings import Settings
-from router.lang.ast import Expr, Projection, paths_read
-from router.source import envelope
-from stack import jars
+from keystone.contracts.envelope import METADATA
+from keystone.contracts.settings import Settings
+from keystone.router.lang.ast import Expr, Projection, paths_read
+from keystone.router.source import envelope
+from keystone.stack import jars
 
 # The records of Spark's Kafka source.
 KAFKA = (

@@ -12,9 +12,9 @@ import sys
 
 from pyspark.sql import functions as F
 
-from contracts.settings import Settings
-from router.source import fronting
-from stack.spark import spark_session
+from keystone.contracts.settings import Settings
+from keystone.router.source import fronting
+from keystone.stack.spark import spark_session
 
 
 def read_fronting(stream: str, *paths: str) -> list[dict]:

@@ -8,8 +8,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyspark.sql import SparkSession
 
-from contracts.schema import parse_schema, schema_problems
-from router.avro import schema_problem
+from keystone.contracts.schema import parse_schema, schema_problems
+from keystone.router.avro import schema_problem
 from tests.router.conftest import frame
 
 SCHEMAS = [

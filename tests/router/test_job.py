@@ -8,11 +8,11 @@ import json
 
 import pytest
 
-from contracts.errors import InvalidSpec
-from contracts.settings import Settings
-from contracts.spec import load_spec
-from router.job import dead_letter_paths, paths_read_by, router_master, runs_realtime
-from router.metrics import LATENCY_BUCKETS, LatencyHistogram, lag_of, latency_counts
+from keystone.contracts.errors import InvalidSpec
+from keystone.contracts.settings import Settings
+from keystone.contracts.spec import load_spec
+from keystone.router.job import dead_letter_paths, paths_read_by, router_master, runs_realtime
+from keystone.router.metrics import LATENCY_BUCKETS, LatencyHistogram, lag_of, latency_counts
 
 SPEC = {
     "name": "plays",

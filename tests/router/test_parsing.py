@@ -18,11 +18,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyspark.sql import SparkSession
 
-from contracts.spec import load_spec
-from router.job import dead_letter_paths, paths_read_by
-from router.lang.evaluate import project, read_event
-from router.lang.parser import parse_projection
-from router.source import envelope
+from keystone.contracts.spec import load_spec
+from keystone.router.job import dead_letter_paths, paths_read_by
+from keystone.router.lang.evaluate import project, read_event
+from keystone.router.lang.parser import parse_projection
+from keystone.router.source import envelope
 from tests.router.conftest import KAFKA
 from tests.router.lang.test_agreement import EVENTS, NAMES
 

@@ -8,10 +8,10 @@ import uuid
 
 from confluent_kafka import Producer
 
-from contracts.names import fronting_topic
-from contracts.spec import StreamSpec
-from control.provisioner import ensure_topics
-from ingest_proxy.client import DirectProducer
+from keystone.contracts.names import fronting_topic
+from keystone.contracts.spec import StreamSpec
+from keystone.control.provisioner import ensure_topics
+from keystone.ingest_proxy.client import DirectProducer
 from tests.conftest import Stack
 
 

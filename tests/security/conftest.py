@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from loadtest.topics import read_topic
+from keystone.loadtest.topics import read_topic
 from tests.conftest import Api, Stack, eventually, owner
 
 GOOD_STREAM, GOOD_OWNER, GOOD_APP = "good_tenant", "good-team", "good-app"

@@ -10,8 +10,8 @@ import uuid
 import httpx
 import pytest
 
-from contracts.limits import Limits
-from ingest_proxy.client import ProxyClient
+from keystone.contracts.limits import Limits
+from keystone.ingest_proxy.client import ProxyClient
 from tests.conftest import Api, Stack, eventually, owner
 from tests.security.conftest import Good
 

@@ -10,10 +10,10 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from contracts.limits import Limits
-from contracts.names import fronting_topic
-from ingest_proxy.client import ProxyClient
-from loadtest.topics import read_topic
+from keystone.contracts.limits import Limits
+from keystone.contracts.names import fronting_topic
+from keystone.ingest_proxy.client import ProxyClient
+from keystone.loadtest.topics import read_topic
 from tests.conftest import Api, Stack, eventually, owner
 from tests.security.conftest import Good, raw_request
 

@@ -16,8 +16,8 @@ import sys
 
 from pyspark.sql import functions as F
 
-from contracts.settings import Settings
-from stack.spark import spark_session
+from keystone.contracts.settings import Settings
+from keystone.stack.spark import spark_session
 
 
 def kafka_copy(source: str, target: str) -> dict:

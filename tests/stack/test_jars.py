@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from contracts.errors import StackError
-from contracts.settings import Settings
-from stack import jars
+from keystone.contracts.errors import StackError
+from keystone.contracts.settings import Settings
+from keystone.stack import jars
 
 
 def test_a_failed_download_names_the_bundle_and_its_log(tmp_path: Path, monkeypatch) -> None:

@@ -12,9 +12,9 @@ import redis
 from confluent_kafka import Producer
 from prometheus_client import CollectorRegistry, Counter, start_http_server
 
-from contracts.settings import Settings
-from router.topics import create_topics, missing_topics
-from stack import targets
+from keystone.contracts.settings import Settings
+from keystone.router.topics import create_topics, missing_topics
+from keystone.stack import targets
 from tests.conftest import Stack, checked
 from tests.kafka import consume_all, produce
 

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from router.lang.ast import (
+from keystone.router.lang.ast import (
     METADATA,
     And,
     Column,
@@ -30,9 +30,9 @@ from router.lang.ast import (
     Projection,
     Truth,
 )
-from router.lang.evaluate import matches, project
-from router.lang.parser import parse_filter
-from router.lang.spark import compile_filter, compile_projection
+from keystone.router.lang.evaluate import matches, project
+from keystone.router.lang.parser import parse_filter
+from keystone.router.lang.spark import compile_filter, compile_projection
 from tests.router.conftest import frame
 
 # Few names, so that paths often exist (and often do not); "A" is not "a".

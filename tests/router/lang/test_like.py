@@ -12,9 +12,9 @@ from hypothesis import strategies as st
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from router.lang import like
-from router.lang.parser import parse_filter
-from router.lang.spark import compile_filter
+from keystone.router.lang import like
+from keystone.router.lang.parser import parse_filter
+from keystone.router.lang.spark import compile_filter
 
 # Astral characters (one code point, two UTF-16 units) among them: `_` matches one.
 PIECES = ["a", "b", "%", "_", "\\%", "\\_", "\\\\", "é", "😀", "\n"]

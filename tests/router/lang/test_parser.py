@@ -2,9 +2,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from contracts.errors import ExpressionError
-from contracts.limits import HARD_MAX_EXPRESSION_DEPTH, Limits
-from router.lang.ast import (
+from keystone.contracts.errors import ExpressionError
+from keystone.contracts.limits import HARD_MAX_EXPRESSION_DEPTH, Limits
+from keystone.router.lang.ast import (
     And,
     Column,
     Compare,
@@ -19,8 +19,8 @@ from router.lang.ast import (
     Or,
     Truth,
 )
-from router.lang.evaluate import matches
-from router.lang.parser import parse_filter, parse_projection
+from keystone.router.lang.evaluate import matches
+from keystone.router.lang.parser import parse_filter, parse_projection
 
 
 def test_precedence_not_binds_tighter_than_and_than_or() -> None:

@@ -8,12 +8,12 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from contracts.limits import HARD_MAX_EXPRESSION_DEPTH
-from router.lang.ast import METADATA, Expr, paths_read
-from router.lang.evaluate import matches, project
-from router.lang.parser import parse_filter, parse_projection
-from router.lang.spark import compile_filter, compile_projection
-from router.source import envelope
+from keystone.contracts.limits import HARD_MAX_EXPRESSION_DEPTH
+from keystone.router.lang.ast import METADATA, Expr, paths_read
+from keystone.router.lang.evaluate import matches, project
+from keystone.router.lang.parser import parse_filter, parse_projection
+from keystone.router.lang.spark import compile_filter, compile_projection
+from keystone.router.source import envelope
 from tests.router.conftest import KAFKA, frame
 
 EVENT = {

@@ -1,0 +1,1 @@
+"""Keystone: a multi-tenant event router on Apache Spark."""

@@ -1,0 +1,78 @@
+"""Names that become Kafka topics, Hive tables and Elasticsearch indices: validated here,
+and derived here, so nothing else ever reaches a topic, table or index name."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+from keystone.contracts.errors import InvalidName
+
+NAME_PATTERN = r"^[a-z][a-z0-9_]{1,62}$"
+_NAME = re.compile(NAME_PATTERN)
+
+
+def check_name(name: str, what: str = "name") -> str:
+    # '__' joins a stream's and an output's names into a Hive table's: in a name, it would
+    # let `a__b` + `c` and `a` + `b__c` share one table.
+    if not isinstance(name, str) or not _NAME.fullmatch(name) or "__" in name:
+        raise InvalidName(
+            f"{what} {name!r} is not valid: use 2 to 63 characters, lower-case letters, digits "
+            "and single '_'s, starting with a letter"
+        )
+    return name
+
+
+def valid_name(name: object, check: Callable[[str], str] = check_name) -> bool:
+    """Whether a name read from somewhere else (Redis, a file) passes `check` (an output's
+    name by default), and so may become a path or a topic."""
+    try:
+        check(name)  # type: ignore[arg-type]
+    except InvalidName:
+        return False
+    return True
+
+
+def check_stream_name(name: str) -> str:
+    """A stream's name, which must also leave its outputs' default topics (`<stream>.<output>`)
+    clear of every fronting and dead-letter topic (`keystone.<stream>`), including Kafka's
+    rule that '.' and '_' collide."""
+    check_name(name, "stream")
+    if name.split("_")[0] == "keystone":
+        raise InvalidName(
+            f"stream {name!r} is not valid: 'keystone' and names starting 'keystone_' are "
+            "reserved (its output topics would be other streams' fronting topics)"
+        )
+    return name
+
+
+def fronting_topic(stream: str) -> str:
+    return f"keystone.{check_stream_name(stream)}"
+
+
+def dead_letter_topic(stream: str) -> str:
+    return f"{fronting_topic(stream)}.dlq"
+
+
+def topic_key(topic: str) -> str:
+    """Kafka's collision form of a topic name: it refuses two topics that differ only in '.'
+    against '_', so topics are owned, and compared, in this form."""
+    return topic.replace(".", "_")
+
+
+def output_topic(stream: str, output: str) -> str:
+    """A Kafka output's topic when its sink names none."""
+    return f"{check_stream_name(stream)}.{check_name(output, 'output')}"
+
+
+HIVE_DATABASE = "keystone"
+
+
+def hive_table(stream: str, output: str) -> str:
+    """The table name within HIVE_DATABASE (two underscores: names hold single ones only)."""
+    return f"{check_stream_name(stream)}__{check_name(output, 'output')}"
+
+
+def index_prefix(stream: str, output: str) -> str:
+    """Elasticsearch indices are `<prefix>yyyy.mm.dd`, one per day of ingest time (UTC)."""
+    return f"{check_stream_name(stream)}-{check_name(output, 'output')}-"

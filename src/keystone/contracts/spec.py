@@ -1,0 +1,224 @@
+"""The stream spec: one validated model, owned by control, executed by the router, read by the
+proxy and dashboards. Stored in Redis as JSON; accepted as JSON (REST) or YAML (CLI).
+
+Filters and projections are kept as text here; the router's language module compiles them, and
+control checks that they compile before it stores a spec.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from keystone.contracts.errors import InvalidSpec
+from keystone.contracts.limits import MAX_OBJECTIVE_LAG_RECORDS
+from keystone.contracts.names import check_name, check_stream_name, output_topic
+from keystone.contracts.schema import parse_schema
+
+Name = Annotated[str, AfterValidator(check_name)]
+StreamName = Annotated[str, AfterValidator(check_stream_name)]
+# Apps and owners are labels and headers, never topic names: dashes are fine.
+Principal = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_-]{1,62}$")]
+_TRIGGER = re.compile(r"^[1-9][0-9]* (second|seconds|minute|minutes)$")
+# Spark's spark.sql.streaming.realTimeMode.minBatchDuration.
+REALTIME_MIN_SECONDS = 5
+DEFAULT_TRIGGERS = {"realtime": "60 seconds", "microbatch": "10 seconds"}
+_TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class KafkaSink(_Strict):
+    type: Literal["kafka"] = "kafka"
+    topic: str | None = Field(None, description="Default: <stream>.<output>.")
+
+    @field_validator("topic")
+    @classmethod
+    def _legal_topic(cls, topic: str | None) -> str | None:
+        # Kafka refuses a topic whose name differs from another's only in '.' against '_'.
+        if topic is not None and (
+            not _TOPIC.fullmatch(topic)
+            or topic in (".", "..")  # Kafka's own refusal
+            or topic.startswith(("keystone.", "keystone_"))
+        ):
+            raise ValueError(
+                "a Kafka topic is 1 to 249 of [a-zA-Z0-9._-], not '.' or '..', and may not start "
+                "with 'keystone.' or 'keystone_' (fronting topics are reached with a keystone "
+                "sink)"
+            )
+        return topic
+
+
+class HiveSink(_Strict):
+    type: Literal["hive"] = "hive"
+
+
+class ElasticsearchSink(_Strict):
+    type: Literal["elasticsearch"] = "elasticsearch"
+
+
+class KeystoneSink(_Strict):
+    type: Literal["keystone"] = "keystone"
+    stream: StreamName
+
+
+SinkConfig = Annotated[
+    KafkaSink | HiveSink | ElasticsearchSink | KeystoneSink, Field(discriminator="type")
+]
+
+
+class Delivery(_Strict):
+    """The user's trade-off: `realtime` (lowest latency) or `microbatch` (fewer duplicates on
+    a crash). The trigger is the micro-batch interval, or Real-time Mode's checkpoint interval:
+    a crash replays what the sink had since the last checkpoint, and each checkpoint pauses the
+    output for a moment (the latency's tail), so Real-time Mode checkpoints once a minute by
+    default."""
+
+    mode: Literal["realtime", "microbatch"] = "realtime"
+    trigger: str | None = Field(
+        None, description="Default: '60 seconds' for realtime, '10 seconds' for microbatch."
+    )
+
+    @field_validator("trigger")
+    @classmethod
+    def _interval(cls, trigger: str | None) -> str | None:
+        if trigger is not None and not _TRIGGER.fullmatch(trigger):
+            raise ValueError("an interval like '10 seconds' or '1 minute'")
+        return trigger
+
+    @model_validator(mode="after")
+    def _resolved(self) -> Delivery:
+        if self.trigger is None:
+            object.__setattr__(self, "trigger", DEFAULT_TRIGGERS[self.mode])
+        if self.mode == "realtime" and self.seconds < REALTIME_MIN_SECONDS:
+            raise ValueError(
+                f"Real-time Mode checkpoints at most every {REALTIME_MIN_SECONDS} seconds: "
+                f"trigger '{REALTIME_MIN_SECONDS} seconds' or more"
+            )
+        return self
+
+    @property
+    def seconds(self) -> int:
+        count, unit = (self.trigger or DEFAULT_TRIGGERS[self.mode]).split()
+        return int(count) * (60 if unit.startswith("minute") else 1)
+
+
+class OutputSpec(_Strict):
+    name: Name
+    filter: str | None = Field(None, description="Which events to deliver; all when absent.")
+    projection: list[str] = Field(default_factory=lambda: ["*"], min_length=1)
+    sink: SinkConfig
+    delivery: Delivery | None = Field(None, description="Default: realtime, microbatch for Hive.")
+    start: Literal["latest", "earliest"] = Field(
+        "latest", description="Where a new output starts reading the fronting topic."
+    )
+
+    @model_validator(mode="after")
+    def _delivery_for_sink(self) -> OutputSpec:
+        if self.delivery is None:
+            mode = "microbatch" if self.sink.type == "hive" else "realtime"
+            object.__setattr__(self, "delivery", Delivery(mode=mode))
+        elif self.sink.type == "hive" and self.delivery.mode != "microbatch":
+            raise ValueError("Hive outputs deliver in micro-batches: delivery.mode 'microbatch'")
+        return self
+
+
+class Objectives(_Strict):
+    """What the stream's alerts hold its outputs to."""
+
+    delivery_rate: float = Field(
+        0.999,
+        gt=0,
+        le=1,
+        allow_inf_nan=False,
+        description="Delivered over matched per output, over 5 minutes.",
+    )
+    lag_records: int = Field(
+        100_000,
+        ge=1,
+        le=MAX_OBJECTIVE_LAG_RECORDS,
+        description="An output this far behind the fronting topic and growing.",
+    )
+
+
+class StreamSpec(_Strict):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    name: StreamName
+    owner: Principal
+    partitions: int = Field(6, ge=1, le=1024)
+    producers: list[Principal] = Field(default_factory=list)
+    avro_schema: dict[str, Any] | None = Field(
+        None, alias="schema", description="Optional Avro record schema the proxy enforces."
+    )
+    outputs: list[OutputSpec] = Field(default_factory=list)
+    objectives: Objectives = Field(default_factory=Objectives)
+
+    @field_validator("avro_schema")
+    @classmethod
+    def _valid_schema(cls, schema: dict[str, Any] | None) -> dict[str, Any] | None:
+        if schema is not None:
+            parse_schema(schema)
+        return schema
+
+    @field_validator("outputs")
+    @classmethod
+    def _unique_outputs(cls, outputs: list[OutputSpec]) -> list[OutputSpec]:
+        names = [o.name for o in outputs]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"output names must be unique: {', '.join(duplicates)}")
+        return outputs
+
+    def output(self, name: str) -> OutputSpec | None:
+        return next((o for o in self.outputs if o.name == name), None)
+
+    def kafka_topics(self) -> dict[str, str]:
+        """Each Kafka output's topic, by output name."""
+        return {
+            o.name: o.sink.topic or output_topic(self.name, o.name)
+            for o in self.outputs
+            if o.sink.type == "kafka"
+        }
+
+    def to_json(self) -> str:
+        return self.model_dump_json(by_alias=True, exclude_none=False)
+
+
+def load_spec(data: dict[str, Any] | str | bytes) -> StreamSpec:
+    """Validates a spec from a mapping or from YAML/JSON text; errors say which field and why."""
+    if isinstance(data, str | bytes):
+        try:
+            data = yaml.safe_load(data)
+        except yaml.YAMLError as e:
+            raise InvalidSpec(f"not YAML or JSON: {e}") from e
+    if not isinstance(data, dict):
+        raise InvalidSpec("a stream spec is a mapping with name, owner, outputs...")
+    try:
+        return StreamSpec.model_validate(data)
+    except ValidationError as e:
+        raise InvalidSpec("the stream spec is not valid", problems=field_errors(e)) from e
+
+
+def field_errors(error: ValidationError) -> list[dict[str, str]]:
+    """Pydantic's errors as [{field: 'outputs.0.sink.topic', message: ...}]."""
+    return [
+        {
+            "field": ".".join(str(p) for p in e["loc"]) or "(spec)",
+            "message": e["msg"].removeprefix("Value error, "),
+        }
+        for e in error.errors()
+    ]

@@ -1,0 +1,217 @@
+"""The control REST API: routes thin over `Streams`, `Accounts`, preview and status. Paths are
+the design's contracts; every route needs `Authorization: Bearer <admin or owner token>`."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Query, Request, Response
+
+from keystone.contracts.errors import InvalidSpec, NotFound
+from keystone.contracts.spec import OutputSpec, StreamSpec
+from keystone.control.gate import CALLER, StrictJSONRoute
+from keystone.control.models import (
+    AppCreate,
+    AppKey,
+    AppPublic,
+    AuditPublic,
+    OwnerCreate,
+    OwnerToken,
+    PreviewPublic,
+    PreviewRequest,
+    StreamPublic,
+)
+from keystone.control.plane import Plane
+from keystone.control.preview import preview
+from keystone.control.status import stream_status
+from keystone.control.streams import Applied
+from keystone.control.tenancy import Caller
+from keystone.dashboards.grafana import dashboard
+
+
+def get_plane(request: Request) -> Plane:
+    return request.app.state.plane
+
+
+def get_caller(request: Request) -> Caller:
+    """The caller the gate authenticated before the body was read (`control.gate`)."""
+    return request.scope[CALLER]
+
+
+PlaneDep = Annotated[Plane, Depends(get_plane)]
+CallerDep = Annotated[Caller, Depends(get_caller)]
+
+router = APIRouter(prefix="/v1", route_class=StrictJSONRoute)
+
+
+def _public(plane: Plane, applied: Applied) -> StreamPublic:
+    assert applied.spec is not None
+    return StreamPublic.of(
+        applied.spec, plane.store.router_state(applied.spec.name), applied.provisioned
+    )
+
+
+# Streams
+
+
+@router.get("/streams", response_model=list[StreamPublic], tags=["streams"])
+def list_streams(plane: PlaneDep, who: CallerDep) -> list[StreamPublic]:
+    states = plane.store.router_states()
+    return [StreamPublic.of(s, states.get(s.name)) for s in plane.streams.list(who)]
+
+
+@router.post("/streams", response_model=StreamPublic, status_code=201, tags=["streams"])
+def create_stream(spec: StreamSpec, plane: PlaneDep, who: CallerDep) -> StreamPublic:
+    """Checks the spec, provisions what it writes to, stores it; the fleet deploys its router."""
+    return _public(plane, plane.streams.create(who, spec))
+
+
+@router.get("/streams/{stream}", response_model=StreamPublic, tags=["streams"])
+def get_stream(stream: str, plane: PlaneDep, who: CallerDep) -> StreamPublic:
+    return StreamPublic.of(plane.streams.get(who, stream), plane.store.router_state(stream))
+
+
+@router.put("/streams/{stream}", response_model=StreamPublic, tags=["streams"])
+def put_stream(
+    stream: str, spec: StreamSpec, plane: PlaneDep, who: CallerDep, response: Response
+) -> StreamPublic:
+    """Creates the stream or replaces its spec (the router is redeployed if it changed)."""
+    applied = plane.streams.put(who, stream, spec)
+    if applied.created:
+        response.status_code = 201
+    return _public(plane, applied)
+
+
+@router.delete("/streams/{stream}", status_code=204, tags=["streams"])
+def delete_stream(stream: str, plane: PlaneDep, who: CallerDep) -> None:
+    """Stops the stream's router and forgets the stream; its topics, tables and indices stay."""
+    plane.streams.delete(who, stream)
+
+
+@router.put("/streams/{stream}/outputs/{output}", response_model=StreamPublic, tags=["outputs"])
+def put_output(
+    stream: str, output: str, body: OutputSpec, plane: PlaneDep, who: CallerDep
+) -> StreamPublic:
+    """Adds the output or changes it."""
+    if body.name != output:
+        raise InvalidSpec(
+            "the output's name must be the one in the path",
+            problems=[{"field": "name", "message": f"expected {output!r}"}],
+        )
+    return _public(plane, plane.streams.put_output(who, stream, body))
+
+
+@router.delete("/streams/{stream}/outputs/{output}", response_model=StreamPublic, tags=["outputs"])
+def delete_output(stream: str, output: str, plane: PlaneDep, who: CallerDep) -> StreamPublic:
+    return _public(plane, plane.streams.delete_output(who, stream, output))
+
+
+@router.put("/streams/{stream}/producers/{app}", response_model=StreamPublic, tags=["apps"])
+def grant(stream: str, app: str, plane: PlaneDep, who: CallerDep) -> StreamPublic:
+    """Lets the app post events to the stream."""
+    return _public(plane, plane.streams.grant(who, stream, app))
+
+
+@router.delete("/streams/{stream}/producers/{app}", response_model=StreamPublic, tags=["apps"])
+def revoke(stream: str, app: str, plane: PlaneDep, who: CallerDep) -> StreamPublic:
+    return _public(plane, plane.streams.revoke(who, stream, app))
+
+
+@router.get("/streams/{stream}/status", tags=["streams"])
+def status(stream: str, plane: PlaneDep, who: CallerDep) -> dict:
+    """The router's state (running, restarting, failed with the last error...) and per output
+    its rates (events/s over the last minute), lag and p99 delivery latency."""
+    spec = plane.streams.get(who, stream)
+    return stream_status(plane.settings, spec, plane.store.router_state(stream)).to_dict()
+
+
+@router.get("/streams/{stream}/dashboard", tags=["streams"])
+def grafana_dashboard(stream: str, plane: PlaneDep, who: CallerDep) -> dict:
+    """The stream's Grafana dashboard model, importable as is (its data source is a variable)."""
+    return dashboard(plane.streams.get(who, stream))
+
+
+@router.post(
+    "/streams/{stream}/outputs/{output}/preview", response_model=PreviewPublic, tags=["outputs"]
+)
+def preview_output(
+    stream: str, output: str, body: PreviewRequest, plane: PlaneDep, who: CallerDep
+) -> PreviewPublic:
+    """What the output would deliver of the stream's newest events: its own filter and
+    projection, or the ones in the body (try them before deploying)."""
+    spec = plane.streams.get(who, stream)
+    existing = spec.output(output)
+    if existing is None and body.filter is None and body.projection is None:
+        raise NotFound(f"stream {stream!r} has no output {output!r}: give a filter or projection")
+    filter_text = body.filter if body.filter is not None else getattr(existing, "filter", None)
+    projection = body.projection
+    if projection is None:
+        projection = existing.projection if existing else ["*"]
+    drafted = body.filter is not None or body.projection is not None
+    limits = plane.settings if drafted else None
+    result = preview(plane.settings, spec, filter_text or None, projection, body.limit, limits)
+    return PreviewPublic(**result.__dict__)
+
+
+# Apps
+
+
+@router.post("/apps", response_model=AppKey, status_code=201, tags=["apps"])
+def create_app(body: AppCreate, plane: PlaneDep, who: CallerDep) -> AppKey:
+    """Registers a producing app; its key is in this answer only."""
+    key, rate = plane.accounts.create_app(who, body.name, body.rate)
+    return AppKey(name=body.name, key=key, rate=rate)
+
+
+@router.get("/apps", response_model=list[AppPublic], tags=["apps"])
+def list_apps(plane: PlaneDep, who: CallerDep) -> list[AppPublic]:
+    streams = plane.store.streams()
+    return [AppPublic.seen_by(a, streams, who) for a in plane.accounts.apps(who)]
+
+
+@router.post("/apps/{app}/key", response_model=AppKey, tags=["apps"])
+def rotate_app(app: str, plane: PlaneDep, who: CallerDep) -> AppKey:
+    """A new key; the old one stops working within a second."""
+    return AppKey(name=app, key=plane.accounts.rotate_app(who, app))
+
+
+@router.delete("/apps/{app}", status_code=204, tags=["apps"])
+def delete_app(app: str, plane: PlaneDep, who: CallerDep) -> None:
+    """Revokes the app: its key stops working and it leaves every stream's producers."""
+    plane.accounts.delete_app(who, app)
+
+
+# Owners (the admin's)
+
+
+@router.post("/owners", response_model=OwnerToken, status_code=201, tags=["owners"])
+def create_owner(body: OwnerCreate, plane: PlaneDep, who: CallerDep) -> OwnerToken:
+    return OwnerToken(name=body.name, token=plane.accounts.create_owner(who, body.name))
+
+
+@router.get("/owners", response_model=list[str], tags=["owners"])
+def list_owners(plane: PlaneDep, who: CallerDep) -> list[str]:
+    return plane.accounts.owners(who)
+
+
+@router.post("/owners/{owner}/token", response_model=OwnerToken, tags=["owners"])
+def rotate_owner(owner: str, plane: PlaneDep, who: CallerDep) -> OwnerToken:
+    return OwnerToken(name=owner, token=plane.accounts.rotate_owner(who, owner))
+
+
+@router.delete("/owners/{owner}", status_code=204, tags=["owners"])
+def delete_owner(owner: str, plane: PlaneDep, who: CallerDep) -> None:
+    plane.accounts.delete_owner(who, owner)
+
+
+# Audit
+
+
+@router.get("/audit", response_model=list[AuditPublic], tags=["audit"])
+def audit_log(
+    plane: PlaneDep, who: CallerDep, limit: Annotated[int, Query(ge=1, le=10000)] = 100
+) -> list[AuditPublic]:
+    """Who changed what, newest first: everything for the admin, an owner's own for owners."""
+    # An owner's: the entries on what was theirs when it changed, kept apart for them.
+    entries = plane.store.audit_log(limit, owner=None if who.admin else who.name)
+    return [AuditPublic.of(e) for e in entries]

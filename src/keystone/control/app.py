@@ -1,0 +1,210 @@
+"""The control service: `create_app(settings)`, the REST API, the web UI and the fleet.
+
+Run by the stack as `uvicorn control.app:app_from_env --factory` (one process: it runs the
+fleet; a lease in Redis keeps a second one from running another fleet).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, RedirectResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+from starlette.types import Scope
+
+from keystone.contracts import metrics as names
+from keystone.contracts.errors import KeystoneError
+from keystone.contracts.limits import Limits
+from keystone.contracts.settings import Settings
+from keystone.control import api, ui
+from keystone.control.gate import Gate
+from keystone.control.plane import Plane
+from keystone.control.tenancy import Caller
+
+log = logging.getLogger(__name__)
+
+
+class FleetCollector(Collector):
+    """Routers by state and each router's restarts, read from the fleet's records per scrape."""
+
+    def __init__(self, app: FastAPI) -> None:
+        self.app = app
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        plane: Plane | None = getattr(self.app.state, "plane", None)
+        if plane is None:
+            return
+        try:
+            states = plane.store.router_states()
+        except KeystoneError:
+            return  # Redis away: no figures rather than wrong ones
+        by_state = GaugeMetricFamily(names.CONTROL_ROUTERS, "Routers by state", labels=["state"])
+        counts = dict.fromkeys(
+            ("pending", "starting", "running", "stopping", "restarting", "failed"), 0
+        )
+        for state in states.values():
+            counts[state.state] = counts.get(state.state, 0) + 1
+        for state, count in counts.items():
+            by_state.add_metric([state], count)
+        restarts = GaugeMetricFamily(
+            names.CONTROL_ROUTER_RESTARTS,
+            "Times the fleet restarted the stream's router after it died",
+            labels=["stream"],
+        )
+        for stream, state in sorted(states.items()):
+            restarts.add_metric([stream], state.restarts)
+        yield by_state
+        yield restarts
+
+
+def problems_of(error: RequestValidationError) -> list[dict[str, str]]:
+    """FastAPI's validation errors as the spec's [{field, message}] (without 'body.')."""
+    found = []
+    for e in error.errors():
+        loc = [str(p) for p in e["loc"]]
+        if loc and loc[0] in ("body", "query", "path"):
+            loc = loc[1:] if loc[0] == "body" else loc
+        message = e["msg"].removeprefix("Value error, ")
+        if e["type"] == "json_invalid":  # say what in the JSON was refused
+            message = f"{message}: {e.get('ctx', {}).get('error', '')}"
+            loc = []
+        found.append({"field": ".".join(loc) or "(body)", "message": message})
+    return found
+
+
+def with_limits(schema: dict[str, Any], limits: Limits) -> dict[str, Any]:
+    """The OpenAPI schema with this deployment's limits where a client can see them before it
+    is refused: maxima and lengths on the fields they bound."""
+    models = schema["components"]["schemas"]
+    bounds = {
+        ("StreamSpec", "partitions"): {"maximum": limits.max_partitions},
+        ("StreamSpec", "outputs"): {"maxItems": limits.max_outputs_per_stream},
+        ("OutputSpec", "filter"): {"maxLength": limits.max_filter_chars},
+        ("OutputSpec", "projection"): {"maxItems": limits.max_projection_fields},
+        ("PreviewRequest", "filter"): {"maxLength": limits.max_filter_chars},
+        ("PreviewRequest", "projection"): {"maxItems": limits.max_projection_fields},
+        ("AppCreate", "rate"): {"maximum": limits.max_app_rate},
+    }
+    for (model, field), bound in bounds.items():
+        prop = models[model]["properties"][field]
+        # An optional field is anyOf [its type, null]: the bound is the type's.
+        target = next((b for b in prop.get("anyOf", []) if b.get("type") != "null"), prop)
+        target.update(bound)
+    schema["info"]["description"] += (
+        f" Request bodies: at most {limits.max_control_body_bytes} bytes (max_control_body_bytes)."
+    )
+    return schema
+
+
+def create_app(settings: Settings) -> FastAPI:
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        plane = Plane.build(settings)
+        app.state.plane = plane
+        plane.fleet.start()
+        try:
+            yield
+        finally:
+            plane.fleet.stop()
+            plane.store.close()
+
+    app = FastAPI(
+        title="Keystone control",
+        description="Self-service streams and outputs, producing apps, the router fleet.",
+        lifespan=lifespan,
+    )
+    registry = CollectorRegistry()
+    requests = Counter(
+        names.CONTROL_REQUESTS.removesuffix("_total"),
+        "API and UI requests",
+        ["method", "route", "status"],
+        registry=registry,
+    )
+    registry.register(FleetCollector(app))
+
+    def authenticate(scope: Scope, authorization: str | None) -> Caller:
+        plane: Plane = scope["app"].state.plane
+        return plane.auth.caller(authorization)
+
+    # Outermost but for the counter: nothing of a body is read before its size and token pass.
+    app.add_middleware(Gate, limit=settings.max_control_body_bytes, authenticate=authenticate)
+
+    @app.middleware("http")
+    async def count(request: Request, call_next: Callable[[Request], Awaitable[Response]]):
+        response = await call_next(request)
+        route = request.scope.get("route")
+        path = getattr(route, "path", "(unmatched)")
+        requests.labels(request.method, path, str(response.status_code)).inc()
+        return response
+
+    @app.exception_handler(KeystoneError)
+    async def _error(request: Request, error: KeystoneError) -> Response:
+        if ui.wants_page(request):
+            return ui.error_page(request, error)
+        return JSONResponse(error.body(), status_code=error.status, headers=error.headers())
+
+    @app.exception_handler(ui.SignIn)
+    async def _sign_in(_: Request, __: ui.SignIn) -> RedirectResponse:
+        return RedirectResponse("/ui/login", status_code=303)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_: Request, error: RequestValidationError) -> JSONResponse:
+        body = {
+            "error": "InvalidRequest",
+            "message": "the request is not valid",
+            "problems": problems_of(error),
+        }
+        return JSONResponse(body, status_code=422)
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            app.openapi_schema = with_limits(FastAPI.openapi(app), settings)
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+    app.include_router(api.router)
+    app.include_router(ui.router)
+    app.mount("/ui/static", ui.static, name="static")
+    app.mount("/ui/vendor/uplot", ui.vendor, name="uplot")
+
+    @app.get("/", include_in_schema=False)
+    async def home() -> RedirectResponse:
+        return RedirectResponse("/ui/")
+
+    @app.get("/healthz", tags=["service"])
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/readyz", tags=["service"])
+    def readyz(request: Request) -> JSONResponse:
+        plane: Plane = request.app.state.plane
+        try:
+            plane.store.version()
+            registry_ok = True
+        except KeystoneError:
+            registry_ok = False
+        checks = {"registry": registry_ok, "fleet_leader": plane.fleet.leading}
+        ready = registry_ok
+        return JSONResponse({"ready": ready, **checks}, status_code=200 if ready else 503)
+
+    @app.get("/metrics", tags=["service"])
+    def prometheus_metrics() -> Response:
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+    return app
+
+
+def app_from_env() -> FastAPI:
+    """uvicorn's factory: settings from KEYSTONE_* variables."""
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # else a line per router probe
+    return create_app(Settings())

@@ -1,0 +1,357 @@
+"""The fleet: every stream's dashboard and alert rules kept current, and one router application
+per stream that has outputs (`python -m router`, whose Spark session pyspark launches through
+spark-submit, with the master from settings), watched, restarted with backoff when it dies,
+redeployed when its spec changes, and stopped gracefully when its stream is deleted.
+
+One control process at a time runs the fleet (a lease in Redis). Routers run in sessions of
+their own and are recorded by pid file under `<state>/run/routers/`, so a restarted control
+service adopts the routers it finds running instead of starting second ones. What the fleet
+knows of each router (state, restarts, last error) is kept in Redis for the API.
+
+Every step is non-blocking: a router asked to stop is looked at again on the next pass, so a
+slow stop never delays another stream's restart.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import shutil
+import signal
+import socket
+import sys
+import threading
+import time
+import uuid
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import httpx
+
+from keystone.contracts import metrics as names
+from keystone.contracts.errors import KeystoneError
+from keystone.contracts.names import valid_name
+from keystone.contracts.settings import CHECKOUT, Settings
+from keystone.contracts.spec import StreamSpec
+from keystone.control.store import RouterState, Store
+from keystone.dashboards.publish import Publisher
+from keystone.stack.processes import PidFile, port_in_use, process_start_time, reap, spawn
+from keystone.stack.targets import remove_target, write_target
+
+log = logging.getLogger(__name__)
+
+LEASE = "fleet:leader"
+LEASE_SECONDS = 15.0
+PASS_SECONDS = 1.0
+HEALTHY_AFTER = 60.0  # a router up this long has recovered: its failure count starts again
+FAILED_AFTER = 3  # deaths in a row that make a router "failed" (still retried, slowly)
+MAX_BACKOFF = 300.0
+
+
+def fingerprint(spec: StreamSpec) -> str:
+    """What the router runs: the spec without its producers, which only the proxy reads."""
+    data = json.loads(spec.to_json())
+    data.pop("producers", None)
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """A router process the fleet started; stored as its pid file (`pid` and `start` are what
+    `stack.processes.PidFile` reads, so `keystone stack down` can stop it too)."""
+
+    stream: str
+    pid: int
+    start: int
+    port: int
+    fingerprint: str
+    started: float
+
+    @staticmethod
+    def path(settings: Settings, stream: str) -> Path:
+        return settings.routers_run_dir / f"{stream}.json"
+
+    def save(self, settings: Settings) -> None:
+        path = self.path(settings, self.stream)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        staging = path.with_suffix(".tmp")
+        staging.write_text(json.dumps(asdict(self)))
+        os.replace(staging, path)
+
+    @classmethod
+    def load(cls, settings: Settings, stream: str) -> Deployment | None:
+        """The stream's record, if there is one (only read: whether its process still runs is
+        for the fleet to see, `alive()`)."""
+        return cls.load_all(settings, f"{stream}.json").get(stream)
+
+    @classmethod
+    def load_all(cls, settings: Settings, pattern: str = "*.json") -> dict[str, Deployment]:
+        found = {}
+        for path in sorted(settings.routers_run_dir.glob(pattern)):
+            try:
+                found[path.stem] = cls(**json.loads(path.read_text()))
+            except (ValueError, TypeError):
+                log.warning("ignoring unreadable router record %s", path)
+        return found
+
+    def alive(self) -> bool:
+        return process_start_time(self.pid) == self.start
+
+    def remove(self, settings: Settings) -> None:
+        self.path(settings, self.stream).unlink(missing_ok=True)
+
+
+def router_log(settings: Settings, stream: str) -> Path:
+    return settings.routers_logs_dir / f"{stream}.log"
+
+
+def last_error(path: Path) -> str:
+    """The last error the router's current run logged, or the end of a traceback."""
+    try:
+        with path.open("rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - 65536))
+            text = f.read().decode(errors="replace")
+    except FileNotFoundError:
+        return ""
+    run = text.rsplit("\n=== ", 1)[-1].splitlines()
+    for line in reversed(run):
+        if (
+            " ERROR " in line
+            or line.startswith(("Traceback", "Exception"))
+            or (line and not line.startswith((" ", "\t")) and "Error:" in line)
+        ):
+            return line.strip()[:500]
+    return ""
+
+
+class Fleet:
+    def __init__(self, settings: Settings, store: Store) -> None:
+        self.settings = settings
+        self.store = store
+        self.dashboards = Publisher(settings)
+        self.holder = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.leading = False
+        self._unreadable: dict[str, str] = {}  # stream -> why, as last said
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="fleet", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stops watching; the routers go on running (a restarted control adopts them)."""
+        self._stop.set()
+        self._thread.join()
+        if self.leading:
+            with contextlib.suppress(KeystoneError):
+                self.store.release_lease(LEASE, self.holder)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.leading = self.store.hold_lease(LEASE, self.holder, LEASE_SECONDS)
+                if self.leading:
+                    self.reconcile()
+            except KeystoneError as e:  # Redis away: nothing can be decided; try again soon
+                log.warning("fleet pass skipped: %s", e)
+            except Exception:  # the fleet's boundary: a bug in one pass must not end the fleet
+                log.exception("fleet pass failed")
+            self._stop.wait(PASS_SECONDS)
+
+    def reconcile(self) -> None:
+        """One pass: every stream's router brought one step closer to its spec, and every
+        stream's dashboard and alert rules made current."""
+        specs, unreadable = self.store.read_streams()
+        # A stored spec that does not read back is not a deleted stream: its router, checkpoints
+        # and rules stay as they are until the admin replaces or deletes it.
+        untouched = {u.stream for u in unreadable}
+        for problem in unreadable:  # said once per reason, not every pass
+            if self._unreadable.get(problem.stream) != problem.reason:
+                log.error("stream %s left as it is: %s", problem.stream, problem.reason)
+        self._unreadable = {u.stream: u.reason for u in unreadable}
+        try:
+            self.dashboards.sync(specs, keep=untouched)
+        except (KeystoneError, ValueError, OSError) as e:  # retried next pass; routers first
+            log.warning("dashboards not published: %s", e)
+        desired = {s.name: s for s in specs if s.outputs}
+        running = Deployment.load_all(self.settings)
+        states = self.store.router_states()
+        for stream in sorted((set(desired) | set(running) | set(states)) - untouched):
+            state = states.get(stream) or RouterState()
+            try:
+                self._step(stream, desired.get(stream), running.get(stream), state)
+            except KeystoneError as e:
+                log.warning("router %s: %s", stream, e)
+            except Exception:  # one stream's trouble must not hold back the others
+                log.exception("router %s: fleet step failed", stream)
+
+    def _step(
+        self,
+        stream: str,
+        spec: StreamSpec | None,
+        deployed: Deployment | None,
+        state: RouterState,
+    ) -> None:
+        now = time.time()
+        if deployed is not None and not deployed.alive():
+            self._ended(deployed, state, now)
+            deployed = None
+        if spec is None:
+            if deployed is not None:
+                self._stopping(deployed, state, now)
+                self.store.put_router_state(stream, state)
+            else:
+                self._undeploy(stream)
+            return
+        if deployed is not None:
+            if deployed.fingerprint != fingerprint(spec) or state.state == "stopping":
+                self._stopping(deployed, state, now)  # a redeploy begins with a stop
+            else:
+                self._watch(deployed, state, now)
+        elif now >= state.retry_at:
+            self._deploy(spec, state, now)
+        self.store.put_router_state(stream, state)
+
+    def _ended(self, deployed: Deployment, state: RouterState, now: float) -> None:
+        """The router's process is gone: asked to (a stop) or not (a failure, retried later)."""
+        # None for a router adopted from an earlier control; a child of ours that /proc shows
+        # gone may need a moment before it can be reaped.
+        code = reap(deployed.pid, timeout=5)
+        _kill_group(deployed.pid)  # its JVM must not outlive it
+        deployed.remove(self.settings)
+        if state.state == "stopping":
+            log.info("router %s stopped (exit %s)", deployed.stream, code)
+            _enter(state, "pending", now)
+            state.retry_at = 0.0
+            return
+        ran = now - deployed.started
+        state.failures = state.failures + 1 if ran < HEALTHY_AFTER else 1
+        error = last_error(router_log(self.settings, deployed.stream))
+        why = f"exited with {code}" if code is not None else "its process ended"
+        state.last_error = f"{why}: {error}" if error else why
+        delay = min(MAX_BACKOFF, 2.0 ** (state.failures - 1))
+        state.retry_at = now + delay
+        _enter(state, "failed" if state.failures >= FAILED_AFTER else "restarting", now)
+        log.error(
+            "router %s ended after %.0f s (%s); starting it again in %.0f s",
+            deployed.stream,
+            ran,
+            state.last_error,
+            delay,
+        )
+
+    def _stopping(self, deployed: Deployment, state: RouterState, now: float) -> None:
+        if state.state != "stopping":
+            log.info("stopping router %s (pid %d)", deployed.stream, deployed.pid)
+            _enter(state, "stopping", now)
+            # The router's Python process only: it stops its queries and then its JVM.
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(deployed.pid, signal.SIGTERM)
+        elif now - state.since > self.settings.router_stop_timeout_seconds:
+            log.warning("router %s did not stop in time: killing it", deployed.stream)
+            _kill_group(deployed.pid)
+
+    def _watch(self, deployed: Deployment, state: RouterState, now: float) -> None:
+        up = _router_up(self.settings.bind_host, deployed.port, deployed.stream)
+        _enter(state, "running" if up else "starting", now)
+        error = last_error(router_log(self.settings, deployed.stream))
+        if error:
+            state.last_error = error
+        elif up and now - deployed.started > HEALTHY_AFTER:
+            state.failures, state.last_error = 0, ""  # recovered: why it died is history
+
+    def _deploy(self, spec: StreamSpec, state: RouterState, now: float) -> None:
+        settings = self.settings
+        self._forget_checkpoints(spec, state)
+        port = state.port
+        if not port or port_in_use(settings.bind_host, port):
+            port = _free_port(settings.bind_host)
+        log_path = router_log(settings, spec.name)
+        argv = [
+            sys.executable,
+            "-m",
+            "keystone.router",
+            "--stream",
+            spec.name,
+            "--metrics-port",
+            str(port),
+        ]
+        record = Deployment.path(settings, spec.name)
+        pid = spawn(
+            argv,
+            log_path,
+            PidFile(record),
+            cwd=CHECKOUT,
+            env={**settings.to_env(), "PYTHONUNBUFFERED": "1"},
+        )
+        start = process_start_time(pid)
+        Deployment(spec.name, pid, start or 0, port, fingerprint(spec), now).save(settings)
+        write_target(
+            settings,
+            f"router-{spec.name}",
+            [f"{settings.bind_host}:{port}"],
+            {"job": "keystone_router", "stream": spec.name},
+        )
+        if state.state in ("restarting", "failed"):
+            state.restarts += 1
+        state.pid, state.port, state.started = pid, port, now
+        state.fingerprint = fingerprint(spec)
+        state.extra = {"outputs": {o.name: _sink_key(o) for o in spec.outputs}}
+        _enter(state, "starting", now)
+        log.info("router %s started (pid %d, metrics on port %d)", spec.name, pid, port)
+
+    def _forget_checkpoints(self, spec: StreamSpec, state: RouterState) -> None:
+        """An output that was removed, or whose sink changed, starts afresh next time (from its
+        `start`), rather than resuming another sink's progress."""
+        before = state.extra.get("outputs", {})
+        now = {o.name: _sink_key(o) for o in spec.outputs}
+        for output, sink in before.items() if isinstance(before, dict) else ():
+            # A name read from Redis: only a valid output name may become a path.
+            if now.get(output) != sink and valid_name(output):
+                shutil.rmtree(self.settings.checkpoints_dir / spec.name / output, True)
+
+    def _undeploy(self, stream: str) -> None:
+        """The stream (or its last output) is gone and so is its router: its target and
+        checkpoints go too, so a stream made again later starts afresh."""
+        remove_target(self.settings, f"router-{stream}")
+        shutil.rmtree(self.settings.checkpoints_dir / stream, ignore_errors=True)
+        self.store.delete_router_state(stream)
+        log.info("router %s undeployed", stream)
+
+
+def _sink_key(output) -> str:
+    return output.sink.model_dump_json()
+
+
+def _enter(state: RouterState, name: str, now: float) -> None:
+    if state.state != name:
+        state.state, state.since = name, now
+
+
+def _kill_group(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+
+
+def _free_port(host: str) -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def _router_up(host: str, port: int, stream: str) -> bool:
+    """Running once one of its queries runs: a router with one output failing still delivers
+    the others' (whether every one runs is `keystone_router_up`'s to say, and the router-down
+    alert's)."""
+    try:
+        text = httpx.get(f"http://{host}:{port}/metrics", timeout=1).text
+    except httpx.HTTPError:
+        return False
+    label = f'stream="{stream}"'
+    return any(
+        line.startswith(f"{names.ROUTER_QUERY_UP}{{") and label in line and line.endswith(" 1.0")
+        for line in text.splitlines()
+    )

@@ -1,0 +1,34 @@
+"""The control plane's parts, made once per app from settings and shared by its routes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from keystone.contracts.settings import Settings
+from keystone.control.accounts import Accounts
+from keystone.control.fleet import Fleet
+from keystone.control.store import Store
+from keystone.control.streams import Streams
+from keystone.control.tenancy import Authenticator
+
+
+@dataclass(frozen=True)
+class Plane:
+    settings: Settings
+    store: Store
+    auth: Authenticator
+    streams: Streams
+    accounts: Accounts
+    fleet: Fleet
+
+    @classmethod
+    def build(cls, settings: Settings) -> Plane:
+        store = Store.connect(settings)
+        return cls(
+            settings=settings,
+            store=store,
+            auth=Authenticator(settings, store),
+            streams=Streams(settings, store),
+            accounts=Accounts(store, settings),
+            fleet=Fleet(settings, store),
+        )

@@ -1,0 +1,26 @@
+"""Creates what a stream needs outside Redis, idempotently: its fronting and dead-letter topics,
+and whatever each output's sink writes to that needs no Spark (a Kafka output's topic, an
+Elasticsearch index template, the Hive database). Routers' Prometheus targets are the fleet's."""
+
+from __future__ import annotations
+
+from keystone.contracts.names import dead_letter_topic, fronting_topic
+from keystone.contracts.settings import Settings
+from keystone.contracts.spec import StreamSpec
+from keystone.router.sinks.base import Route
+from keystone.router.sinks.registry import sink_for
+from keystone.router.topics import create_topics
+
+
+def provision(settings: Settings, spec: StreamSpec) -> list[str]:
+    """Everything the stream and its outputs write to; returns what was created now."""
+    created = [f"topic {t}" for t in ensure_topics(settings, spec)]
+    for output in spec.outputs:
+        created += sink_for(Route(settings, spec, output)).provision()
+    return created
+
+
+def ensure_topics(settings: Settings, spec: StreamSpec) -> list[str]:
+    """Creates the fronting and dead-letter topics if missing; returns the ones it created."""
+    wanted = [fronting_topic(spec.name), dead_letter_topic(spec.name)]
+    return create_topics(settings, dict.fromkeys(wanted, spec.partitions))

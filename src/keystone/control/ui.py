@@ -1,0 +1,408 @@
+"""The web UI for stream owners, served by control under /ui/: the streams with their health,
+a stream's page (outputs, rates, its dashboard), and forms to create a stream and add an output,
+with a filter and projection editor that previews on recent events and shows errors inline.
+
+Pages call the same functions as the REST API. Signing in with a token opens a session that
+control keeps in Redis (12 hours, ended by signing out or by rotating the token); its id is
+kept in an HttpOnly, SameSite=Strict cookie scoped to /ui; forms that change anything also
+check that the request comes from this site (Origin), so another site cannot post them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+from urllib.parse import urlsplit
+
+from fastapi import APIRouter, Depends, Form, Query, Request
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from fastapi.staticfiles import StaticFiles
+from fastapi.templating import Jinja2Templates
+from pydantic import ValidationError
+
+from keystone.contracts.errors import Forbidden, InvalidSpec, KeystoneError, Unauthorized
+from keystone.contracts.spec import DEFAULT_TRIGGERS, OutputSpec, StreamSpec, field_errors
+from keystone.control.api import PlaneDep
+from keystone.control.models import PreviewRequest
+from keystone.control.plane import Plane
+from keystone.control.preview import preview
+from keystone.control.status import stream_status
+from keystone.control.tenancy import SESSION_SECONDS, Caller
+from keystone.dashboards.grafana import dashboard
+from keystone.dashboards.live import panel_data, panel_layout, stream_alerts
+from keystone.dashboards.panels import fleet_panels, stream_panels
+from keystone.dashboards.prometheus import PrometheusError, instant
+
+HERE = Path(__file__).parent / "web"
+COOKIE = "keystone_session"
+templates = Jinja2Templates(directory=HERE / "templates")
+templates.env.globals["default_triggers"] = DEFAULT_TRIGGERS  # the interval field's hint
+router = APIRouter(prefix="/ui", include_in_schema=False)
+static = StaticFiles(directory=HERE / "static")
+# uPlot, as the bootstrap installed it from npm (package-lock.json in web/).
+vendor = StaticFiles(directory=HERE / "node_modules" / "uplot" / "dist", check_dir=False)
+
+
+class SignIn(Exception):
+    """The page needs a signed-in user: answered with a redirect to the sign-in page."""
+
+
+def ui_caller(request: Request) -> Caller:
+    plane: Plane = request.app.state.plane
+    session = request.cookies.get(COOKIE)
+    if not session:
+        raise SignIn
+    try:
+        return plane.auth.session(session)
+    except Unauthorized as e:
+        raise SignIn from e
+
+
+def same_site(request: Request) -> None:
+    """Refuses a state-changing request that another site's page made."""
+    origin = request.headers.get("origin") or request.headers.get("referer")
+    if origin and urlsplit(origin).netloc != request.headers.get("host"):
+        raise Forbidden("this form was posted from another site")
+
+
+UICaller = Annotated[Caller, Depends(ui_caller)]
+
+
+def wants_page(request: Request) -> bool:
+    """A browser asking for a page (not the page's own scripts asking for JSON)."""
+    return request.url.path.startswith("/ui/") and "text/html" in request.headers.get("accept", "")
+
+
+def error_page(request: Request, error: KeystoneError) -> HTMLResponse:
+    titles = {401: "Sign in needed", 403: "Not allowed", 404: "Not found", 409: "Conflict"}
+    return page(
+        request,
+        "error.html",
+        None,
+        title=titles.get(error.status, "Something went wrong"),
+        message=error.message,
+        status=error.status,
+        status_code=error.status,
+    )
+
+
+def page(request: Request, name: str, who: Caller | None, **context: Any) -> HTMLResponse:
+    status = context.pop("status_code", 200)
+    return templates.TemplateResponse(request, name, {"who": who, **context}, status_code=status)
+
+
+@router.get("/login", response_class=HTMLResponse)
+def login_form(request: Request) -> HTMLResponse:
+    return page(request, "login.html", None, error=None)
+
+
+@router.post("/login", response_class=HTMLResponse, dependencies=[Depends(same_site)])
+def login(request: Request, plane: PlaneDep, token: Annotated[str, Form()]) -> Response:
+    try:
+        session = plane.auth.sign_in(token.strip())
+    except Unauthorized:
+        return page(request, "login.html", None, error="That token is not valid.", status_code=401)
+    response = RedirectResponse("/ui/", status_code=303)
+    response.set_cookie(
+        COOKIE, session, httponly=True, samesite="strict", path="/ui", max_age=SESSION_SECONDS
+    )
+    return response
+
+
+@router.post("/logout", dependencies=[Depends(same_site)])
+def logout(request: Request, plane: PlaneDep) -> Response:
+    session = request.cookies.get(COOKIE)
+    if session:
+        plane.auth.sign_out(session)  # ended here, not only forgotten by this browser
+    response = RedirectResponse("/ui/login", status_code=303)
+    response.delete_cookie(COOKIE, path="/ui")
+    return response
+
+
+@router.get("/", response_class=HTMLResponse)
+def streams_page(request: Request, plane: PlaneDep, who: UICaller) -> HTMLResponse:
+    specs = plane.streams.list(who)
+    states = plane.store.router_states()
+    rates: dict[str, dict[str, float]] = {}
+    metrics_error = None
+    try:
+        for stage, promql in (
+            (
+                "accepted",
+                'sum by (stream) (rate(keystone_ingest_events_total{result="accepted"}[1m]))',
+            ),
+            (
+                "delivered",
+                'sum by (stream) (rate(keystone_router_events_total{stage="delivered"}[1m]))',
+            ),
+        ):
+            for sample in instant(plane.settings, promql):
+                stream = sample["metric"].get("stream", "")
+                rates.setdefault(stream, {})[stage] = float(sample["value"][1])
+    except PrometheusError as e:
+        metrics_error = str(e)
+    rows = [
+        {"spec": s, "router": states.get(s.name), "rates": rates.get(s.name, {})} for s in specs
+    ]
+    return page(request, "streams.html", who, rows=rows, metrics_error=metrics_error)
+
+
+@router.get("/streams/new", response_class=HTMLResponse)
+def new_stream_form(request: Request, plane: PlaneDep, who: UICaller) -> HTMLResponse:
+    apps = [a.name for a in plane.accounts.apps(who)]
+    return page(request, "stream_new.html", who, form={}, problems={}, apps=apps, error=None)
+
+
+@router.post("/streams/new", response_class=HTMLResponse, dependencies=[Depends(same_site)])
+def create_stream(
+    request: Request,
+    plane: PlaneDep,
+    who: UICaller,
+    name: Annotated[str, Form()],
+    partitions: Annotated[str, Form()] = "6",
+    producers: Annotated[str, Form()] = "",
+    owner: Annotated[str, Form()] = "",
+) -> Response:
+    form = {"name": name, "partitions": partitions, "producers": producers, "owner": owner}
+    data = {
+        "name": name.strip(),
+        "owner": (owner.strip() if who.admin else who.name) or who.name,
+        "partitions": partitions.strip() or "6",
+        "producers": [p.strip() for p in producers.replace(",", " ").split() if p.strip()],
+    }
+    try:
+        spec = StreamSpec.model_validate(data)
+        plane.streams.create(who, spec)
+    except (ValidationError, KeystoneError) as e:
+        apps = [a.name for a in plane.accounts.apps(who)]
+        error, problems = _explain(e)
+        return page(
+            request,
+            "stream_new.html",
+            who,
+            form=form,
+            problems=problems,
+            apps=apps,
+            error=error,
+            status_code=422 if problems else _status(e),
+        )
+    return RedirectResponse(f"/ui/streams/{spec.name}", status_code=303)
+
+
+@router.get("/streams/{stream}", response_class=HTMLResponse)
+def stream_page(request: Request, stream: str, plane: PlaneDep, who: UICaller) -> HTMLResponse:
+    spec = plane.streams.get(who, stream)
+    return page(
+        request,
+        "stream.html",
+        who,
+        spec=spec,
+        status=_status_of(plane, spec),
+        form={
+            "sink": "kafka",
+            "mode": "realtime",
+            "trigger": "",
+            "start": "latest",
+            "projection": "*",
+        },
+        problems={},
+        error=None,
+    )
+
+
+@router.get("/streams/{stream}/status")
+def stream_status_json(stream: str, plane: PlaneDep, who: UICaller) -> JSONResponse:
+    """The stream page refreshes its router and output figures from here."""
+    return JSONResponse(_status_of(plane, plane.streams.get(who, stream)))
+
+
+@router.post(
+    "/streams/{stream}/outputs", response_class=HTMLResponse, dependencies=[Depends(same_site)]
+)
+def add_output(
+    request: Request,
+    stream: str,
+    plane: PlaneDep,
+    who: UICaller,
+    name: Annotated[str, Form()],
+    sink: Annotated[str, Form()],
+    target: Annotated[str, Form()] = "",
+    filter: Annotated[str, Form()] = "",
+    projection: Annotated[str, Form()] = "*",
+    mode: Annotated[str, Form()] = "realtime",
+    trigger: Annotated[str, Form()] = "",
+    start: Annotated[str, Form()] = "latest",
+) -> Response:
+    spec = plane.streams.get(who, stream)
+    form = {
+        "name": name,
+        "sink": sink,
+        "target": target,
+        "filter": filter,
+        "projection": projection,
+        "mode": mode,
+        "trigger": trigger,
+        "start": start,
+    }
+    sink_config: dict[str, Any] = {"type": sink}
+    if sink == "kafka" and target.strip():
+        sink_config["topic"] = target.strip()
+    elif sink == "keystone":
+        sink_config["stream"] = target.strip()
+    data = {
+        "name": name.strip(),
+        "filter": filter.strip() or None,
+        "projection": _projection(projection),
+        "sink": sink_config,
+        "delivery": {
+            "mode": "microbatch" if sink == "hive" else mode,
+            "trigger": trigger.strip() or None,  # the mode's default
+        },
+        "start": start,
+    }
+    try:
+        output = OutputSpec.model_validate(data)
+        plane.streams.put_output(who, stream, output)
+    except (ValidationError, KeystoneError) as e:
+        index = next((i for i, o in enumerate(spec.outputs) if o.name == data["name"]), None)
+        error, problems = _explain(
+            e, prefix=f"outputs.{len(spec.outputs) if index is None else index}."
+        )
+        return page(
+            request,
+            "stream.html",
+            who,
+            spec=spec,
+            status=_status_of(plane, spec),
+            form=form,
+            problems=problems,
+            error=error,
+            status_code=422 if problems else _status(e),
+        )
+    return RedirectResponse(f"/ui/streams/{stream}#output-{output.name}", status_code=303)
+
+
+@router.post("/streams/{stream}/outputs/{output}/delete", dependencies=[Depends(same_site)])
+def delete_output(stream: str, output: str, plane: PlaneDep, who: UICaller) -> Response:
+    plane.streams.delete_output(who, stream, output)
+    return RedirectResponse(f"/ui/streams/{stream}", status_code=303)
+
+
+@router.post("/streams/{stream}/preview", dependencies=[Depends(same_site)])
+def preview_draft(
+    stream: str, body: PreviewRequest, plane: PlaneDep, who: UICaller
+) -> JSONResponse:
+    """The editor's preview: the draft's filter and projection over recent events; parse
+    errors come back as 422 with the field and column, for the editor to point at."""
+    spec = plane.streams.get(who, stream)
+    result = preview(
+        plane.settings,
+        spec,
+        body.filter or None,
+        body.projection or ["*"],
+        body.limit,
+        plane.settings,  # a draft: held to the limits of a new output
+    )
+    return JSONResponse(result.__dict__)
+
+
+# Dashboards: the stream's, and the overview of the caller's streams.
+
+Minutes = Annotated[int, Query(ge=5, le=7 * 24 * 60)]
+
+
+@router.get("/streams/{stream}/dashboard", response_class=HTMLResponse)
+def stream_dashboard(request: Request, stream: str, plane: PlaneDep, who: UICaller) -> HTMLResponse:
+    spec = plane.streams.get(who, stream)
+    return page(
+        request,
+        "dashboard.html",
+        who,
+        heading=f"{spec.name}",
+        spec=spec,
+        layout=panel_layout(stream_panels(spec)),
+        source=f"/ui/streams/{stream}/dashboard/data",
+    )
+
+
+@router.get("/streams/{stream}/dashboard/data")
+def stream_dashboard_data(
+    stream: str, plane: PlaneDep, who: UICaller, minutes: Minutes = 15
+) -> JSONResponse:
+    spec = plane.streams.get(who, stream)
+    return _dashboard_data(plane, stream_panels(spec), {spec.name}, minutes)
+
+
+@router.get("/streams/{stream}/dashboard/grafana.json")
+def stream_grafana(stream: str, plane: PlaneDep, who: UICaller) -> JSONResponse:
+    """The stream's Grafana dashboard model, to import into a Grafana of one's own."""
+    spec = plane.streams.get(who, stream)
+    headers = {"Content-Disposition": f'attachment; filename="keystone-{stream}.json"'}
+    return JSONResponse(dashboard(spec), headers=headers)
+
+
+@router.get("/dashboard", response_class=HTMLResponse)
+def fleet_dashboard(request: Request, plane: PlaneDep, who: UICaller) -> HTMLResponse:
+    streams = None if who.admin else [s.name for s in plane.streams.list(who)]
+    return page(
+        request,
+        "dashboard.html",
+        who,
+        heading="All streams" if who.admin else "Your streams",
+        spec=None,
+        layout=panel_layout(fleet_panels(streams)),
+        source="/ui/dashboard/data",
+    )
+
+
+@router.get("/dashboard/data")
+def fleet_dashboard_data(plane: PlaneDep, who: UICaller, minutes: Minutes = 15) -> JSONResponse:
+    streams = None if who.admin else [s.name for s in plane.streams.list(who)]
+    visible = None if streams is None else set(streams)
+    return _dashboard_data(plane, fleet_panels(streams), visible, minutes)
+
+
+def _dashboard_data(
+    plane: Plane, panels: list, streams: set[str] | None, minutes: int
+) -> JSONResponse:
+    try:
+        data = panel_data(plane.settings, panels, minutes)
+        data["alerts"] = stream_alerts(plane.settings, streams)
+    except PrometheusError as e:
+        return JSONResponse({"error": str(e)}, status_code=503)
+    return JSONResponse(data)
+
+
+def _projection(text: str) -> list[str]:
+    items = [line.strip() for line in text.replace(",", "\n").splitlines() if line.strip()]
+    return items or ["*"]
+
+
+def _status_of(plane: Plane, spec: StreamSpec) -> dict[str, Any]:
+    return stream_status(plane.settings, spec, plane.store.router_state(spec.name)).to_dict()
+
+
+def _explain(error: Exception, prefix: str = "") -> tuple[str, dict[str, str]]:
+    """A form's error: the message, and per form field what is wrong with it."""
+    if isinstance(error, ValidationError):
+        problems = field_errors(error)
+        message = "Please correct the fields marked below."
+    elif isinstance(error, InvalidSpec):
+        problems = error.details.get("problems", [])
+        message = error.message
+    else:
+        return str(error), {}
+    by_field: dict[str, str] = {}
+    for problem in problems:
+        field = problem["field"].removeprefix(prefix)
+        key = field.split(".")[0]
+        if key == "delivery":
+            key = field.split(".")[1] if field.count(".") else "mode"
+        if key == "sink":
+            key = "target" if field.count(".") > 1 else "sink"
+        by_field.setdefault(key, problem["message"])
+    return message, by_field
+
+
+def _status(error: Exception) -> int:
+    return error.status if isinstance(error, KeystoneError) else 422

@@ -1,0 +1,330 @@
+"""Benchmark of the router against its floor, on the running stack.
+
+    python -m loadtest.router_bench [--events 500000] [--seconds 30] [--write-docs]
+
+1. throughput: 1 KB events preloaded on a fronting topic, read from the start by
+   (a) the router's own output query (micro-batch, Kafka sink, a filter keeping half, a
+       projection of five fields), built by `router.job.Router` exactly as the router runs it;
+   (b) a minimal hand-written Spark job doing the same work (from_json with a fixed schema,
+       the filter, to_json of the five fields, the guid from the headers as key, the headers
+       carried on): the floor.
+   Both run in this one Spark application with the same batch size: a warm-up round, left out,
+   then rounds in which they take turns going first; events/s is input rows over the time Spark
+   spent in their batches, as query progress reports it, leaving out each query's first batch
+   (start-up and code generation); the median of the rounds.
+2. latency: a steady 5,000 events/s produced (from another process) to a fronting topic while a
+   router output copies them to a sink topic, under Real-time Mode (at the default checkpoint
+   interval, 60 s, over 180 s of load so that three checkpoints fall in it, and at 10 s) and in
+   1-second micro-batches, each after 10 s of the same load to warm up; latency is the sink
+   record's Kafka timestamp minus the event's ingest time (`ks_ts`), p50 and p99.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import platform
+import statistics
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+
+from confluent_kafka import Producer
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.streaming import StreamingQuery
+from rich.console import Console
+from rich.progress import Progress
+from rich.table import Table
+
+from keystone.contracts import envelope
+from keystone.contracts.names import fronting_topic, output_topic
+from keystone.contracts.settings import Settings
+from keystone.contracts.spec import DEFAULT_TRIGGERS, Delivery, StreamSpec, load_spec
+from keystone.control.provisioner import ensure_topics
+from keystone.loadtest.bench import machine, make_event, write_section
+from keystone.loadtest.topics import read_topic
+from keystone.router.job import BATCH_LIMIT, Router, router_master
+from keystone.router.metrics import RouterMetrics
+from keystone.router.topics import create_topics
+from keystone.stack.spark import spark_session
+
+console = Console()
+COMMAND = "python -m loadtest.router_bench --write-docs"
+FILTER = "variant = 'a'"
+PROJECTION = ["guid", "timestamp", "user.id as user_id", "device.type as device", "title"]
+PARTITIONS = 6
+WARM_UP_SECONDS = 10
+
+
+@dataclass
+class Result:
+    name: str
+    events_per_second: float | None = None
+    p50_ms: float | None = None
+    p99_ms: float | None = None
+    events: int = 0
+    rounds: list[float] = field(default_factory=list)  # events/s of each throughput round
+
+
+def spec(name: str, mode: str, trigger: str) -> StreamSpec:
+    return load_spec(
+        {
+            "name": name,
+            "owner": "bench",
+            "partitions": PARTITIONS,
+            "outputs": [
+                {
+                    "name": "out",
+                    "filter": FILTER,
+                    "projection": PROJECTION,
+                    "sink": {"type": "kafka"},
+                    "delivery": {"mode": mode, "trigger": trigger},
+                    "start": "earliest",
+                }
+            ],
+        }
+    )
+
+
+def produce(settings: Settings, stream: str, count: int, rate: float | None = None) -> None:
+    """`count` 1 KB events with the proxy's headers; at `rate` per second when given."""
+    producer = Producer(
+        {"bootstrap.servers": settings.kafka_bootstrap, "linger.ms": 5, "acks": "all"}
+    )
+    topic, tick = fronting_topic(stream), 0.01
+    producer.list_topics(topic, timeout=30)  # connected before the first ks_ts is stamped
+    started = time.monotonic()
+    for seq in range(count):
+        if rate is not None and seq % max(1, int(rate * tick)) == 0:
+            due = started + seq / rate
+            time.sleep(max(0.0, due - time.monotonic()))
+        guid = str(uuid.uuid4()).encode()
+        common = envelope.common_headers(int(time.time() * 1000), platform.node(), "bench", stream)
+        while True:
+            try:
+                producer.produce(
+                    topic, make_event(seq), guid, headers=envelope.event_headers(guid, common)
+                )
+                break
+            except BufferError:
+                producer.poll(0.01)
+        producer.poll(0)
+    assert producer.flush(60) == 0, "events not acknowledged"
+
+
+def handwritten(
+    spark: SparkSession, settings: Settings, stream: str, checkpoint: str
+) -> StreamingQuery:
+    """The same work written by hand, with a fixed schema instead of the filter language."""
+    source = (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", settings.kafka_bootstrap)
+        .option("subscribe", fronting_topic(stream))
+        .option("includeHeaders", "true")
+        .option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", BATCH_LIMIT)
+        .load()
+    )
+    return (
+        handwritten_records(source)
+        .writeStream.format("kafka")
+        .option("kafka.bootstrap.servers", settings.kafka_bootstrap)
+        .option("topic", f"{stream}.handwritten")
+        .option("checkpointLocation", checkpoint)
+        .trigger(processingTime="1 second")
+        .start()
+    )
+
+
+def handwritten_records(source: DataFrame) -> DataFrame:
+    """The hand-written job's records from Kafka source columns (`value`, `headers`)."""
+    fields = "variant STRING, user STRUCT<id: BIGINT>, device STRUCT<type: STRING>, title STRING"
+    event = F.from_json(F.col("value").cast("string"), fields)
+    meta = F.map_from_entries(F.reverse("headers"))
+    out = source.select(
+        event.alias("e"),
+        "headers",
+        meta[envelope.GUID].cast("string").alias("guid"),
+        meta[envelope.TIMESTAMP].cast("string").cast("long").alias("timestamp"),
+    )
+    return out.where(F.col("e.variant") == "a").select(
+        F.col("guid").cast("binary").alias("key"),
+        F.to_json(
+            F.struct(
+                "guid",
+                "timestamp",
+                F.col("e.user.id").alias("user_id"),
+                F.col("e.device.type").alias("device"),
+                F.col("e.title").alias("title"),
+            )
+        ).alias("value"),
+        "headers",  # carried on, as the router's Kafka sink does
+    )
+
+
+def rate_of(query: StreamingQuery, events: int, progress: Progress, label: str) -> float:
+    """Waits until the query has read `events` rows; their rows over Spark's time in batches."""
+    task = progress.add_task(label, total=events)
+    seen: dict[int, dict] = {}
+    while sum(p["numInputRows"] for p in seen.values()) < events:
+        if query.exception() is not None:
+            raise RuntimeError(str(query.exception()))
+        for p in query.recentProgress:
+            seen[p["batchId"]] = p
+        progress.update(task, completed=sum(p["numInputRows"] for p in seen.values()))
+        time.sleep(0.5)
+    query.stop()
+    # The first batch also compiles the query's code: steady state is what is compared.
+    batches = [p for p in seen.values() if p["numInputRows"] and p["batchId"] > 0]
+    busy = sum(p["durationMs"]["triggerExecution"] for p in batches) / 1000
+    return sum(p["numInputRows"] for p in batches) / busy
+
+
+def throughput(spark: SparkSession, settings: Settings, events: int, rounds: int) -> list[Result]:
+    name = f"bench_tp_{uuid.uuid4().hex[:6]}"
+    stream = spec(name, "microbatch", "1 second")
+    ensure_topics(settings, stream)
+    with console.status(f"producing {events:,} events of 1 KB…"):
+        produce(settings, name, events)
+    rates: dict[str, list[float]] = {"router": [], "hand-written": []}
+    with Progress(console=console) as progress:
+        # Round 0 warms the JVM (the JIT compiles the Kafka client's and the JSON parser's code
+        # on whichever job runs first) and is left out; then the two take turns going first.
+        for round_ in range(rounds + 1):
+            # A fresh state folder, so fresh checkpoints: each round reads the whole topic.
+            fresh = settings.model_copy(
+                update={"state_dir": settings.state_dir / "bench" / uuid.uuid4().hex}
+            )
+            order = ("router", "hand-written") if round_ % 2 else ("hand-written", "router")
+            for job in order:
+                if job == "router":
+                    query = Router(spark, fresh, stream, RouterMetrics(name)).start_output(
+                        stream.outputs[0]
+                    )
+                else:
+                    query = handwritten(spark, settings, name, str(fresh.checkpoints_dir / job))
+                label = f"{job}, " + (f"round {round_}" if round_ else "warm-up")
+                rate = rate_of(query, events, progress, label)
+                if round_:
+                    rates[job].append(rate)
+    return [
+        Result(label, statistics.median(rates[job]), events=events, rounds=rates[job])
+        for job, label in (
+            ("router", "router, micro-batch: filter ½, 5 fields"),
+            ("hand-written", "hand-written Spark job, same work"),
+        )
+    ]
+
+
+def latency(
+    spark: SparkSession, settings: Settings, mode: str, trigger: str, rate: int, seconds: int
+) -> Result:
+    name = f"bench_lat_{uuid.uuid4().hex[:6]}"
+    stream = spec(name, mode, trigger)
+    ensure_topics(settings, stream)
+    create_topics(settings, {output_topic(name, "out"): PARTITIONS})
+    job = Router(spark, settings, stream, RouterMetrics(name))
+    query = job.start_output(stream.outputs[0])
+    with console.status(f"{mode}: waiting for the query to run…"):
+        while not query.recentProgress and query.isActive:
+            time.sleep(0.5)
+        time.sleep(5)  # past the first batch's start-up
+
+    def load(events: int) -> None:
+        # Its own process: in this one, it would share the GIL with Spark's callbacks.
+        producer = multiprocessing.get_context("spawn").Process(
+            target=produce, args=(settings, name, events, rate)
+        )
+        producer.start()
+        producer.join()
+        assert producer.exitcode == 0, "the producer failed"
+
+    with console.status(f"{mode}: warming up, {rate:,} events/s for {WARM_UP_SECONDS} s…"):
+        # The first events through a new query meet cold code (the JIT, the sink's producer
+        # learning the topic): steady state is measured after them.
+        load(rate * WARM_UP_SECONDS)
+    measured_from = int(time.time() * 1000)
+    with console.status(f"{mode}: {rate:,} events/s for {seconds} s…"):
+        load(rate * seconds)
+        time.sleep(Delivery(mode=mode, trigger=trigger).seconds + 10)  # the last epoch commits
+    query.stop()
+    latencies = []
+    for message in read_topic(settings.kafka_bootstrap, output_topic(name, "out")):
+        record = json.loads(message.value())
+        if record["timestamp"] >= measured_from:
+            latencies.append(message.timestamp()[1] - record["timestamp"])
+    latencies.sort()
+    return Result(
+        f"latency, {mode} (trigger {trigger}) at {rate:,}/s",
+        p50_ms=latencies[len(latencies) // 2],
+        p99_ms=latencies[int(len(latencies) * 0.99)],
+        events=len(latencies),
+    )
+
+
+def markdown(results: list[Result]) -> str:
+    def cell(value: float | None, form: str) -> str:
+        return "" if value is None else format(value, form)
+
+    rows = "\n".join(
+        f"| {r.name} | {cell(r.events_per_second, ',.0f')} | {cell(r.p50_ms, '.0f')} | "
+        f"{cell(r.p99_ms, '.0f')} | {r.events:,} |"
+        for r in results
+    )
+    share = results[0].events_per_second / results[1].events_per_second
+
+    def each(result: Result) -> str:
+        return ", ".join(f"{rate:,.0f}" for rate in result.rounds)
+
+    return (
+        f"Command: `{COMMAND}`, {time.strftime('%Y-%m-%d')}; Kafka, Spark (`local[8]`) and the "
+        f"producer on the same machine.\nMachine: {machine()}.\n\n"
+        "| run | events/s | p50 ms | p99 ms | events |\n| --- | ---: | ---: | ---: | ---: |\n"
+        f"{rows}\n\nRouter over hand-written: {share:.2f} (medians of {len(results[0].rounds)} "
+        f"rounds after a warm-up round; router {each(results[0])}; hand-written "
+        f"{each(results[1])} events/s).\n"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--events", type=int, default=500_000, help="events for throughput")
+    parser.add_argument("--rounds", type=int, default=3, help="throughput runs of each job")
+    parser.add_argument("--rate", type=int, default=5_000, help="events/s for latency")
+    parser.add_argument("--seconds", type=int, default=30, help="seconds of latency load")
+    parser.add_argument("--write-docs", action="store_true")
+    args = parser.parse_args()
+    settings = Settings()
+    master = router_master(settings, spec("bench_sizing", "realtime", "10 seconds"))
+    spark = spark_session(settings, "keystone-router-bench", master)
+    results = throughput(spark, settings, args.events, args.rounds)
+    # Each checkpoint pauses the output for a moment: the default interval over three of them,
+    # and a short interval, whose more frequent pauses make the tail.
+    default = DEFAULT_TRIGGERS["realtime"]
+    results.append(latency(spark, settings, "realtime", default, args.rate, 180))
+    results.append(latency(spark, settings, "realtime", "10 seconds", args.rate, args.seconds))
+    results.append(latency(spark, settings, "microbatch", "1 second", args.rate, args.seconds))
+    spark.stop()
+
+    table = Table("run", "events/s", "p50 ms", "p99 ms", "events")
+    for r in results:
+        table.add_row(
+            r.name,
+            "" if r.events_per_second is None else f"{r.events_per_second:,.0f}",
+            "" if r.p50_ms is None else f"{r.p50_ms:.0f}",
+            "" if r.p99_ms is None else f"{r.p99_ms:.0f}",
+            f"{r.events:,}",
+        )
+    console.print(table)
+    out = settings.state_dir / "bench" / "router.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps([asdict(r) for r in results], indent=2))
+    if args.write_docs:
+        write_section("router-bench", "Router", markdown(results))
+        console.print("wrote docs/benchmarks.md")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,171 @@
+"""The router's per-event plan against the hand-written job's, without Kafka in the way.
+
+    python -m loadtest.router_plan_bench [--events 400000] [--rounds 7] [--object-fields N]
+                                         [--jfr FILE] [--write-docs]
+
+Both plans of `loadtest.router_bench` (the router's output query as `router.job.routed` builds
+it, and the hand-written job) run over the same cached batch of 1 KB events with the proxy's
+headers, into Spark's noop sink, in one task thread, taking turns. Each run is charged the JVM's
+CPU time, steadier than wall time on a shared VM (other processes' load and the hypervisor's
+steal do not count); the minimum over the rounds is the plan's cost. Needs no stack. `--jfr`
+records the whole run with Java Flight Recorder (`jfr print --events jdk.ExecutionSample FILE`
+shows where the router's CPU goes). `--object-fields N` gives the event's two objects N more
+fields each, which neither plan reads (`loadtest.bench.make_event`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from rich.console import Console
+from rich.progress import Progress
+from rich.table import Table
+
+from keystone.contracts import envelope
+from keystone.contracts.settings import Settings
+from keystone.loadtest.bench import machine, make_event, write_section
+from keystone.loadtest.router_bench import handwritten_records, spec
+from keystone.router.job import paths_read_by, routed
+from keystone.router.meter import Meter
+from keystone.router.sinks.base import Route
+from keystone.router.sinks.kafka import KafkaSink
+from keystone.router.source import envelope as source_columns
+from keystone.stack.spark import spark_session
+
+console = Console()
+COMMAND = "python -m loadtest.router_plan_bench --write-docs"
+DISTINCT = 20_000  # distinct events, repeated to make up the batch
+
+
+def cached_events(
+    spark: SparkSession, events: int, object_fields: int = 0
+) -> tuple[DataFrame, int]:
+    """About `events` fronting records (the Kafka source's columns) held in memory, and how many
+    there are."""
+    common = envelope.common_headers(int(time.time() * 1000), "bench", "bench", "bench")
+    stamped = []
+    for seq in range(DISTINCT):
+        guid = str(uuid.uuid4()).encode()
+        stamped.append((guid, make_event(seq, object_fields), envelope.event_headers(guid, common)))
+    rows = spark.createDataFrame(
+        stamped, "key binary, value binary, headers array<struct<key:string,value:binary>>"
+    )
+    repeats = spark.range(max(1, events // DISTINCT)).withColumnRenamed("id", "offset")
+    batch = rows.crossJoin(repeats).select(
+        "key",
+        "value",
+        "headers",
+        F.lit("bench").alias("topic"),
+        F.lit(0).alias("partition"),
+        "offset",
+    )
+    batch = batch.repartition(2).cache()
+    return batch, batch.count()
+
+
+def jvm_cpu_seconds(spark: SparkSession) -> float:
+    pid = spark.sparkContext._gateway.proc.pid  # the JVM pyspark started: driver and executor
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cost(spark: SparkSession, plan: Callable[[], DataFrame]) -> tuple[float, float]:
+    """CPU and wall seconds of one run of the plan into the noop sink."""
+    frame = plan()
+    cpu, wall = jvm_cpu_seconds(spark), time.perf_counter()
+    frame.write.format("noop").mode("overwrite").save()
+    return jvm_cpu_seconds(spark) - cpu, time.perf_counter() - wall
+
+
+def at_least(minimum: int) -> Callable[[str], int]:
+    def whole(text: str) -> int:
+        if not text.isdigit() or int(text) < minimum:
+            raise argparse.ArgumentTypeError(f"a whole number from {minimum}, not {text!r}")
+        return int(text)
+
+    return whole
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--events", type=at_least(1), default=400_000)
+    parser.add_argument("--rounds", type=at_least(1), default=7)
+    parser.add_argument("--object-fields", type=at_least(0), default=0, metavar="N")
+    parser.add_argument("--jfr", help="record the run with Java Flight Recorder into this file")
+    parser.add_argument("--write-docs", action="store_true")
+    args = parser.parse_args()
+    if args.jfr and any(c.isspace() for c in args.jfr):
+        # Spark's launcher scripts split Java options on spaces, quoted or not.
+        parser.error(f"--jfr: a path without spaces, not {args.jfr!r}")
+    # Set before the JVM starts: the cached batch must fit in memory, or it is read from disk.
+    options = "--driver-memory 4g"
+    if args.jfr:
+        options += f" --driver-java-options -XX:StartFlightRecording=filename={args.jfr}"
+    os.environ["PYSPARK_SUBMIT_ARGS"] = f"{options} pyspark-shell"
+    settings = Settings()
+    spark = spark_session(settings, "keystone-router-plan-bench", "local[1]")
+    # As in a streaming query, which never plans adaptively.
+    spark.conf.set("spark.sql.adaptive.enabled", "false")
+    with console.status(f"caching {args.events:,} events…"):
+        batch, events = cached_events(spark, args.events, args.object_fields)
+    stream = spec("bench", "microbatch", "1 second")
+    output = stream.outputs[0]
+    meter = Meter(spark, "bench.out")
+    sink = KafkaSink(Route(settings, stream, output, meter))
+    plans: dict[str, Callable[[], DataFrame]] = {
+        "router": lambda: sink.frame(
+            routed(source_columns(batch, None, paths_read_by([output])), output, meter)
+        ),
+        "hand-written": lambda: handwritten_records(batch),
+    }
+    runs: dict[str, list[tuple[float, float]]] = {name: [] for name in plans}
+    with Progress(console=console) as progress:
+        task = progress.add_task("rounds", total=args.rounds + 1)
+        for round_ in range(args.rounds + 1):  # round 0 compiles both plans: left out
+            for name in plans if round_ % 2 else reversed(plans):
+                measured = cost(spark, plans[name])
+                if round_:
+                    runs[name].append(measured)
+            progress.advance(task)
+    spark.stop()
+
+    rows = {name: (min(c for c, _ in r), min(w for _, w in r)) for name, r in runs.items()}
+    table = Table("plan", "CPU s (min)", "wall s (min)", "events per CPU s")
+    for name, (cpu, wall) in rows.items():
+        table.add_row(name, f"{cpu:.2f}", f"{wall:.2f}", f"{events / cpu:,.0f}")
+    console.print(table)
+    share = rows["hand-written"][0] / rows["router"][0]
+    console.print(f"router over hand-written, by CPU: {share:.2f}")
+    if args.write_docs:
+        marker = "router-plan-bench" + ("-object-fields" if args.object_fields else "")
+        write_section(marker, "Router", markdown(args, events, rows, share))
+        console.print("wrote docs/benchmarks.md")
+
+
+def markdown(
+    args: argparse.Namespace, events: int, rows: dict[str, tuple[float, float]], share: float
+) -> str:
+    lines = "\n".join(
+        f"| {name} | {cpu:.2f} | {wall:.2f} | {events / cpu:,.0f} |"
+        for name, (cpu, wall) in rows.items()
+    )
+    command = COMMAND + (f" --object-fields {args.object_fields}" if args.object_fields else "")
+    size = len(make_event(0, args.object_fields))
+    return (
+        f"Command: `{command}`, {time.strftime('%Y-%m-%d')}: {events:,} cached events "
+        f"of {size:,} B, "
+        f"one task thread, minimum of {args.rounds} rounds; no stack.\nMachine: {machine()}.\n\n"
+        "| plan | CPU s | wall s | events per CPU s |\n| --- | ---: | ---: | ---: |\n"
+        f"{lines}\n\nRouter over hand-written, by CPU: {share:.2f}.\n"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,238 @@
+"""`keystone loadtest`: drive a stream at a set rate (faults injected on schedule), audit every
+acknowledged guid at every sink, and report.
+
+    keystone loadtest --stream S --rate R --duration D [--event-size B] [--producers N]
+                      [--direct APP] [--fault NAME[@AT][+FOR] ...] [--report DIR]
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shlex
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+from keystone.contracts.errors import BadRequest, Unavailable
+from keystone.contracts.settings import CHECKOUT, Settings
+from keystone.contracts.spec import StreamSpec, load_spec
+from keystone.control.client import ControlClient, ControlError
+from keystone.loadtest import audit as auditing
+from keystone.loadtest import faults as faulting
+from keystone.loadtest.bench import machine
+from keystone.loadtest.driver import Load, Plan, drive_direct, drive_proxy
+from keystone.loadtest.faults import Fault
+from keystone.loadtest.report import Run, summary, write
+
+APP = "loadtest"
+ROUTER_WAIT_SECONDS = 300
+
+
+@dataclass
+class Options:
+    plan: Plan
+    faults: list[Fault] = field(default_factory=list)
+    direct: str | None = None  # write straight to Kafka as this app
+    key: str | None = None  # the app key to post with; default: the loadtest app's
+    report: Path | None = None
+    drain_timeout: float = 300.0
+    command: str = field(
+        default_factory=lambda: "keystone " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    )
+
+
+def app_key(control: ControlClient, app: str, stream: str) -> str:
+    """A key of `app`, allowed to post to `stream`: a new app's, or a new key for it."""
+    try:
+        key = control.create_app(app)["key"]
+    except ControlError as e:
+        if e.status != 409:
+            raise
+        key = control.rotate_app(app)["key"]
+    control.grant(stream, app)
+    return key
+
+
+def streams_reached(control: ControlClient, spec: StreamSpec) -> dict[str, StreamSpec]:
+    """The stream and every stream its Keystone sinks deliver to, onwards."""
+    found = {spec.name: spec}
+    pending = [spec]
+    while pending:
+        for output in pending.pop().outputs:
+            target = output.sink.stream if output.sink.type == "keystone" else None
+            if target and target not in found:
+                found[target] = load_spec(control.stream(target)["spec"])
+                pending.append(found[target])
+    return found
+
+
+def await_key(proxy_url: str, key: str, stream: str) -> None:
+    """Until the proxy knows a new key: each proxy process reloads the registry within a
+    second or so, so the probe (refused for its media type, 415, once past authentication and
+    authorization) must pass for two seconds on end, whichever process answers it."""
+    deadline, passing_since = time.monotonic() + 30, None
+    while True:
+        answer = httpx.post(
+            f"{proxy_url}/v1/streams/{stream}/events",
+            content=b"",
+            headers={"Authorization": f"Bearer {key}", "Content-Type": "text/plain"},
+            timeout=10,
+        )
+        now = time.monotonic()
+        if answer.status_code != 415:
+            passing_since = None
+        elif passing_since is None:
+            passing_since = now
+        elif now - passing_since >= 2:
+            return
+        if now > deadline:
+            raise Unavailable(
+                f"the proxy still answers {answer.status_code} to the key after 30 s",
+                retry_after=5,
+            )
+        time.sleep(0.1)
+
+
+def await_routers(control: ControlClient, streams: list[str], console: Console) -> None:
+    """Until every router runs its queries: a new output that starts at the latest offsets
+    would miss what was sent before."""
+    deadline = time.monotonic() + ROUTER_WAIT_SECONDS
+    with console.status(f"waiting for the routers of {', '.join(streams)}…"):
+        for stream in streams:
+            while (router := control.status(stream)["router"])["state"] != "running":
+                if time.monotonic() > deadline:
+                    raise Unavailable(
+                        f"the {stream} router is {router['state']} after "
+                        f"{ROUTER_WAIT_SECONDS} s: {router.get('last_error') or 'see its log'}",
+                        retry_after=10,
+                    )
+                time.sleep(1)
+
+
+def run(settings: Settings, options: Options, console: Console) -> dict[str, Any]:
+    plan = options.plan
+    faulting.check(settings, options.faults)
+    with ControlClient.from_settings(settings) as control:
+        spec = load_spec(control.stream(plan.stream)["spec"])
+        if not spec.outputs:
+            raise BadRequest(f"stream {plan.stream!r} has no outputs: nothing to audit")
+        streams = streams_reached(control, spec)
+        key = options.key
+        if options.direct is None and key is None:
+            key = app_key(control, APP, plan.stream)
+        await_routers(control, [s.name for s in streams.values() if s.outputs], console)
+    if key is not None:
+        await_key(settings.proxy_url, key, plan.stream)
+    folder = options.report or CHECKOUT / "build" / "loadtest" / (
+        f"{plan.stream}-{time.strftime('%Y%m%d-%H%M%S')}"
+    )
+    load = _drive(settings, options, key, console)
+    console.print(f"auditing {len(load.guids):,} acknowledged events at every sink…")
+    result = _audit(settings, spec, streams, load, options.drain_timeout, console)
+    run_ = Run(
+        plan=plan,
+        mode="direct" if options.direct else "proxy",
+        command=options.command,
+        machine=machine(),
+        load=load,
+        faults=options.faults,
+        audit=result,
+        ended=time.time(),
+    )
+    figures = write(settings, run_, folder)
+    summary(figures, console)
+    console.print(f"report: {folder / 'report.md'}")
+    figures["report"] = str(folder)
+    return figures
+
+
+def _drive(settings: Settings, options: Options, key: str | None, console: Console) -> Load:
+    plan = options.plan
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.fields[figures]}"),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=console) as progress:
+        task = progress.add_task(f"{plan.rate:,.0f} events/s", total=plan.duration, figures="")
+
+        def tick(load: Load) -> None:
+            elapsed = time.time() - load.started
+            recent = [
+                load.seconds[s].acked
+                for s in range(int(elapsed) - 5, int(elapsed))
+                if s in load.seconds
+            ]
+            now = [
+                f.name
+                for f in options.faults
+                if f.began is not None and f.began <= elapsed and f.ended is None
+            ]
+            progress.update(
+                task,
+                completed=min(elapsed, plan.duration),
+                figures=f"{len(load.guids):,} acked, {sum(recent) / 5:,.0f}/s, "
+                f"{load.abandoned + load.rejected:,} lost to the load"
+                + (f"  [yellow]{', '.join(now)}[/]" if now else ""),
+            )
+
+        async def drive() -> Load:
+            started = time.time()
+            loop = asyncio.get_running_loop()
+            injected = [
+                loop.run_in_executor(None, _at, settings, plan.stream, f, started)
+                for f in options.faults
+            ]
+            try:
+                if options.direct:
+                    load = await loop.run_in_executor(
+                        None, drive_direct, plan, settings.kafka_bootstrap, options.direct, tick
+                    )
+                else:
+                    assert key is not None
+                    load = await drive_proxy(plan, settings.proxy_url, key, tick)
+                await asyncio.gather(*injected)
+            finally:
+                if any(f.began is not None and f.ended is None for f in options.faults):
+                    faulting.restart(settings)  # whatever happened, the stack comes back
+            return load
+
+        return asyncio.run(drive())
+
+
+def _at(settings: Settings, stream: str, fault: Fault, started: float) -> None:
+    time.sleep(max(0.0, started + fault.at - time.time()))
+    faulting.inject(settings, stream, fault, started)
+
+
+def _audit(
+    settings: Settings,
+    spec: StreamSpec,
+    streams: dict[str, StreamSpec],
+    load: Load,
+    drain_timeout: float,
+    console: Console,
+) -> auditing.Audit:
+    columns = (
+        TextColumn("{task.description:<34}"),
+        BarColumn(),
+        TextColumn("{task.completed:,}/{task.total:,}"),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=console) as progress:
+        tasks: dict[str, Any] = {}
+
+        def show(results: list[auditing.OutputAudit]) -> None:
+            for o in results:
+                if o.output not in tasks:
+                    tasks[o.output] = progress.add_task(f"{o.output} ({o.sink})", total=o.expected)
+                progress.update(tasks[o.output], completed=o.delivered)
+
+        return auditing.audit(settings, spec, streams, load.guids, drain_timeout, show)

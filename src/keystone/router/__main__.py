@@ -1,0 +1,67 @@
+"""`python -m router --stream NAME`: runs one stream's router until SIGTERM or SIGINT.
+
+The spec comes from Redis (where control keeps it); the Spark application is launched by
+pyspark through spark-submit with the master from settings and the Kafka connector jars. The
+driver serves its metrics on loopback, on the port the fleet chose and registered with
+Prometheus (any free port when run by hand). Control's fleet runs it for every stream.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+
+from keystone.contracts.errors import KeystoneError
+from keystone.contracts.settings import Settings
+from keystone.control.store import Store
+from keystone.router.job import Router, router_master
+from keystone.router.metrics import RouterMetrics
+from keystone.stack.spark import spark_session
+
+log = logging.getLogger("keystone.router")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m router", description=__doc__)
+    parser.add_argument("--stream", required=True, help="the stream whose outputs to run")
+    parser.add_argument(
+        "--metrics-port", type=int, default=0, help="where to serve /metrics (default: any)"
+    )
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    for chatty in ("py4j", "py4j.clientserver", "py4j.java_gateway"):  # a line per callback
+        logging.getLogger(chatty).setLevel(logging.WARNING)
+    settings = Settings()
+    try:
+        store = Store.connect(settings)
+        spec = store.get_stream(args.stream)
+        store.close()
+    except KeystoneError as e:
+        log.error("%s", e.message)
+        return 2
+
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+
+    master = router_master(settings, spec)
+    spark = spark_session(settings, f"keystone-router-{spec.name}", master)
+    metrics = RouterMetrics(spec.name)
+    port = metrics.serve(settings, args.metrics_port)
+    log.info("router for %s on %s; metrics on port %d", spec.name, master, port)
+    try:
+        Router(spark, settings, spec, metrics).run(stop)
+    finally:
+        metrics.close()
+        spark.stop()
+    log.info("router for %s stopped", spec.name)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

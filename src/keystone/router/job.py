@@ -1,0 +1,227 @@
+"""The router job: one Spark application per stream, one streaming query per output.
+
+Each output's query reads the fronting topic through the source seam, keeps the events its
+filter matches (compiled to Column expressions), projects them to JSON records and hands them
+to its sink, with its own checkpoint under the state directory, so a slow or failing sink never
+holds back another. One more query, `<stream>._stream`, writes the events no output can read to
+the dead-letter topic. `Router.run` supervises them: a query that fails is logged and started
+again after a backoff, while the others go on.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import threading
+import time
+from collections.abc import Callable
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
+
+from keystone.contracts.names import dead_letter_topic
+from keystone.contracts.schema import parse_schema
+from keystone.contracts.settings import Settings
+from keystone.contracts.spec import OutputSpec, StreamSpec
+from keystone.router.deadletter import dead_letter_headers
+from keystone.router.lang.ast import paths_read
+from keystone.router.lang.parser import parse_filter, parse_projection
+from keystone.router.lang.spark import compile_filter, compile_projection
+from keystone.router.meter import Meter
+from keystone.router.metrics import STREAM_LEVEL, ProgressListener, RouterMetrics
+from keystone.router.sinks.base import ROUTED, RecordSink, Route, to_kafka
+from keystone.router.sinks.registry import SINKS, sink_for
+from keystone.router.source import fronting
+
+log = logging.getLogger(__name__)
+
+DEAD_LETTER_TRIGGER = "2 seconds"
+BATCH_LIMIT = 100_000  # records per micro-batch, so catching up comes in bounded steps
+MAX_BACKOFF = 60.0
+
+
+def runs_realtime(output: OutputSpec) -> bool:
+    """Under Real-time Mode: realtime outputs whose sink Spark writes itself. Elasticsearch is
+    written from Python, which Real-time Mode feeds only at its checkpoints, so a realtime
+    Elasticsearch output runs micro-batches back to back instead."""
+    return output.delivery.mode == "realtime" and SINKS[output.sink.type].realtime
+
+
+def paths_read_by(outputs: list[OutputSpec]) -> frozenset[tuple[str, ...]]:
+    """The payload's field paths these outputs' filters and projections read."""
+    return paths_read(
+        *(parse_filter(o.filter) for o in outputs if o.filter),
+        *(parse_projection(o.projection) for o in outputs),
+    )
+
+
+def dead_letter_paths(outputs: list[OutputSpec]) -> frozenset[tuple[str, ...]]:
+    """Every path the outputs read: an event one output cannot read (`router.source.read_paths`)
+    cannot be read at all of them either, so the dead-letter query finds every one."""
+    return paths_read_by(outputs)
+
+
+def router_master(settings: Settings, spec: StreamSpec) -> str:
+    """Real-time Mode keeps one task running per topic partition for each realtime query; a
+    local master gets that many task threads (and two for the micro-batch queries)."""
+    master = settings.spark_master
+    local = re.fullmatch(r"local(?:\[(\*|\d+)\])?", master)
+    if local is None:
+        return master
+    whole = local.group(1) in (None, "*")
+    threads = (os.cpu_count() or 1) if whole else int(local.group(1))
+    realtime = sum(spec.partitions for o in spec.outputs if runs_realtime(o))
+    return f"local[{max(threads, realtime + 2)}]"
+
+
+def routed(source: DataFrame, output: OutputSpec, meter: Meter | None) -> DataFrame:
+    """The output's events from the source's columns, as the columns of `ROUTED`: those its
+    filter matches, the record projected. Counted on the way by the output's meter if it has
+    one, else observed per batch as `read` (in) and `matched`."""
+    metadata = {name: F.col(name) for name in ("guid", "timestamp", "host", "app")}
+    condition = compile_filter(
+        parse_filter(output.filter) if output.filter else None, F.col("payload"), metadata
+    )
+    record = compile_projection(
+        parse_projection(output.projection),
+        F.col("payload"),
+        F.col("value").cast("string"),
+        metadata,
+    )
+    keep = F.col("problem").isNull() & condition
+    if meter is not None:
+        # Counted in a column, then filtered: a filter's condition is pushed below the source's
+        # projection, with the parse inlined (and run again) for each field it reads.
+        counted = meter.counted(keep, F.col("timestamp"))
+        matched = source.withColumn("kept", counted).where(F.col("kept"))
+    else:
+        matched = (
+            source.observe("read", F.count(F.lit(1)).alias("in"))
+            .where(keep)
+            .observe("matched", F.count(F.lit(1)).alias("matched"))
+        )
+    return matched.select(*ROUTED[:-1], record.alias("record"))
+
+
+class Router:
+    def __init__(
+        self, spark: SparkSession, settings: Settings, spec: StreamSpec, metrics: RouterMetrics
+    ) -> None:
+        self.spark = spark
+        self.settings = settings
+        self.spec = spec
+        self.metrics = metrics
+        metrics.declare([o.name for o in spec.outputs])
+        # Spark's Kafka sink reports only as an epoch ends, a Real-time Mode checkpoint interval
+        # apart: its outputs are metered as they run (delivered, or dead-lettered when too
+        # large, as the sink is handed them).
+        self.meters = {
+            o.name: Meter(spark, f"{spec.name}.{o.name}")
+            for o in spec.outputs
+            if issubclass(SINKS[o.sink.type], RecordSink)
+        }
+        spark.streams.addListener(ProgressListener(metrics))
+
+    def queries(self) -> dict[str, Callable[[], StreamingQuery]]:
+        """Every query of the stream by name, and how to start it."""
+        starts: dict[str, Callable[[], StreamingQuery]] = {STREAM_LEVEL: self.start_dead_letters}
+        for output in self.spec.outputs:
+            starts[output.name] = lambda o=output: self.start_output(o)
+        return starts
+
+    def _source(self, starting: str, limited: bool, paths: frozenset[tuple[str, ...]]) -> DataFrame:
+        schema = self.spec.avro_schema
+        return fronting(
+            self.spark,
+            self.settings,
+            self.spec.name,
+            starting=starting,
+            max_per_trigger=BATCH_LIMIT if limited else None,
+            schema=parse_schema(schema) if schema is not None else None,
+            paths=paths,
+        )
+
+    def start_output(self, output: OutputSpec) -> StreamingQuery:
+        meter = self.meters.get(output.name)
+        route = Route(self.settings, self.spec, output, meter)
+        sink = sink_for(route)
+        sink.prepare(self.spark)
+        realtime = runs_realtime(output)
+        source = self._source(output.start, limited=not realtime, paths=paths_read_by([output]))
+        frame = sink.frame(routed(source, output, meter))
+        writer = self._writer(frame, route.name, route.checkpoint.as_posix())
+        if realtime:
+            writer = writer.trigger(realTime=output.delivery.trigger)
+        elif output.delivery.mode == "realtime":
+            writer = writer.trigger(processingTime="0 seconds")
+        else:
+            writer = writer.trigger(processingTime=output.delivery.trigger)
+        sink.attach(writer, lambda outcome: self.metrics.outcome(output.name, outcome))
+        return writer.start()
+
+    def start_dead_letters(self) -> StreamingQuery:
+        starts = {o.start for o in self.spec.outputs}
+        # An event one output cannot read (a string it reads holds a lone surrogate, say) is
+        # then a dead letter, never just skipped.
+        source = self._source(
+            "earliest" if "earliest" in starts else "latest",
+            limited=True,
+            paths=dead_letter_paths(self.spec.outputs),
+        )
+        frame = source.where(F.col("problem").isNotNull()).select(
+            "key",
+            "value",
+            dead_letter_headers(F.col("problem")).alias("headers"),
+            F.lit(dead_letter_topic(self.spec.name)).alias("topic"),
+        )
+        checkpoint = self.settings.checkpoints_dir / self.spec.name / STREAM_LEVEL
+        writer = self._writer(frame, f"{self.spec.name}.{STREAM_LEVEL}", checkpoint.as_posix())
+        return to_kafka(writer.trigger(processingTime=DEAD_LETTER_TRIGGER), self.settings).start()
+
+    @staticmethod
+    def _writer(frame: DataFrame, name: str, checkpoint: str) -> DataStreamWriter:
+        return (
+            frame.writeStream.queryName(name)
+            .option("checkpointLocation", checkpoint)
+            .outputMode("update")
+        )
+
+    def run(self, stop: threading.Event) -> None:
+        """Starts every query and keeps them running until `stop` is set, then stops them."""
+        starts = self.queries()
+        running: dict[str, tuple[StreamingQuery, float]] = {}
+        retry_at = dict.fromkeys(starts, 0.0)
+        backoff = dict.fromkeys(starts, 1.0)
+        while not stop.is_set():
+            now = time.monotonic()
+            for name, start in starts.items():
+                if name in running:
+                    query, started = running[name]
+                    if query.isActive:
+                        continue
+                    del running[name]
+                    error = query.exception()
+                    why = str(error).strip().splitlines()[0] if error else "no error"
+                    log.error("query %s stopped: %s", name, why)
+                    if now - started > MAX_BACKOFF:
+                        backoff[name] = 1.0  # it had been running well: retry soon
+                    retry_at[name] = now + backoff[name]
+                    backoff[name] = min(MAX_BACKOFF, backoff[name] * 2)
+                if now < retry_at[name]:
+                    continue
+                try:
+                    running[name] = (start(), now)
+                    log.info("query %s running", name)
+                except Exception as e:  # the supervisor's boundary: log, back off, try again
+                    log.error("query %s could not start: %s: %s", name, type(e).__name__, e)
+                    retry_at[name] = now + backoff[name]
+                    backoff[name] = min(MAX_BACKOFF, backoff[name] * 2)
+            self.metrics.running({name: name in running for name in starts})
+            for name, meter in self.meters.items():
+                self.metrics.metered(name, meter.take())
+            stop.wait(1)
+        for name, (query, _) in running.items():
+            log.info("stopping query %s", name)
+            query.stop()

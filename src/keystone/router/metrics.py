@@ -1,0 +1,219 @@
+"""The router's Prometheus metrics, served by the driver (the fleet registers it with Prometheus).
+
+Counts come from where Spark knows them, with no Python on the per-event path: outputs written
+by Spark's Kafka sink are counted by their meters as they run (router.meter: in, matched, handed
+to the sink as delivered or, too large, to the dead-letter topic, and the latency histogram);
+batch sinks' queries observe their `in` and `matched` counts per batch, and the sinks report
+what each batch delivered and dead-lettered; the dead-letter query's Kafka sink reports the rows
+it wrote. A listener on the query progress feeds the per-batch figures in here.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+from prometheus_client.core import HistogramMetricFamily
+from prometheus_client.registry import Collector
+from pyspark.sql import Column
+from pyspark.sql import functions as F
+from pyspark.sql.streaming import StreamingQueryListener
+
+from keystone.contracts import metrics as names
+from keystone.contracts.settings import Settings
+from keystone.router.sinks.base import Outcome
+
+if TYPE_CHECKING:
+    from keystone.router.meter import Counts  # which imports this module's buckets
+
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
+STREAM_LEVEL = "_stream"  # the output label of what the stream itself dead-letters
+
+
+def latency_columns(now_ms: Column, timestamp: Column) -> list[Column]:
+    """Aggregates for a histogram of `now - timestamp` in seconds: cumulative bucket counts
+    (`le_<bound>`), `latency_count` and `latency_sum`."""
+    # Whole milliseconds against the bounds in milliseconds: integer comparisons, and the
+    # same counts as seconds against seconds (every bound is a whole number of milliseconds).
+    ms = now_ms - timestamp
+    columns = [
+        F.count_if(ms <= round(bound * 1000)).alias(f"le_{bound}") for bound in LATENCY_BUCKETS
+    ]
+    return [
+        *columns,
+        F.count(ms).alias("latency_count"),
+        (F.coalesce(F.sum(ms), F.lit(0)) / 1000.0).alias("latency_sum"),
+    ]
+
+
+def latency_counts(seconds: list[float]) -> dict[str, float]:
+    """The same aggregates as `latency_columns`, counted in Python (by sinks that write from
+    Python anyway)."""
+    counts: dict[str, float] = {
+        f"le_{bound}": sum(1 for s in seconds if s <= bound) for bound in LATENCY_BUCKETS
+    }
+    counts["latency_count"] = len(seconds)
+    counts["latency_sum"] = sum(seconds)
+    return counts
+
+
+def merge_counts(total: dict[str, float], more: dict[str, float]) -> None:
+    for key, value in more.items():
+        total[key] = total.get(key, 0) + value
+
+
+class LatencyHistogram(Collector):
+    """A histogram fed whole batches of bucket counts (prometheus_client's own takes one
+    observation at a time)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._series: dict[tuple[str, str], dict[str, float]] = {}
+
+    def add(self, stream: str, output: str, counts: dict[str, float]) -> None:
+        if not counts.get("latency_count"):
+            return
+        with self._lock:
+            merge_counts(self._series.setdefault((stream, output), {}), counts)
+
+    def collect(self) -> Iterator[HistogramMetricFamily]:
+        family = HistogramMetricFamily(
+            names.DELIVERY_LATENCY_SECONDS,
+            "Sink time minus ingest time (ks_ts), seconds",
+            labels=["stream", "output"],
+        )
+        with self._lock:
+            for (stream, output), series in sorted(self._series.items()):
+                buckets = [(str(b), series[f"le_{b}"]) for b in LATENCY_BUCKETS]
+                buckets.append(("+Inf", series["latency_count"]))
+                family.add_metric([stream, output], buckets, series["latency_sum"])
+        yield family
+
+
+class RouterMetrics:
+    def __init__(self, stream: str) -> None:
+        self.stream = stream
+        self.registry = CollectorRegistry()
+        self.events = Counter(
+            names.ROUTER_EVENTS.removesuffix("_total"),
+            "Events per output and stage",
+            ["stream", "output", "stage"],
+            registry=self.registry,
+        )
+        self.lag = Gauge(
+            names.ROUTER_LAG,
+            "Records behind the fronting topic's end",
+            ["stream", "output"],
+            registry=self.registry,
+        )
+        self.up = Gauge(
+            names.ROUTER_UP,
+            "1 while the router runs with every query running",
+            ["stream"],
+            registry=self.registry,
+        )
+        self.query_up = Gauge(
+            names.ROUTER_QUERY_UP,
+            "1 while the output's query runs (output '_stream': the dead-letter query)",
+            ["stream", "output"],
+            registry=self.registry,
+        )
+        self.latency = LatencyHistogram()
+        self.registry.register(self.latency)
+        self._server = None
+
+    def declare(self, outputs: list[str]) -> None:
+        """Every series this router will count, at 0 from the start: Prometheus can only see
+        an increase (the first dead letter, say) from a value it saw before."""
+        for output in outputs:
+            for stage in names.ROUTER_STAGES:
+                self.events.labels(self.stream, output, stage)
+        self.events.labels(self.stream, STREAM_LEVEL, "dead_letter")
+
+    def count(self, output: str, stage: str, n: float) -> None:
+        if n:
+            self.events.labels(self.stream, output, stage).inc(n)
+
+    def metered(self, output: str, counts: Counts) -> None:
+        self.count(output, "in", counts.read)
+        self.count(output, "matched", counts.matched)
+        self.count(output, "delivered", counts.delivered)
+        self.count(output, "dead_letter", counts.dead_lettered)
+        self.latency.add(self.stream, output, counts.latency)
+
+    def outcome(self, output: str, outcome: Outcome) -> None:
+        self.count(output, "delivered", outcome.delivered)
+        self.count(output, "dead_letter", outcome.dead_lettered)
+        self.latency.add(self.stream, output, outcome.latency)
+
+    def serve(self, settings: Settings, port: int = 0) -> int:
+        """Serves /metrics on loopback (`port`, or any free one); returns the port. The fleet
+        registers it with Prometheus."""
+        self._server, _ = start_http_server(port, addr=settings.bind_host, registry=self.registry)
+        self.up.labels(self.stream).set(0)
+        return self._server.server_port
+
+    def running(self, queries: dict[str, bool]) -> None:
+        """Which of the router's queries run (by output, or the stream's own): it is up only
+        while every one does, so an output whose query cannot start is an alert, not a quiet
+        gap in its deliveries."""
+        for name, running in queries.items():
+            self.query_up.labels(self.stream, name).set(1 if running else 0)
+        self.up.labels(self.stream).set(1 if all(queries.values()) else 0)
+
+    def close(self) -> None:
+        self.up.labels(self.stream).set(0)
+        if self._server is not None:
+            self._server.shutdown()
+
+
+def lag_of(latest: str | None, end: str | None) -> int | None:
+    """Records between where a query has read to and the topic's end, over all partitions."""
+    if not latest or not end or not latest.startswith("{") or not end.startswith("{"):
+        return None  # not known (yet)
+    latest_offsets, end_offsets = json.loads(latest), json.loads(end)
+    return sum(
+        max(0, offset - end_offsets.get(topic, {}).get(partition, 0))
+        for topic, partitions in latest_offsets.items()
+        for partition, offset in partitions.items()
+    )
+
+
+class ProgressListener(StreamingQueryListener):
+    """Turns each query's progress into metrics: queries are named `<stream>.<output>`; batch
+    sinks' queries observe `read` (in) and `matched`, and the dead-letter query's rows written
+    are its dead letters. Every query's lag."""
+
+    def __init__(self, metrics: RouterMetrics) -> None:
+        self.metrics = metrics
+
+    def onQueryStarted(self, event) -> None:
+        pass
+
+    def onQueryProgress(self, event) -> None:
+        progress = event.progress
+        prefix = f"{self.metrics.stream}."
+        if not progress.name or not progress.name.startswith(prefix):
+            return
+        output = progress.name.removeprefix(prefix)
+        m = self.metrics
+        observed = {k: v.asDict() for k, v in progress.observedMetrics.items()}
+        if "read" in observed:
+            m.count(output, "in", observed["read"]["in"])
+        if "matched" in observed:
+            m.count(output, "matched", observed["matched"]["matched"])
+        if output == STREAM_LEVEL and progress.sink.numOutputRows > 0:
+            m.count(output, "dead_letter", progress.sink.numOutputRows)
+        for source in progress.sources:
+            lag = lag_of(source.latestOffset, source.endOffset)
+            if lag is not None:
+                m.lag.labels(m.stream, output).set(lag)
+
+    def onQueryIdle(self, event) -> None:
+        pass
+
+    def onQueryTerminated(self, event) -> None:
+        pass  # the supervisor logs why

@@ -1,0 +1,165 @@
+"""The one interface every sink implements.
+
+A sink is a small class over `Sink`: a pure `validate()` that control runs on a spec before
+deploying it (no I/O, no Spark session), apart from the I/O: `prepare()` creates what the sink
+writes to, idempotently, and `attach()` points a streaming writer at it. Two families:
+
+- `RecordSink` (kafka, keystone): the routed frame becomes Kafka records written by Spark's own
+  Kafka sink, so these can run under Real-time Mode. A record too large for Kafka goes to the
+  dead-letter topic instead (see `RecordSink`).
+- `BatchSink` (hive, elasticsearch): `write_batch()` delivers one micro-batch and says what
+  became of it. Spark replays a batch id after a crash, and a replay must leave no duplicates.
+
+The routed frame every sink receives has the columns of `ROUTED`: the fronting record's `key`,
+`value` and `headers` (for dead letters and for carrying headers on), the event's `guid`,
+`timestamp` (ingest, epoch ms) and `hops`, and `record`, the projected output as JSON text.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, ClassVar
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.streaming import DataStreamWriter
+
+from keystone.contracts.names import dead_letter_topic
+from keystone.contracts.settings import Settings
+from keystone.contracts.spec import OutputSpec, StreamSpec
+from keystone.router.deadletter import dead_letter_headers
+
+if TYPE_CHECKING:
+    from keystone.router.meter import Meter  # which imports the metrics, which import this module
+
+ROUTED = ("key", "value", "headers", "guid", "timestamp", "hops", "record")
+
+
+@dataclass(frozen=True)
+class Route:
+    """One output of one stream, as the router runs it."""
+
+    settings: Settings
+    stream: StreamSpec
+    output: OutputSpec
+    meter: Meter | None = None  # the router's live counts of a record sink's output
+
+    @property
+    def name(self) -> str:
+        return f"{self.stream.name}.{self.output.name}"
+
+    @property
+    def checkpoint(self) -> Path:
+        return self.settings.checkpoints_dir / self.stream.name / self.output.name
+
+
+@dataclass
+class Outcome:
+    """What became of one batch: delivered, or dead-lettered with a reason (never neither),
+    and the delivery latency of the delivered events as histogram bucket counts."""
+
+    delivered: int = 0
+    dead_lettered: int = 0
+    latency: dict[str, float] = field(default_factory=dict)
+
+
+class Sink(ABC):
+    type: ClassVar[str]
+    realtime: ClassVar[bool]  # can it run under Spark's Real-time Mode trigger
+
+    def __init__(self, route: Route) -> None:
+        self.route = route
+
+    @classmethod
+    def validate(cls, stream: StreamSpec, output: OutputSpec) -> list[str]:
+        """What is wrong with this output's sink config, beyond its model; no I/O."""
+        return []
+
+    def provision(self) -> list[str]:
+        """Creates (or checks) what the sink writes to that needs no Spark, idempotently:
+        control runs it when it deploys the output. Returns what it made, for the owner."""
+        return []
+
+    def prepare(self, spark: SparkSession) -> None:
+        """Everything the query needs before it starts, idempotent (the router runs it)."""
+        self.provision()
+
+    def frame(self, routed: DataFrame) -> DataFrame:
+        """The frame the streaming query writes."""
+        return routed
+
+    @abstractmethod
+    def attach(self, writer: DataStreamWriter, report: Callable[[Outcome], None]) -> None:
+        """Points the writer at the sink; `report` receives each batch's outcome when the sink
+        knows it (Spark's Kafka sink reports through query progress instead)."""
+
+
+class RecordSink(Sink):
+    """Spark's Kafka sink: `frame()` yields key, value, headers and topic.
+
+    One record over the writer's limit fails the query, and again each time it is started, so
+    the output would stall for good. A projected record larger than an event may be (a
+    projection repeating a large field, say) goes to the dead-letter topic instead, as the
+    fronting record with the reason; the route's meter counts it as dead-lettered, the rest as
+    delivered."""
+
+    realtime = True
+
+    @property
+    @abstractmethod
+    def topic(self) -> str:
+        """Where the records go."""
+
+    @abstractmethod
+    def carried(self) -> tuple[Column, Column]:
+        """A delivered record's key and headers, from the routed columns (its value is the
+        projected record)."""
+
+    def frame(self, routed: DataFrame) -> DataFrame:
+        limit = self.route.settings.max_event_bytes
+        size = F.octet_length("record")
+        meter = self.route.meter
+        assert meter is not None, "the router gives a record sink's route its meter"
+        checked = routed.withColumn("fits", meter.sent(size <= limit))
+        key, headers = self.carried()
+        reason = F.format_string(f"the output record is %d bytes, over the limit of {limit}", size)
+        fits = F.col("fits")
+        return checked.select(
+            F.when(fits, key).otherwise(F.col("key")).alias("key"),
+            F.when(fits, F.col("record").cast("binary")).otherwise(F.col("value")).alias("value"),
+            F.when(fits, headers)
+            .otherwise(dead_letter_headers(reason, self.route.output.name))
+            .alias("headers"),
+            F.when(fits, F.lit(self.topic))
+            .otherwise(F.lit(dead_letter_topic(self.route.stream.name)))
+            .alias("topic"),
+        )
+
+    def attach(self, writer: DataStreamWriter, report: Callable[[Outcome], None]) -> None:
+        to_kafka(writer, self.route.settings)
+
+
+def to_kafka(writer: DataStreamWriter, settings: Settings) -> DataStreamWriter:
+    """The writer pointed at Spark's Kafka sink, taking records as large as the project's."""
+    return (
+        writer.format("kafka")
+        .option("kafka.bootstrap.servers", settings.kafka_bootstrap)
+        .option("kafka.max.request.size", settings.max_record_bytes)
+    )
+
+
+class BatchSink(Sink):
+    realtime = False
+
+    @abstractmethod
+    def write_batch(self, frame: DataFrame, batch_id: int) -> Outcome:
+        """Delivers one batch, all of it, before returning (or raises: Spark retries it)."""
+
+    def attach(self, writer: DataStreamWriter, report: Callable[[Outcome], None]) -> None:
+        def deliver(frame: DataFrame, batch_id: int) -> None:
+            report(self.write_batch(frame, batch_id))
+
+        writer.foreachBatch(deliver)

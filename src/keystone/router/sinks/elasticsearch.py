@@ -1,0 +1,199 @@
+"""`elasticsearch`: bulk index requests, `_id` = guid, one index per day of ingest time.
+
+A replayed batch overwrites the same documents, so a crash leaves no duplicates. Spark tasks do
+the writes (`BulkWriter` is what each task runs): a request that fails as a whole (Elasticsearch
+unreachable, 429, 5xx) and each document answered 429 or 5xx are retried with backoff, for as
+long as it takes; a document Elasticsearch refuses for good (a mapping conflict, any other 4xx)
+goes to the dead-letter topic with Elasticsearch's reason. Nothing is given up silently.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import httpx
+import orjson
+from pyspark.sql import DataFrame, Row
+
+from keystone.contracts.errors import SinkError
+from keystone.contracts.names import dead_letter_topic, index_prefix
+from keystone.router.deadletter import DeadLetters
+from keystone.router.metrics import latency_counts, merge_counts
+from keystone.router.sinks.base import BatchSink, Outcome
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """429 and 5xx are worth retrying, after a growing, jittered delay; other 4xx are not."""
+
+    first: float = 0.25
+    most: float = 30.0
+
+    def retries(self, status: int) -> bool:
+        return status == 429 or status >= 500
+
+    def delays(self) -> Iterator[float]:
+        delay = self.first
+        while True:
+            yield delay * random.uniform(0.5, 1.0)
+            delay = min(self.most, delay * 2)
+
+
+@dataclass(frozen=True)
+class Doc:
+    row: Row
+    lines: bytes  # the action line and the source line of a bulk request
+
+
+def _doc(prefix: str, row: Row) -> Doc:
+    day = datetime.fromtimestamp(row.timestamp / 1000, UTC).strftime("%Y.%m.%d")
+    action = orjson.dumps({"index": {"_index": f"{prefix}{day}", "_id": row.guid}})
+    source = row.record.encode()
+    if b"\n" in source or b"\r" in source:  # a bulk source must be one line
+        # A JSON string cannot hold a raw line break, so these are whitespace between tokens:
+        # blanked, the text means exactly what it meant (numbers of any size kept as written).
+        source = source.replace(b"\n", b" ").replace(b"\r", b" ")
+    return Doc(row, action + b"\n" + source + b"\n")
+
+
+def _reason(result: dict) -> str:
+    error = result.get("error") or {}
+    if isinstance(error, dict):
+        detail = f"{error.get('type', 'error')}: {error.get('reason', '')}"
+    else:
+        detail = str(error)
+    return f"elasticsearch refused the document ({result.get('status')}): {detail}"[:1000]
+
+
+@dataclass(frozen=True)
+class BulkWriter:
+    """What one Spark task runs over its rows; yields one summary of what it did."""
+
+    url: str
+    prefix: str
+    dead_letters: DeadLetters
+    policy: RetryPolicy = RetryPolicy()
+    max_docs: int = 2000
+    max_bytes: int = 5 * 1024 * 1024
+
+    def __call__(self, rows: Iterable[Row]) -> Iterator[dict]:
+        summary: dict = {"delivered": 0, "dead_lettered": 0}
+        with httpx.Client(base_url=self.url, timeout=60) as client:
+            for chunk in self._chunks(rows):
+                merge_counts(summary, self.write(client, chunk))
+        yield summary
+
+    def _chunks(self, rows: Iterable[Row]) -> Iterator[list[Doc]]:
+        chunk: list[Doc] = []
+        size = 0
+        for row in rows:
+            doc = _doc(self.prefix, row)
+            chunk.append(doc)
+            size += len(doc.lines)
+            if len(chunk) >= self.max_docs or size >= self.max_bytes:
+                yield chunk
+                chunk, size = [], 0
+        if chunk:
+            yield chunk
+
+    def write(self, client: httpx.Client, docs: list[Doc]) -> dict:
+        pending, refused, delivered = docs, [], []
+        delays = self.policy.delays()
+        while pending:
+            try:
+                response = client.post(
+                    "/_bulk",
+                    content=b"".join(d.lines for d in pending),
+                    headers={"Content-Type": "application/x-ndjson"},
+                )
+            except httpx.TransportError as e:
+                self._wait(delays, f"Elasticsearch unreachable ({e})")
+                continue
+            if self.policy.retries(response.status_code):
+                self._wait(delays, f"Elasticsearch answered {response.status_code}")
+                continue
+            if response.status_code >= 300:
+                raise SinkError(
+                    f"Elasticsearch refused a bulk request ({response.status_code}): "
+                    f"{response.text[:500]}"
+                )
+            now = time.time()
+            retry = []
+            for doc, item in zip(pending, response.json()["items"], strict=True):
+                result = item["index"]
+                if result["status"] < 300:
+                    delivered.append(now - doc.row.timestamp / 1000)
+                elif self.policy.retries(result["status"]):
+                    retry.append(doc)
+                else:
+                    refused.append((doc.row, _reason(result)))
+            pending = retry
+            if pending:
+                self._wait(delays, f"{len(pending)} documents answered 429 or 5xx")
+        self.dead_letters.send([(r.key, r.value, r.headers, reason) for r, reason in refused])
+        return {
+            "delivered": len(delivered),
+            "dead_lettered": len(refused),
+            **latency_counts(delivered),
+        }
+
+    @staticmethod
+    def _wait(delays: Iterator[float], why: str) -> None:
+        delay = next(delays)
+        log.warning("%s; retrying in %.1f s", why, delay)
+        time.sleep(delay)
+
+
+class ElasticsearchSink(BatchSink):
+    type = "elasticsearch"
+
+    @property
+    def prefix(self) -> str:
+        return index_prefix(self.route.stream.name, self.route.output.name)
+
+    def provision(self) -> list[str]:
+        # One shard per daily index, and no replicas on a single node (the embedded one).
+        replicas = 0 if self.route.settings.is_embedded("elasticsearch") else 1
+        name = self.prefix.rstrip("-")
+        template = {
+            "index_patterns": [f"{self.prefix}*"],
+            "settings": {"number_of_shards": 1, "number_of_replicas": replicas},
+        }
+        url = f"{self.route.settings.elasticsearch_url}/_template/{name}"
+        try:
+            existed = httpx.head(url, timeout=30).status_code == 200
+            response = httpx.put(url, json=template, timeout=30)
+        except httpx.TransportError as e:
+            raise SinkError(f"Elasticsearch unreachable: {e}") from e
+        if response.status_code >= 300:
+            raise SinkError(f"index template refused ({response.status_code}): {response.text}")
+        return [] if existed else [f"index template {name}"]
+
+    def write_batch(self, frame: DataFrame, batch_id: int) -> Outcome:
+        route = self.route
+        writer = BulkWriter(
+            url=route.settings.elasticsearch_url,
+            prefix=self.prefix,
+            dead_letters=DeadLetters(
+                route.settings.kafka_bootstrap,
+                dead_letter_topic(route.stream.name),
+                route.output.name,
+                route.settings.max_record_bytes,
+            ),
+        )
+        rows = frame.select("key", "value", "headers", "guid", "timestamp", "record")
+        summary: dict = {"delivered": 0, "dead_lettered": 0}
+        for part in rows.rdd.mapPartitions(writer).collect():
+            merge_counts(summary, part)
+        return Outcome(
+            delivered=summary.pop("delivered"),
+            dead_lettered=summary.pop("dead_lettered"),
+            latency=summary,
+        )

@@ -1,0 +1,129 @@
+"""The router's one source seam: a stream's fronting topic as the columns every output uses.
+
+`fronting()` reads Spark's Kafka source, streaming (the router) or as a batch (backfills,
+rewinds, tests), and `envelope()` turns records into: `payload`, the values at the field paths
+the reader asks for, each its JSON type and text (`read_paths`); the metadata from the headers;
+and `problem`, the reason a record cannot be routed (not JSON, not an object, no guid or ingest
+time, not matching the stream's Avro schema: it then goes to the dead-letter topic), or null.
+Anything that yields these columns can feed the same outputs and sinks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import Any
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from keystone.contracts import envelope as headers
+from keystone.contracts.envelope import JSON_SPACE
+from keystone.contracts.names import fronting_topic
+from keystone.contracts.settings import Settings
+from keystone.router.avro import schema_problem
+from keystone.router.lang.ast import dotted
+
+
+def fronting(
+    spark: SparkSession,
+    settings: Settings,
+    stream: str,
+    *,
+    streaming: bool = True,
+    starting: str = "latest",
+    max_per_trigger: int | None = None,
+    schema: dict[str, Any] | None = None,
+    paths: Collection[tuple[str, ...]] = (),
+) -> DataFrame:
+    """`starting` applies to a query's first run only; later runs resume from the checkpoint.
+    `max_per_trigger` bounds a micro-batch (catching up after an outage, say); `schema`, the
+    stream's parsed Avro schema, dead-letters the events that do not match it; `paths` are the
+    payload's field paths the reader uses."""
+    reader = (
+        (spark.readStream if streaming else spark.read)
+        .format("kafka")
+        .option("kafka.bootstrap.servers", settings.kafka_bootstrap)
+        .option("subscribe", fronting_topic(stream))
+        .option("includeHeaders", "true")
+        .option("startingOffsets", starting)
+    )
+    if max_per_trigger is not None:
+        reader = reader.option("maxOffsetsPerTrigger", max_per_trigger)
+    return envelope(reader.load(), schema, paths)
+
+
+def read_paths(spark: SparkSession, value: Column, paths: Collection[tuple[str, ...]]) -> Column:
+    """The event's bytes (`value`) read at the field paths, in one streaming pass of the JVM's
+    JSON tokenizer (stack/java/JsonPaths.java): a struct with a field per dotted path, each a
+    struct of `kind` (string, number, boolean, null, object, array or missing), `json` (the
+    value's own text, null when missing) and `string` (a string's decoded value). Null when the
+    bytes are not a JSON object or a string read holds an escaped lone surrogate. Values at no
+    path are skipped, never built."""
+    dotted_paths = ",".join(sorted(dotted(path) for path in paths))
+    return Column(spark.sparkContext._jvm.JsonPaths.column(value._jc, dotted_paths))
+
+
+def envelope(
+    frame: DataFrame,
+    schema: dict[str, Any] | None = None,
+    paths: Collection[tuple[str, ...]] = (),
+) -> DataFrame:
+    """`paths`: the payload's field paths the reader's filter and projection use (`payload`
+    holds those, `read_paths`). With an Avro `schema` the whole event is parsed too, to check
+    it."""
+    # JSON's names, and the language's, are case-sensitive: `user.id` and `user.ID` are two
+    # paths, so two fields of the payload, which Spark by default resolves regardless of case
+    # (and so calls ambiguous). Set here, for every reader of a payload.
+    frame.sparkSession.conf.set("spark.sql.caseSensitive", "true")
+    # One pass over the headers into a map (reversed, so that with the session's LAST_WIN
+    # policy the first of a repeated header wins).
+    entries = F.coalesce("headers", F.array().cast("array<struct<key:string,value:binary>>"))
+    text = F.col("value").cast("string")
+    whole = [] if schema is None else [F.try_parse_json(text).alias("whole")]
+    read = frame.select(
+        "key",
+        "value",
+        "headers",
+        "topic",
+        "partition",
+        "offset",
+        read_paths(frame.sparkSession, F.col("value"), paths).alias("payload"),
+        *whole,
+        F.map_from_entries(F.reverse(entries)).alias("meta"),
+    )
+
+    def meta(name: str) -> Column:
+        return F.col("meta")[name].cast("string")
+
+    timestamp = meta(headers.TIMESTAMP).try_cast("long")
+    # Rare: only an event the payload cannot be read from is parsed again, to tell JSON that
+    # is not an object (an object the payload cannot be read from holds a lone surrogate).
+    is_object = F.ltrim(text, F.lit(JSON_SPACE)).startswith("{")
+    problem = (
+        F.when(
+            F.col("payload").isNull(),
+            F.when(is_object | F.try_parse_json(text).isNull(), "not JSON").otherwise(
+                "not a JSON object"
+            ),
+        )
+        .when(meta(headers.GUID).isNull(), f"no {headers.GUID} header")
+        .when(timestamp.isNull(), f"no {headers.TIMESTAMP} header of epoch milliseconds")
+    )
+    if schema is not None:
+        mismatch = schema_problem(F.col("whole"), schema)
+        problem = problem.when(mismatch.isNotNull(), mismatch)
+    return read.select(
+        "key",
+        "value",
+        "headers",
+        "topic",
+        "partition",
+        "offset",
+        "payload",
+        meta(headers.GUID).alias("guid"),
+        timestamp.alias("timestamp"),
+        meta(headers.HOST).alias("host"),
+        meta(headers.APP).alias("app"),
+        F.coalesce(meta(headers.HOPS).try_cast("int"), F.lit(0)).alias("hops"),
+        problem.alias("problem"),
+    )

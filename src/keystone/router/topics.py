@@ -1,0 +1,49 @@
+"""Kafka topics through the admin API: created with their partition counts, or checked."""
+
+from __future__ import annotations
+
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from keystone.contracts.errors import Unavailable
+from keystone.contracts.settings import Settings
+
+
+def create_topics(settings: Settings, partitions: dict[str, int]) -> list[str]:
+    """Creates each topic with its partition count unless it exists; returns those created.
+    Each takes records of the settings' largest (whatever the broker's default)."""
+    admin = AdminClient({"bootstrap.servers": settings.kafka_bootstrap})
+    config = {"max.message.bytes": str(settings.max_record_bytes)}
+    futures = admin.create_topics(
+        [NewTopic(t, n, settings.kafka_replication, config=config) for t, n in partitions.items()],
+        request_timeout=15,
+    )
+    created = []
+    for topic, future in futures.items():
+        try:
+            future.result(timeout=30)
+            created.append(topic)
+        except KafkaException as e:
+            if e.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise Unavailable(f"creating topic {topic} failed: {e}", retry_after=5) from e
+    return created
+
+
+def delete_topics(settings: Settings, topics: list[str]) -> None:
+    """Deletes the topics and their data (a benchmark's, after it); missing ones are no error."""
+    admin = AdminClient({"bootstrap.servers": settings.kafka_bootstrap})
+    for topic, future in admin.delete_topics(topics, request_timeout=15).items():
+        try:
+            future.result(timeout=30)
+        except KafkaException as e:
+            if e.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
+                raise Unavailable(f"deleting topic {topic} failed: {e}", retry_after=5) from e
+
+
+def missing_topics(settings: Settings, topics: list[str]) -> list[str]:
+    admin = AdminClient({"bootstrap.servers": settings.kafka_bootstrap})
+    try:
+        existing = admin.list_topics(timeout=15).topics
+    except KafkaException as e:
+        raise Unavailable(f"Kafka at {settings.kafka_bootstrap} did not answer: {e}", 5) from e
+    return [t for t in topics if t not in existing]

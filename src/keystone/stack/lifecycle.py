@@ -1,0 +1,168 @@
+"""`up`, `down` and `status` of the embedded stack, as plain functions the CLI and tests call."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Literal
+
+from keystone.contracts.errors import StackError
+from keystone.contracts.settings import Settings
+from keystone.stack import jars
+from keystone.stack.processes import exited, port_in_use, spawn, stop
+from keystone.stack.services import Service, all_services
+
+Health = Literal["healthy", "unhealthy", "stopped"]
+# (service name, what is happening) as `up` goes: "starting", "running", "healthy", "external".
+Progress = Callable[[str, str], None]
+
+
+@dataclass(frozen=True)
+class ServiceStatus:
+    name: str
+    address: str
+    embedded: bool
+    pid: int | None
+    health: Health
+    log: str | None
+
+
+def status(settings: Settings) -> list[ServiceStatus]:
+    result = []
+    for service in all_services(settings):
+        pid = service.pidfile.running_pid() if service.embedded else None
+        if service.embedded and pid is None:
+            health: Health = "stopped"
+        else:
+            health = "healthy" if service.healthy() else "unhealthy"
+        result.append(
+            ServiceStatus(
+                name=service.name,
+                address=service.address,
+                embedded=service.embedded,
+                pid=pid,
+                health=health,
+                log=str(service.log) if service.embedded else None,
+            )
+        )
+    return result
+
+
+def status_json(settings: Settings) -> dict:
+    """What `keystone stack status --json` prints; tools and tests find the stack through it."""
+    return {
+        "state_dir": str(settings.state_dir),
+        "spark": {
+            "master": settings.spark_master,
+            "warehouse": settings.warehouse_dir,
+            "metastore": settings.metastore_uri,
+        },
+        "services": {s.name: asdict(s) for s in status(settings)},
+    }
+
+
+def up(settings: Settings, progress: Progress) -> None:
+    """Starts every embedded service that is not running and waits until all are healthy.
+
+    Idempotent. Checks prerequisites and every port before starting anything, so a taken port
+    fails fast without leaving half a stack behind.
+    """
+    services = all_services(settings)
+    to_start = [s for s in services if s.embedded and s.pidfile.running_pid() is None]
+    _check_prerequisites(settings, to_start)
+    pending = list(services)
+    while pending:
+        # Every service whose needs are met starts at once; then each is awaited in order.
+        wave = [s for s in pending if all(n not in {p.name for p in pending} for n in s.needs)]
+        for service in wave:
+            if service in to_start:
+                service.prepare()
+                spawn(
+                    service.argv(),
+                    service.log,
+                    service.pidfile,
+                    cwd=service.data,
+                    env=service.env,
+                    user=service.user,
+                )
+                progress(service.name, "starting")
+            else:
+                progress(service.name, "running" if service.embedded else "external")
+        for service in wave:
+            _await_healthy(service)
+            service.on_healthy()
+            progress(service.name, "healthy")
+        pending = [s for s in pending if s not in wave]
+
+
+def _check_prerequisites(settings: Settings, to_start: list[Service]) -> None:
+    for service in to_start:
+        service.check_installed()
+    for bundle in jars.BUNDLES:
+        jars.bundle_jars(settings, bundle)
+    for name in jars.JAVA_CLASSES:
+        jars.compiled(settings, name)
+    host = settings.bind_host
+    for service in to_start:
+        for port in service.ports:
+            if port_in_use(host, port):
+                variable = _port_variable(settings, port)
+                raise StackError(
+                    f"port {port} on {host} is already in use, so {service.name} cannot start: "
+                    f"stop whatever listens there, or choose another port with {variable}"
+                )
+
+
+def _port_variable(settings: Settings, port: int) -> str:
+    for field, value in settings.model_dump().items():
+        if field.endswith("_port") and value == port:
+            return f"KEYSTONE_{field.upper()}"
+    return "the KEYSTONE_*_PORT settings"
+
+
+def _await_healthy(service: Service) -> None:
+    deadline = time.monotonic() + service.start_timeout
+    pid = service.pidfile.running_pid() if service.embedded else None
+    while not service.healthy():
+        if pid is not None and exited(pid):
+            service.pidfile.remove()
+            raise StackError(
+                f"{service.name} exited while starting; its log ({service.log}) ends with:\n"
+                + _tail(service)
+            )
+        if time.monotonic() > deadline:
+            where = f"; its log ({service.log}) ends with:\n{_tail(service)}" if pid else ""
+            raise StackError(
+                f"{service.name} at {service.address} was not healthy after "
+                f"{service.start_timeout:.0f} s{where}"
+            )
+        time.sleep(0.5)
+
+
+def _tail(service: Service, lines: int = 15) -> str:
+    try:
+        text = service.log.read_text(errors="replace").splitlines()
+    except FileNotFoundError:
+        return "(no log)"
+    return "\n".join(text[-lines:])
+
+
+def down(settings: Settings, purge: bool, progress: Progress) -> None:
+    """Stops what the stack started (by pid file, in reverse start order); data stays unless
+    `purge`, which also removes the state directory but keeps the download cache."""
+    for service in reversed(all_services(settings)):
+        if service.embedded:
+            stopped = stop(service.pidfile, service.stop_signal, service.stop_timeout)
+            service.after_stop()
+            progress(service.name, "stopped" if stopped else "not running")
+    if purge and settings.state_dir.exists():
+        for child in settings.state_dir.iterdir():
+            if child == settings.cache_dir or child in settings.cache_dir.parents:
+                continue
+            if child.is_dir():
+                shutil.rmtree(child)
+            else:
+                child.unlink()
+        progress("state", f"removed {settings.state_dir} (kept {settings.cache_dir})")

@@ -1,0 +1,702 @@
+"""The stack's services, one small class each over one base.
+
+A service knows how to prepare its state (configuration, storage), the command that runs it,
+the ports it takes, and how to tell that it is really healthy. Health checks go through the
+client-facing address from settings, so an external service is checked the same way.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import pwd
+import secrets
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import uuid
+from abc import ABC, abstractmethod
+from base64 import urlsafe_b64encode
+from pathlib import Path
+from typing import ClassVar
+from urllib.parse import urlsplit
+from xml.sax.saxutils import escape
+
+import httpx
+import redis
+from confluent_kafka.admin import AdminClient
+
+from keystone.contracts.errors import StackError
+from keystone.contracts.settings import Settings, stored_secret
+from keystone.stack import jars, targets
+from keystone.stack.processes import PidFile, stop, tcp_accepts
+
+
+class Service(ABC):
+    name: ClassVar[str]
+    needs: ClassVar[tuple[str, ...]] = ()  # services that must be healthy before this starts
+    binary: ClassVar[str] = "java"  # checked before starting, with the hint below
+    install_hint: ClassVar[str] = "install a Java 17 runtime (Debian's openjdk-17-jre-headless)"
+    start_timeout: ClassVar[float] = 120.0
+    stop_signal: ClassVar[signal.Signals] = signal.SIGTERM
+    stop_timeout: ClassVar[float] = 30.0
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+
+    @property
+    def embedded(self) -> bool:
+        return self.settings.is_embedded(self.name)
+
+    @property
+    @abstractmethod
+    def address(self) -> str:
+        """Where clients reach it: a URL or host:port."""
+
+    @property
+    @abstractmethod
+    def ports(self) -> list[int]:
+        """Ports the embedded service listens on; checked free before it starts."""
+
+    @abstractmethod
+    def argv(self) -> list[str]:
+        """The command that runs it in the foreground."""
+
+    @abstractmethod
+    def healthy(self) -> bool:
+        """True when it really answers (a request served, not just a port open)."""
+
+    @property
+    def user(self) -> str | None:
+        return None
+
+    @property
+    def env(self) -> dict[str, str]:
+        """Variables added to the process' environment."""
+        return {}
+
+    def check_installed(self) -> None:
+        if shutil.which(self.binary) is None:
+            raise StackError(f"{self.name} needs `{self.binary}`: {self.install_hint}")
+
+    def prepare(self) -> None:  # noqa: B027 - an optional hook
+        """Writes configuration and initialises storage; idempotent, keeps existing data."""
+
+    def on_healthy(self) -> None:  # noqa: B027 - an optional hook
+        """Runs once the service answers, before the services that need it start."""
+
+    def after_stop(self) -> None:  # noqa: B027 - an optional hook
+        """Runs once `down` has stopped the service."""
+
+    @property
+    def data(self) -> Path:
+        return self.settings.data_dir / self.name
+
+    @property
+    def conf(self) -> Path:
+        return self.settings.conf_dir / self.name
+
+    @property
+    def log(self) -> Path:
+        return self.settings.logs_dir / f"{self.name}.log"
+
+    @property
+    def pidfile(self) -> PidFile:
+        return PidFile(self.settings.run_dir / f"{self.name}.pid")
+
+    def _dirs(self) -> None:
+        for d in (self.data, self.conf):
+            d.mkdir(parents=True, exist_ok=True)
+
+
+def _host_port(url: str) -> tuple[str, int]:
+    parts = urlsplit(url if "://" in url else f"//{url}")
+    if parts.hostname is None or parts.port is None:
+        raise StackError(f"not a host:port address: {url!r}")
+    return parts.hostname, parts.port
+
+
+def _get(url: str) -> httpx.Response | None:
+    """The answer to a GET when it is a 200, else None (refused, timed out, or not ready)."""
+    try:
+        answer = httpx.get(url, timeout=2)
+    except httpx.HTTPError:
+        return None
+    return answer if answer.status_code == 200 else None
+
+
+def _java(heap: str, *args: str) -> list[str]:
+    return ["java", f"-Xms{heap}", f"-Xmx{heap}", "-XX:+UseG1GC", "-Djava.awt.headless=true", *args]
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Writes a file only its owner can read: it may hold a password."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.touch(mode=0o600, exist_ok=True)
+    path.chmod(0o600)
+    path.write_text(text)
+
+
+class Postgres(Service):
+    """PostgreSQL from Debian's packages: the database behind the shared Hive metastore."""
+
+    name = "postgres"
+    start_timeout = 60.0
+    stop_signal = signal.SIGINT  # "fast" shutdown; SIGTERM would wait for every client to leave
+    database = "metastore"
+    role = "keystone"
+
+    @property
+    def address(self) -> str:
+        return f"{self.settings.bind_host}:{self.settings.postgres_port}"
+
+    @property
+    def ports(self) -> list[int]:
+        return [self.settings.postgres_port]
+
+    @property
+    def user(self) -> str | None:
+        # PostgreSQL refuses to run as root; Debian's package creates the postgres account.
+        return "postgres" if os.geteuid() == 0 else None
+
+    @property
+    def password_file(self) -> Path:
+        return self.settings.conf_dir / "postgres" / "password"
+
+    @property
+    def password(self) -> str:
+        return self.password_file.read_text().strip()
+
+    def check_installed(self) -> None:
+        self.bin("postgres")
+
+    @staticmethod
+    def bin(tool: str) -> str:
+        found = sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{tool}"))
+        if not found:
+            raise StackError(f"PostgreSQL's {tool} is missing: install Debian's postgresql")
+        return found[-1]
+
+    def prepare(self) -> None:
+        self.conf.mkdir(parents=True, exist_ok=True)
+        if not self.password_file.exists():
+            _write_private(self.password_file, secrets.token_urlsafe(24))
+        if (self.data / "PG_VERSION").exists():
+            return
+        self.data.mkdir(parents=True, exist_ok=True)
+        pwfile = self.data.parent / ".postgres-initdb-password"
+        _write_private(pwfile, self.password)
+        if self.user:
+            _reachable_by(self.user, self.data)
+            account = pwd.getpwnam(self.user)
+            for p in (self.data, pwfile):
+                os.chown(p, account.pw_uid, account.pw_gid)
+        try:
+            result = subprocess.run(
+                [
+                    self.bin("initdb"),
+                    "-D",
+                    str(self.data),
+                    "-U",
+                    self.role,
+                    "-E",
+                    "UTF8",
+                    "--auth=scram-sha-256",
+                    f"--pwfile={pwfile}",
+                ],
+                user=self.user,
+                capture_output=True,
+                text=True,
+                check=False,
+                cwd="/",
+            )
+        finally:
+            pwfile.unlink(missing_ok=True)
+        if result.returncode != 0:
+            raise StackError(f"initdb failed for {self.data}:\n{result.stderr}")
+
+    def argv(self) -> list[str]:
+        return [
+            self.bin("postgres"),
+            "-D",
+            str(self.data),
+            "-p",
+            str(self.settings.postgres_port),
+            "-c",
+            f"listen_addresses={self.settings.bind_host}",
+            "-c",
+            "unix_socket_directories=",  # TCP on loopback only
+        ]
+
+    def healthy(self) -> bool:
+        host, port = self.address.split(":")
+        return (
+            subprocess.run(
+                [self.bin("pg_isready"), "-q", "-h", host, "-p", port], check=False
+            ).returncode
+            == 0
+        )
+
+    def on_healthy(self) -> None:
+        host, port = self.address.split(":")
+        result = subprocess.run(
+            [self.bin("createdb"), "-h", host, "-p", port, "-U", self.role, self.database],
+            env={**os.environ, "PGPASSWORD": self.password},
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if result.returncode != 0 and "already exists" not in result.stderr:
+            raise StackError(f"creating the metastore database failed: {result.stderr.strip()}")
+
+
+def _reachable_by(user: str, path: Path) -> None:
+    """Fails clearly when `user` could not reach `path` through its parent folders."""
+    for parent in reversed(path.parents):
+        if not parent.stat().st_mode & stat.S_IXOTH:
+            raise StackError(
+                f"PostgreSQL runs as '{user}', which cannot enter {parent}: put the state "
+                "directory (KEYSTONE_STATE_DIR) where other users may traverse, e.g. under /var"
+            )
+
+
+class Metastore(Service):
+    """The Hive metastore service every Spark application shares (Thrift, on loopback)."""
+
+    name = "metastore"
+    needs = ("postgres",)
+
+    @property
+    def address(self) -> str:
+        return self.settings.metastore_uri
+
+    @property
+    def ports(self) -> list[int]:
+        return [self.settings.metastore_port]
+
+    def prepare(self) -> None:
+        self._dirs()
+        pg = Postgres(self.settings)
+        props = {
+            "javax.jdo.option.ConnectionURL": f"jdbc:postgresql://{pg.address}/{pg.database}",
+            "javax.jdo.option.ConnectionDriverName": "org.postgresql.Driver",
+            "javax.jdo.option.ConnectionUserName": pg.role,
+            "javax.jdo.option.ConnectionPassword": pg.password,
+            "datanucleus.schema.autoCreateAll": "true",
+            "hive.metastore.schema.verification": "false",
+            "hive.metastore.warehouse.dir": self.settings.warehouse_dir,
+            # Hive would switch log4j to async loggers, which need a jar pyspark lacks.
+            "hive.async.log.enabled": "false",
+        }
+        body = "\n".join(
+            f"  <property><name>{k}</name><value>{escape(v)}</value></property>"
+            for k, v in props.items()
+        )
+        _write_private(self.conf / "hive-site.xml", f"<configuration>\n{body}\n</configuration>\n")
+
+    def argv(self) -> list[str]:
+        cp = jars.classpath(
+            self.conf,
+            jars.classes_dir(self.settings, "LoopbackMetastore"),
+            jars.PYSPARK_JARS,
+            jars.bundle_dir(self.settings, "metastore"),
+        )
+        host, port = self.settings.bind_host, self.settings.metastore_port
+        return _java(self.settings.metastore_heap, "-cp", cp, "LoopbackMetastore", host, str(port))
+
+    def healthy(self) -> bool:
+        # The launcher opens its socket only once the schema exists and it serves.
+        return tcp_accepts(*_host_port(self.settings.metastore_uri))
+
+
+class Kafka(Service):
+    """An Apache Kafka broker in KRaft combined mode (broker and controller in one JVM)."""
+
+    name = "kafka"
+    stop_timeout = 60.0  # a controlled shutdown moves leadership and flushes logs
+
+    @property
+    def address(self) -> str:
+        return self.settings.kafka_bootstrap
+
+    @property
+    def ports(self) -> list[int]:
+        return [self.settings.kafka_port, self.settings.kafka_controller_port]
+
+    def prepare(self) -> None:
+        self._dirs()
+        s, host = self.settings, self.settings.bind_host
+        props = {
+            "process.roles": "broker,controller",
+            "node.id": "1",
+            "listeners": f"PLAINTEXT://{host}:{s.kafka_port},CONTROLLER://{host}:{s.kafka_controller_port}",
+            "advertised.listeners": f"PLAINTEXT://{host}:{s.kafka_port}",
+            "controller.listener.names": "CONTROLLER",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "controller.quorum.bootstrap.servers": f"{host}:{s.kafka_controller_port}",
+            "log.dirs": str(self.data / "logs"),
+            # One broker: internal topics cannot have more replicas than that.
+            "offsets.topic.replication.factor": "1",
+            "transaction.state.log.replication.factor": "1",
+            "transaction.state.log.min.isr": "1",
+            "share.coordinator.state.topic.replication.factor": "1",
+            "share.coordinator.state.topic.min.isr": "1",
+            "group.initial.rebalance.delay.ms": "0",
+            # Topics exist only as provisioned, from validated names: a producer still holding a
+            # deleted stream's topic in its metadata would otherwise create it again.
+            "auto.create.topics.enable": "false",
+            # Each log written back every 200 ms: left to the kernel, 30 s of writes (1.4 GB at
+            # the proxy's half-peak load) went back at once, or at a segment's roll, and stalled
+            # both cores for up to a second (p99 235 against 50 ms at 480 requests/s of 100).
+            # Small and often: a flush holds the partition's index lock until the disk has the
+            # data, so appends wait; flushed every 2 s, requests stalled 40-90 ms each time.
+            "log.flush.interval.ms": "200",
+            "log.flush.scheduler.interval.ms": "100",
+            # An index entry per MiB of log, not per 4 KiB: an append that adds one waits out
+            # any flush of that index, and at 4 KiB nearly every produce request adds one. At a
+            # fixed 460 requests/s of 100 events, requests over 50 ms 0.47% -> 0.12% (6 pairs).
+            "log.index.interval.bytes": "1048576",
+        }
+        (self.conf / "server.properties").write_text(
+            "".join(f"{k}={v}\n" for k, v in props.items())
+        )
+        (self.conf / "log4j2.properties").write_text(
+            "rootLogger.level = INFO\n"
+            "rootLogger.appenderRef.stdout.ref = STDOUT\n"
+            "appender.stdout.type = Console\n"
+            "appender.stdout.name = STDOUT\n"
+            "appender.stdout.layout.type = PatternLayout\n"
+            "appender.stdout.layout.pattern = [%d] %p %m (%c)%n\n"
+        )
+        if not (self.data / "logs" / "meta.properties").exists():
+            self._format()
+
+    def _format(self) -> None:
+        cluster_id = urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        result = subprocess.run(
+            [
+                "java",
+                "-cp",
+                jars.classpath(jars.bundle_dir(self.settings, "kafka")),
+                f"-Dlog4j2.configurationFile={self.conf / 'log4j2.properties'}",
+                "kafka.tools.StorageTool",
+                "format",
+                "--standalone",
+                # One argument: an id may start with '-', which would read as an option.
+                f"--cluster-id={cluster_id}",
+                "-c",
+                str(self.conf / "server.properties"),
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if result.returncode != 0:
+            raise StackError(f"formatting Kafka's storage failed:\n{result.stdout}{result.stderr}")
+
+    def argv(self) -> list[str]:
+        return _java(
+            self.settings.kafka_heap,
+            f"-Dlog4j2.configurationFile={self.conf / 'log4j2.properties'}",
+            "-cp",
+            jars.classpath(jars.bundle_dir(self.settings, "kafka")),
+            "kafka.Kafka",
+            str(self.conf / "server.properties"),
+        )
+
+    def healthy(self) -> bool:
+        # A metadata request answered by a broker; log_level 0 keeps librdkafka quiet meanwhile.
+        admin = AdminClient({"bootstrap.servers": self.address, "log_level": 0})
+        try:
+            return bool(admin.list_topics(timeout=2).brokers)
+        except Exception:
+            return False
+
+
+class Redis(Service):
+    """Redis from Debian's packages, persisted with an append-only file."""
+
+    name = "redis"
+    binary = "redis-server"
+    install_hint = "install Debian's redis-server"
+    start_timeout = 30.0
+
+    @property
+    def address(self) -> str:
+        return self.settings.redis_url
+
+    @property
+    def ports(self) -> list[int]:
+        return [self.settings.redis_port]
+
+    @property
+    def config(self) -> Path:
+        return self.conf / "redis.conf"
+
+    def prepare(self) -> None:
+        """Its password, generated once like the admin token, in a file of its owner's only
+        (not on the command line, which every local user can read)."""
+        self._dirs()
+        configured = self.settings.redis_password.get_secret_value()
+        password = configured or stored_secret(self.settings.redis_password_file, create=True)
+        if not password:
+            raise StackError(f"cannot read Redis's password in {self.settings.redis_password_file}")
+        _write_private(self.config, f"requirepass {password}\n")
+
+    def argv(self) -> list[str]:
+        return [
+            "redis-server",
+            str(self.config),
+            "--bind",
+            self.settings.bind_host,
+            "--port",
+            str(self.settings.redis_port),
+            "--dir",
+            str(self.data),
+            "--appendonly",
+            "yes",
+            "--save",
+            "",
+            "--daemonize",
+            "no",
+            "--protected-mode",
+            "yes",
+        ]
+
+    def healthy(self) -> bool:
+        try:
+            with redis.Redis.from_url(
+                self.address, socket_timeout=2, **self.settings.redis_client_kwargs()
+            ) as client:
+                return bool(client.ping())
+        except redis.RedisError:
+            return False
+
+
+class Elasticsearch(Service):
+    """A real Elasticsearch 7.10 node in its own JVM, HTTP and transport on loopback."""
+
+    name = "elasticsearch"
+
+    @property
+    def address(self) -> str:
+        return self.settings.elasticsearch_url
+
+    @property
+    def ports(self) -> list[int]:
+        return [self.settings.elasticsearch_port, self.settings.elasticsearch_transport_port]
+
+    @property
+    def tmp(self) -> Path:
+        return self.data / "tmp"
+
+    def prepare(self) -> None:
+        self._dirs()
+        self.tmp.mkdir(exist_ok=True)
+
+    def argv(self) -> list[str]:
+        cp = jars.classpath(
+            jars.classes_dir(self.settings, "LoopbackElasticsearch"),
+            jars.bundle_dir(self.settings, "elasticsearch"),
+        )
+        s = self.settings
+        return _java(
+            s.elasticsearch_heap,
+            "-Dlog4j2.formatMsgNoLookups=true",
+            "-Dlog4j2.disable.jmx=true",
+            f"-Djava.io.tmpdir={self.tmp}",
+            "-cp",
+            cp,
+            "LoopbackElasticsearch",
+            s.bind_host,
+            str(s.elasticsearch_port),
+            str(s.elasticsearch_transport_port),
+            str(self.data),
+        )
+
+    def healthy(self) -> bool:
+        answer = _get(f"{self.address}/_cluster/health")
+        return answer is not None and answer.json().get("status") in ("green", "yellow")
+
+
+class Prometheus(Service):
+    """Prometheus from Debian's packages, scraping the targets components register in files."""
+
+    name = "prometheus"
+    binary = "prometheus"
+    install_hint = "install Debian's prometheus"
+    start_timeout = 60.0
+
+    @property
+    def address(self) -> str:
+        return self.settings.prometheus_url
+
+    @property
+    def ports(self) -> list[int]:
+        return [self.settings.prometheus_port]
+
+    def prepare(self) -> None:
+        self._dirs()
+        s = self.settings
+        s.prometheus_targets_dir.mkdir(parents=True, exist_ok=True)
+        s.prometheus_rules_dir.mkdir(parents=True, exist_ok=True)
+        interval = f"{s.scrape_interval_seconds}s"
+        (self.conf / "prometheus.yml").write_text(
+            "global:\n"
+            f"  scrape_interval: {interval}\n"
+            f"  evaluation_interval: {interval}\n"
+            # Each stream's rules, written by control, which asks for a reload when they change.
+            f"rule_files: ['{s.prometheus_rules_dir}/*.yml']\n"
+            "scrape_configs:\n"
+            "  - job_name: keystone\n"
+            "    file_sd_configs:\n"
+            f"      - files: ['{s.prometheus_targets_dir}/*.json']\n"
+        )
+        targets.write_target(
+            s, "prometheus", [f"{s.bind_host}:{s.prometheus_port}"], {"component": "prometheus"}
+        )
+
+    def argv(self) -> list[str]:
+        s = self.settings
+        return [
+            "prometheus",
+            f"--config.file={self.conf / 'prometheus.yml'}",
+            f"--storage.tsdb.path={self.data}",
+            f"--web.listen-address={s.bind_host}:{s.prometheus_port}",
+            # No --web.enable-lifecycle: it would let any page in a browser on this machine POST
+            # /-/quit. Control reloads the rules with SIGHUP (dashboards.publish). Nor any CORS
+            # origin (its default is every one): no page of another site reads every tenant's
+            # metrics through a browser here. Control queries it from the server.
+            "--web.cors.origin=none",
+        ]
+
+    def healthy(self) -> bool:
+        return _get(f"{self.address}/-/ready") is not None
+
+
+class UvicornService(Service):
+    """A FastAPI app of this project under uvicorn, on this very Python, its settings passed
+    explicitly (the child does not share this process' working directory or .env), registered
+    as a Prometheus target, healthy when its /readyz answers 200."""
+
+    binary = "python3"
+    start_timeout = 60.0
+    app_factory: ClassVar[str]  # module:function
+
+    @property
+    @abstractmethod
+    def port(self) -> int:
+        """The port it serves on."""
+
+    @property
+    def ports(self) -> list[int]:
+        return [self.port]
+
+    @property
+    def env(self) -> dict[str, str]:
+        return self.settings.to_env()
+
+    def check_installed(self) -> None:
+        """It runs on this very Python."""
+
+    def prepare(self) -> None:
+        self._dirs()
+        s = self.settings
+        targets.write_target(s, self.name, [f"{s.bind_host}:{self.port}"], {"component": self.name})
+
+    def argv(self) -> list[str]:
+        return [
+            sys.executable,
+            "-m",
+            "uvicorn",
+            self.app_factory,
+            "--factory",
+            "--host",
+            self.settings.bind_host,
+            "--port",
+            str(self.port),
+            "--no-access-log",
+            "--log-level",
+            "warning",
+        ]
+
+    def healthy(self) -> bool:
+        return _get(f"{self.address}/readyz") is not None
+
+
+class IngestProxy(UvicornService):
+    """The ingest proxy, several server processes behind one port, under its own launcher."""
+
+    name = "ingest_proxy"
+    needs = ("kafka", "redis")
+
+    @property
+    def address(self) -> str:
+        return self.settings.proxy_url
+
+    @property
+    def port(self) -> int:
+        return self.settings.proxy_port
+
+    def argv(self) -> list[str]:
+        # Its own launcher: one listening socket per server process (see ingest_proxy.serve).
+        return [sys.executable, "-m", "keystone.ingest_proxy.serve"]
+
+    @property
+    def metrics_dir(self) -> Path:
+        return self.settings.run_dir / "ingest_proxy-metrics"
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {**super().env, "PROMETHEUS_MULTIPROC_DIR": str(self.metrics_dir)}
+
+    def prepare(self) -> None:
+        super().prepare()
+        shutil.rmtree(self.metrics_dir, ignore_errors=True)  # counters restart with the process
+        self.metrics_dir.mkdir(parents=True)
+
+
+class Control(UvicornService):
+    """The control service: the API, the web UI and the router fleet (one process: it runs the
+    fleet). The routers it runs outlive a restart of it; `down` stops them after it."""
+
+    name = "control"
+    needs = ("kafka", "redis", "elasticsearch", "metastore", "prometheus")
+    app_factory = "keystone.control.app:app_from_env"
+
+    @property
+    def address(self) -> str:
+        return self.settings.control_url
+
+    @property
+    def port(self) -> int:
+        return self.settings.control_port
+
+    def after_stop(self) -> None:
+        """Stops every router the fleet started, gracefully (their Python process first,
+        which stops its queries and its JVM)."""
+        timeout = self.settings.router_stop_timeout_seconds
+        for record in sorted(self.settings.routers_run_dir.glob("*.json")):
+            stop(PidFile(record), signal.SIGTERM, timeout, group=False)
+
+
+SERVICES: tuple[type[Service], ...] = (
+    Postgres,
+    Metastore,
+    Kafka,
+    Redis,
+    Elasticsearch,
+    Prometheus,
+    IngestProxy,
+    Control,
+)
+
+
+def all_services(settings: Settings) -> list[Service]:
+    """The stack's services in start order; PostgreSQL only while the metastore is embedded."""
+    services = [cls(settings) for cls in SERVICES]
+    if not settings.is_embedded("metastore"):
+        services = [s for s in services if s.name != "postgres"]
+    return services

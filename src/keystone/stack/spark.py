@@ -1,0 +1,80 @@
+"""How every Spark application of the project meets the stack: master, connector jars, the
+shared Hive metastore and warehouse, loopback addresses. The router, `keystone sql` and tests
+all build their sessions here."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from pyspark.sql import SparkSession
+
+from keystone.contracts.settings import Settings
+from keystone.stack import cds, jars
+
+
+def spark_conf(settings: Settings, app_name: str, master: str | None = None) -> dict[str, str]:
+    host = settings.bind_host
+    master = master or settings.spark_master
+    conf = {
+        "spark.app.name": app_name,
+        "spark.master": master,
+        # Connector jars by local path: nothing is resolved from a repository at run time.
+        "spark.jars": ",".join(str(p) for p in jars.spark_jars(settings)),
+        "spark.driver.bindAddress": host,
+        "spark.driver.host": host,
+        # Python workers run this same interpreter (the project's virtualenv), not `python3`.
+        "spark.pyspark.python": sys.executable,
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.catalogImplementation": "hive",
+        "spark.hadoop.hive.metastore.uris": settings.metastore_uri,
+        "spark.sql.warehouse.dir": settings.warehouse_dir,
+        "spark.hadoop.hive.exec.dynamic.partition.mode": "nonstrict",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.local.dir": str(settings.state_dir / "spark" / "tmp"),
+        "spark.sql.shuffle.partitions": "4",
+        # Running tasks' accumulators reach the driver with each executor heartbeat: the
+        # router's live counts (router.meter) are as fresh as this (Spark's default is 10 s).
+        "spark.executor.heartbeatInterval": "1s",
+        # The proxy accepts a repeated key and Python reads the last; Spark then reads the same.
+        "spark.sql.variant.allowDuplicateKeys": "true",
+        # The router reads an event's headers into a map, where the first of a repeated header
+        # must win (the map is built reversed; see router.source).
+        "spark.sql.mapKeyDedupPolicy": "LAST_WIN",
+        **(local_file_system(settings) if master.startswith("local") else {}),
+    }
+    shared = cds.archive(settings, conf.get("spark.driver.extraClassPath", ""))
+    if shared.exists():
+        conf["spark.driver.extraJavaOptions"] = f"-XX:SharedArchiveFile={shared}"
+    return conf
+
+
+def local_file_system(settings: Settings) -> dict[str, str]:
+    """Hadoop's local file system without a forked `chmod` or `readlink` per file: each
+    checkpoint then takes milliseconds, not a quarter of a second (see stack/java). Only where
+    the driver's JVM is also the executor: a cluster's executors do not have the class."""
+    return {
+        "spark.driver.extraClassPath": str(jars.class_jar(settings, "ForklessLocalFileSystem")),
+        "spark.hadoop.fs.file.impl": "ForklessLocalFileSystem",
+        "spark.hadoop.fs.AbstractFileSystem.file.impl": "ForklessLocalFileSystem$Fs",
+    }
+
+
+def session_builder(settings: Settings, conf: dict[str, str]) -> SparkSession.Builder:
+    """A session builder with `conf`, in this process's environment for the stack."""
+    # Spark otherwise binds its block manager and driver to the first non-loopback interface.
+    os.environ.setdefault("SPARK_LOCAL_IP", settings.bind_host)
+    # pyspark starts local Python workers with $PYSPARK_PYTHON (default `python3`), not the conf.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    builder = SparkSession.builder
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    return builder
+
+
+def spark_session(settings: Settings, app_name: str, master: str | None = None) -> SparkSession:
+    conf = spark_conf(settings, app_name, master)
+    session = session_builder(settings, conf).enableHiveSupport().getOrCreate()
+    session.sparkContext.setLogLevel("WARN")
+    return session
