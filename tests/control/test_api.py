@@ -17,7 +17,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis.errors import Unsatisfiable
 
 from keystone.contracts.names import fronting_topic
-from keystone.control.store import TOPICS, Store
+from keystone.contracts.registry import TOPICS
+from keystone.control.store import Store
 from keystone.router.lang.evaluate import matches, project
 from keystone.router.lang.parser import parse_filter, parse_projection
 from tests.conftest import Api, Stack, eventually, owner

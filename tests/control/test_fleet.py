@@ -19,12 +19,12 @@ import pytest
 from hmsclient.hmsclient import HMSClient
 
 from keystone.contracts.names import HIVE_DATABASE
+from keystone.contracts.processes import PidFile, stop
 from keystone.control.fleet import Deployment
 from keystone.ingest_proxy.client import ProxyClient
 from keystone.loadtest.topics import read_topic
 from keystone.router.lang.evaluate import matches, project
 from keystone.router.lang.parser import parse_filter, parse_projection
-from keystone.stack.processes import PidFile, stop
 from tests.conftest import Api, Stack, checked, eventually, owner
 from tests.processes import processes_mentioning
 

@@ -17,10 +17,10 @@ import httpx
 import pytest
 from pyspark.find_spark_home import _find_spark_home
 
+from keystone.contracts.processes import PidFile, stop
 from keystone.ingest_proxy.client import ProxyClient
 from keystone.loadtest.run import await_key
 from keystone.loadtest.topics import read_topic
-from keystone.stack.processes import PidFile, stop
 from tests.conftest import Api, Stack, checked, eventually, owner
 
 STREAM = "on_cluster"

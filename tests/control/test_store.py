@@ -8,8 +8,9 @@ import json
 import pytest
 
 from keystone.contracts.errors import InvalidSpec
+from keystone.contracts.registry import RouterState, Unreadable, read_spec
 from keystone.contracts.spec import StreamSpec
-from keystone.control.store import RouterState, Unreadable, read_spec, stored_form
+from keystone.control.store import stored_form
 
 NAN_DEFAULT = {
     "type": "record",

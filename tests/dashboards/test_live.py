@@ -18,8 +18,8 @@ import pytest
 from playwright.sync_api import expect
 
 from keystone.contracts.names import fronting_topic
+from keystone.contracts.processes import PidFile, stop
 from keystone.ingest_proxy.client import ProxyClient
-from keystone.stack.processes import PidFile, stop
 from tests.browser import artifact, chromium
 from tests.conftest import Api, Stack, checked, eventually, owner
 from tests.kafka import produce

@@ -21,10 +21,10 @@ from hypothesis.errors import Unsatisfiable
 from keystone.contracts import envelope
 from keystone.contracts.errors import PayloadTooLarge
 from keystone.contracts.names import fronting_topic
+from keystone.contracts.processes import PidFile, stop
 from keystone.contracts.settings import MAX_EVENT_BYTES
 from keystone.ingest_proxy.client import DirectProducer, ProxyClient, SendFailed
 from keystone.loadtest.topics import read_topic
-from keystone.stack.processes import PidFile, stop
 from tests.conftest import Stack, checked
 
 SCHEMA = {

@@ -12,9 +12,9 @@ from pyspark.sql import functions as F
 
 from keystone.contracts.envelope import METADATA
 from keystone.contracts.settings import Settings
+from keystone.router import jvm
 from keystone.router.lang.ast import Expr, Projection, paths_read
 from keystone.router.source import envelope
-from keystone.stack import jars
 
 # The records of Spark's Kafka source.
 KAFKA = (
@@ -32,7 +32,7 @@ def spark() -> Iterator[SparkSession]:
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.sql.shuffle.partitions", "1")
-        .config("spark.jars", ",".join(str(jars.class_jar(Settings(), n)) for n in jars.SHIPPED))
+        .config("spark.jars", ",".join(str(jvm.class_jar(Settings(), n)) for n in jvm.SHIPPED))
         .config("spark.executor.heartbeatInterval", "1s")
         .getOrCreate()
     )

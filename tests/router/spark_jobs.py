@@ -14,7 +14,7 @@ from pyspark.sql import functions as F
 
 from keystone.contracts.settings import Settings
 from keystone.router.source import fronting
-from keystone.stack.spark import spark_session
+from keystone.router.spark import spark_session
 
 
 def read_fronting(stream: str, *paths: str) -> list[dict]:

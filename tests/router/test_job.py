@@ -11,8 +11,9 @@ import pytest
 from keystone.contracts.errors import InvalidSpec
 from keystone.contracts.settings import Settings
 from keystone.contracts.spec import load_spec
+from keystone.router.counts import LATENCY_BUCKETS, latency_counts
 from keystone.router.job import dead_letter_paths, paths_read_by, router_master, runs_realtime
-from keystone.router.metrics import LATENCY_BUCKETS, LatencyHistogram, lag_of, latency_counts
+from keystone.router.metrics import LatencyHistogram, lag_of
 
 SPEC = {
     "name": "plays",

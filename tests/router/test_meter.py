@@ -9,8 +9,8 @@ import time
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from keystone.router.counts import LATENCY_BUCKETS, latency_counts
 from keystone.router.meter import BUCKETS, LATENCY_SUM_MS, Meter
-from keystone.router.metrics import LATENCY_BUCKETS, latency_counts
 
 # (keep, latency in seconds or None for no ingest time): latencies far from every bucket bound,
 # so the seconds a slow machine takes between building the rows and handling them do not matter.

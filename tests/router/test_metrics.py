@@ -8,7 +8,8 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from keystone.contracts import metrics as names
-from keystone.router.metrics import RouterMetrics, latency_columns, latency_counts
+from keystone.router.counts import latency_counts
+from keystone.router.metrics import RouterMetrics, latency_columns
 
 # (now_ms, ingest ms): on a bound, between bounds, beyond the last one, and no ingest time.
 ROWS = [(1_000, 995), (1_000, 994), (10_000, 9_900), (10_000, 9_899), (400_000, 0), (5, None)]

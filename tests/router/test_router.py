@@ -26,13 +26,13 @@ import httpx
 import pytest
 
 from keystone.contracts import envelope
+from keystone.contracts.processes import PidFile, stop
 from keystone.contracts.settings import MAX_EVENT_BYTES
 from keystone.control.fleet import Deployment
 from keystone.ingest_proxy.client import DirectProducer
 from keystone.loadtest.topics import read_topic
 from keystone.router.lang.evaluate import matches, project
 from keystone.router.lang.parser import parse_filter, parse_projection
-from keystone.stack.processes import PidFile, stop
 from tests.conftest import Stack, checked
 from tests.kafka import produce
 from tests.processes import alive, groups_alive

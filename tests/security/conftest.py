@@ -20,7 +20,7 @@ from tests.conftest import Api, Stack, eventually, owner
 GOOD_STREAM, GOOD_OWNER, GOOD_APP = "good_tenant", "good-team", "good-app"
 GOOD_OUTPUT = {
     "name": "copy",
-    # Through the router's own like matcher (stack/java/LikeMatcher.java): every marker matches.
+    # Through the router's own like matcher (router/java/LikeMatcher.java): every marker matches.
     "filter": "marker like '%_%'",
     "sink": {"type": "kafka"},
     "delivery": {"mode": "microbatch", "trigger": "2 seconds"},

@@ -19,10 +19,11 @@ from confluent_kafka.admin import AdminClient
 
 from keystone.contracts.errors import Unavailable
 from keystone.contracts.limits import MAX_OBJECTIVE_LAG_RECORDS, Limits
+from keystone.contracts.registry import PREFIX, RETIRED, VERSION
 from keystone.contracts.settings import Settings
 from keystone.contracts.spec import Objectives, StreamSpec
 from keystone.control.fleet import Deployment
-from keystone.control.store import PREFIX, RETIRED, VERSION, Store
+from keystone.control.store import Store
 from keystone.dashboards.publish import Publisher
 from tests.conftest import Api, Stack, eventually, owner
 from tests.security.conftest import GOOD_OUTPUT, GOOD_OWNER, GOOD_STREAM, Good, raw_request

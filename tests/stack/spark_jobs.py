@@ -1,5 +1,5 @@
 """Spark applications the stack tests run as separate processes, each through the project's
-session builder (stack.spark) with the test stack's KEYSTONE_* settings.
+session builder (router.spark) with the test stack's KEYSTONE_* settings.
 
     python -m tests.stack.spark_jobs kafka-copy SOURCE_TOPIC TARGET_TOPIC
     python -m tests.stack.spark_jobs hive-write DATABASE TABLE ROWS
@@ -17,7 +17,7 @@ import sys
 from pyspark.sql import functions as F
 
 from keystone.contracts.settings import Settings
-from keystone.stack.spark import spark_session
+from keystone.router.spark import spark_session
 
 
 def kafka_copy(source: str, target: str) -> dict:

@@ -8,7 +8,7 @@ import socket
 import time
 import uuid
 
-from keystone.stack.processes import PidFile
+from keystone.contracts.processes import PidFile
 from tests.conftest import Stack, checked, private_state_dir, stack_env
 from tests.kafka import consume_all, produce
 from tests.processes import alive, groups_alive, processes_mentioning

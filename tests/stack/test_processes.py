@@ -6,7 +6,7 @@ import sys
 import time
 from pathlib import Path
 
-from keystone.stack.processes import (
+from keystone.contracts.processes import (
     PidFile,
     exited,
     port_in_use,

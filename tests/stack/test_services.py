@@ -13,8 +13,8 @@ from confluent_kafka import Producer
 from prometheus_client import CollectorRegistry, Counter, start_http_server
 
 from keystone.contracts.settings import Settings
+from keystone.dashboards import targets
 from keystone.router.topics import create_topics, missing_topics
-from keystone.stack import targets
 from tests.conftest import Stack, checked
 from tests.kafka import consume_all, produce
 

@@ -1,4 +1,4 @@
-"""The project's Spark sessions (stack.spark) on a local master: Hadoop's local file system
+"""The project's Spark sessions (router.spark) on a local master: Hadoop's local file system
 works as Hadoop's does, without a `chmod` or `readlink` process per file, and the driver starts
 from its class archive."""
 

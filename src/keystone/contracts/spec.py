@@ -23,61 +23,21 @@ from pydantic import (
 
 from keystone.contracts.errors import InvalidSpec
 from keystone.contracts.limits import MAX_OBJECTIVE_LAG_RECORDS
-from keystone.contracts.names import check_name, check_stream_name, output_topic
+from keystone.contracts.names import check_name, output_topic
 from keystone.contracts.schema import parse_schema
+from keystone.contracts.sinks import SinkConfig, StreamName
 
 Name = Annotated[str, AfterValidator(check_name)]
-StreamName = Annotated[str, AfterValidator(check_stream_name)]
 # Apps and owners are labels and headers, never topic names: dashes are fine.
 Principal = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_-]{1,62}$")]
 _TRIGGER = re.compile(r"^[1-9][0-9]* (second|seconds|minute|minutes)$")
 # Spark's spark.sql.streaming.realTimeMode.minBatchDuration.
 REALTIME_MIN_SECONDS = 5
 DEFAULT_TRIGGERS = {"realtime": "60 seconds", "microbatch": "10 seconds"}
-_TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class KafkaSink(_Strict):
-    type: Literal["kafka"] = "kafka"
-    topic: str | None = Field(None, description="Default: <stream>.<output>.")
-
-    @field_validator("topic")
-    @classmethod
-    def _legal_topic(cls, topic: str | None) -> str | None:
-        # Kafka refuses a topic whose name differs from another's only in '.' against '_'.
-        if topic is not None and (
-            not _TOPIC.fullmatch(topic)
-            or topic in (".", "..")  # Kafka's own refusal
-            or topic.startswith(("keystone.", "keystone_"))
-        ):
-            raise ValueError(
-                "a Kafka topic is 1 to 249 of [a-zA-Z0-9._-], not '.' or '..', and may not start "
-                "with 'keystone.' or 'keystone_' (fronting topics are reached with a keystone "
-                "sink)"
-            )
-        return topic
-
-
-class HiveSink(_Strict):
-    type: Literal["hive"] = "hive"
-
-
-class ElasticsearchSink(_Strict):
-    type: Literal["elasticsearch"] = "elasticsearch"
-
-
-class KeystoneSink(_Strict):
-    type: Literal["keystone"] = "keystone"
-    stream: StreamName
-
-
-SinkConfig = Annotated[
-    KafkaSink | HiveSink | ElasticsearchSink | KeystoneSink, Field(discriminator="type")
-]
 
 
 class Delivery(_Strict):
@@ -221,4 +181,13 @@ def field_errors(error: ValidationError) -> list[dict[str, str]]:
             "message": e["msg"].removeprefix("Value error, "),
         }
         for e in error.errors()
+    ]
+
+
+def sink_problems(spec: StreamSpec) -> list[dict[str, str]]:
+    """Each output's sink checked by its own config (`Sink.problems`): [{field, message}]."""
+    return [
+        {"field": f"outputs.{index}.sink", "message": message}
+        for index, output in enumerate(spec.outputs)
+        for message in output.sink.problems(spec.name)
     ]

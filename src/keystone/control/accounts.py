@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from keystone.contracts.errors import Conflict, LimitExceeded
 from keystone.contracts.limits import Limits, check_limit
-from keystone.control.store import App, Store, audit
+from keystone.contracts.registry import App
+from keystone.control.store import Store, audit
 from keystone.control.tenancy import ADMIN, Caller
 
 

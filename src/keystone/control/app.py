@@ -22,6 +22,7 @@ from starlette.types import Scope
 from keystone.contracts import metrics as names
 from keystone.contracts.errors import KeystoneError
 from keystone.contracts.limits import Limits
+from keystone.contracts.registry import RouterPhase
 from keystone.contracts.settings import Settings
 from keystone.control import api, ui
 from keystone.control.gate import Gate
@@ -46,9 +47,7 @@ class FleetCollector(Collector):
         except KeystoneError:
             return  # Redis away: no figures rather than wrong ones
         by_state = GaugeMetricFamily(names.CONTROL_ROUTERS, "Routers by state", labels=["state"])
-        counts = dict.fromkeys(
-            ("pending", "starting", "running", "stopping", "restarting", "failed"), 0
-        )
+        counts = dict.fromkeys((p for p in RouterPhase if p is not RouterPhase.NONE), 0)
         for state in states.values():
             counts[state.state] = counts.get(state.state, 0) + 1
         for state, count in counts.items():

@@ -25,10 +25,10 @@ from rich.table import Table
 from rich.text import Text
 
 from keystone.contracts.errors import InvalidSpec, KeystoneError
+from keystone.contracts.registry import check_label
 from keystone.contracts.settings import Settings
 from keystone.contracts.spec import OutputSpec, field_errors, load_spec
 from keystone.control.client import ControlClient
-from keystone.control.store import check_label
 from keystone.control.validation import check_spec
 from keystone.ingest_proxy import cli as proxy_cli
 from keystone.stack import cli as stack_cli

@@ -34,12 +34,13 @@ import httpx
 from keystone.contracts import metrics as names
 from keystone.contracts.errors import KeystoneError
 from keystone.contracts.names import valid_name
+from keystone.contracts.processes import PidFile, port_in_use, process_start_time, reap, spawn
+from keystone.contracts.registry import RouterPhase, RouterState
 from keystone.contracts.settings import CHECKOUT, Settings
 from keystone.contracts.spec import StreamSpec
-from keystone.control.store import RouterState, Store
+from keystone.control.store import Store
 from keystone.dashboards.publish import Publisher
-from keystone.stack.processes import PidFile, port_in_use, process_start_time, reap, spawn
-from keystone.stack.targets import remove_target, write_target
+from keystone.dashboards.targets import remove_target, write_target
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +62,7 @@ def fingerprint(spec: StreamSpec) -> str:
 @dataclass(frozen=True)
 class Deployment:
     """A router process the fleet started; stored as its pid file (`pid` and `start` are what
-    `stack.processes.PidFile` reads, so `keystone stack down` can stop it too)."""
+    `contracts.processes.PidFile` reads, so `keystone stack down` can stop it too)."""
 
     stream: str
     pid: int
@@ -207,7 +208,7 @@ class Fleet:
                 self._undeploy(stream)
             return
         if deployed is not None:
-            if deployed.fingerprint != fingerprint(spec) or state.state == "stopping":
+            if deployed.fingerprint != fingerprint(spec) or state.state == RouterPhase.STOPPING:
                 self._stopping(deployed, state, now)  # a redeploy begins with a stop
             else:
                 self._watch(deployed, state, now)
@@ -222,9 +223,9 @@ class Fleet:
         code = reap(deployed.pid, timeout=5)
         _kill_group(deployed.pid)  # its JVM must not outlive it
         deployed.remove(self.settings)
-        if state.state == "stopping":
+        if state.state == RouterPhase.STOPPING:
             log.info("router %s stopped (exit %s)", deployed.stream, code)
-            _enter(state, "pending", now)
+            _enter(state, RouterPhase.PENDING, now)
             state.retry_at = 0.0
             return
         ran = now - deployed.started
@@ -234,7 +235,11 @@ class Fleet:
         state.last_error = f"{why}: {error}" if error else why
         delay = min(MAX_BACKOFF, 2.0 ** (state.failures - 1))
         state.retry_at = now + delay
-        _enter(state, "failed" if state.failures >= FAILED_AFTER else "restarting", now)
+        _enter(
+            state,
+            RouterPhase.FAILED if state.failures >= FAILED_AFTER else RouterPhase.RESTARTING,
+            now,
+        )
         log.error(
             "router %s ended after %.0f s (%s); starting it again in %.0f s",
             deployed.stream,
@@ -244,9 +249,9 @@ class Fleet:
         )
 
     def _stopping(self, deployed: Deployment, state: RouterState, now: float) -> None:
-        if state.state != "stopping":
+        if state.state != RouterPhase.STOPPING:
             log.info("stopping router %s (pid %d)", deployed.stream, deployed.pid)
-            _enter(state, "stopping", now)
+            _enter(state, RouterPhase.STOPPING, now)
             # The router's Python process only: it stops its queries and then its JVM.
             with contextlib.suppress(ProcessLookupError):
                 os.kill(deployed.pid, signal.SIGTERM)
@@ -256,7 +261,7 @@ class Fleet:
 
     def _watch(self, deployed: Deployment, state: RouterState, now: float) -> None:
         up = _router_up(self.settings.bind_host, deployed.port, deployed.stream)
-        _enter(state, "running" if up else "starting", now)
+        _enter(state, RouterPhase.RUNNING if up else RouterPhase.STARTING, now)
         error = last_error(router_log(self.settings, deployed.stream))
         if error:
             state.last_error = error
@@ -295,12 +300,12 @@ class Fleet:
             [f"{settings.bind_host}:{port}"],
             {"job": "keystone_router", "stream": spec.name},
         )
-        if state.state in ("restarting", "failed"):
+        if state.state in (RouterPhase.RESTARTING, RouterPhase.FAILED):
             state.restarts += 1
         state.pid, state.port, state.started = pid, port, now
         state.fingerprint = fingerprint(spec)
         state.extra = {"outputs": {o.name: _sink_key(o) for o in spec.outputs}}
-        _enter(state, "starting", now)
+        _enter(state, RouterPhase.STARTING, now)
         log.info("router %s started (pid %d, metrics on port %d)", spec.name, pid, port)
 
     def _forget_checkpoints(self, spec: StreamSpec, state: RouterState) -> None:
@@ -326,7 +331,7 @@ def _sink_key(output) -> str:
     return output.sink.model_dump_json()
 
 
-def _enter(state: RouterState, name: str, now: float) -> None:
+def _enter(state: RouterState, name: RouterPhase, now: float) -> None:
     if state.state != name:
         state.state, state.since = name, now
 

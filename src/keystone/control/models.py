@@ -7,9 +7,10 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from keystone.contracts.registry import App, RouterState
 from keystone.contracts.spec import Principal, StreamSpec
 from keystone.control.status import router_summary
-from keystone.control.store import App, AuditEntry, RouterState
+from keystone.control.store import AuditEntry
 from keystone.control.tenancy import Caller
 
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 from keystone.contracts.names import dead_letter_topic, fronting_topic
 from keystone.contracts.settings import Settings
 from keystone.contracts.spec import StreamSpec
-from keystone.router.sinks.base import Route
-from keystone.router.sinks.registry import sink_for
+from keystone.router.sinks.registry import provisioner_for
+from keystone.router.sinks.route import Route
 from keystone.router.topics import create_topics
 
 
@@ -16,7 +16,7 @@ def provision(settings: Settings, spec: StreamSpec) -> list[str]:
     """Everything the stream and its outputs write to; returns what was created now."""
     created = [f"topic {t}" for t in ensure_topics(settings, spec)]
     for output in spec.outputs:
-        created += sink_for(Route(settings, spec, output)).provision()
+        created += provisioner_for(Route(settings, spec, output)).provision()
     return created
 
 

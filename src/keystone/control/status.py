@@ -8,9 +8,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from keystone.contracts import metrics as names
+from keystone.contracts.registry import RouterPhase, RouterState
 from keystone.contracts.settings import Settings
 from keystone.contracts.spec import StreamSpec
-from keystone.control.store import RouterState
 from keystone.dashboards.prometheus import PrometheusError, instant
 
 RATE_WINDOW = "1m"
@@ -39,7 +39,7 @@ class StreamStatus:
 
 def router_summary(state: RouterState | None, has_outputs: bool) -> dict[str, Any]:
     if state is None:
-        return {"state": "pending" if has_outputs else "none"}
+        return {"state": RouterPhase.PENDING if has_outputs else RouterPhase.NONE}
     now = time.time()
     summary: dict[str, Any] = {
         "state": state.state,
@@ -48,7 +48,7 @@ def router_summary(state: RouterState | None, has_outputs: bool) -> dict[str, An
         "restarts": state.restarts,
         "last_error": state.last_error or None,
     }
-    if state.state in ("restarting", "failed"):
+    if state.state in (RouterPhase.RESTARTING, RouterPhase.FAILED):
         summary["retry_in_seconds"] = max(0.0, round(state.retry_at - now, 1))
     return summary
 

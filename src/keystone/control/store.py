@@ -1,92 +1,45 @@
-"""The registry in Redis: stream specs, owners, producing apps and their (hashed) keys, the
-fleet's view of each router, and the audit log.
-
-Control owns it; the proxy and the router read it. Every registry change bumps one version
-counter, so a reader can tell in one GET whether anything changed since it last loaded, and a
-writer that WATCHes it knows nobody changed anything between its checks and its write.
-
-    keystone:streams            set of stream names
-    keystone:stream:<name>      the spec, JSON
-    keystone:owners             set of owner names
-    keystone:owner:<name>       hash: token_sha256, created
-    keystone:token:<sha256>     the owner a token belongs to
-    keystone:apps               set of app names
-    keystone:app:<name>         hash: key_sha256, rate (events/s, 0 = unlimited), owner, created
-    keystone:key:<sha256>       the app a key belongs to
-    keystone:retired_streams    hash: deleted streams' names and their owners, kept for good
-    keystone:retired_owners     set: removed owners' names, never given again
-    keystone:topics             hash: Kafka output topics (in Kafka's collision form) and their
-                                owners, kept for good
-    keystone:topic_names        hash: the same topics' names as made, kept for good
-    keystone:version            incremented on every registry change
-    keystone:router:<stream>    hash: the fleet's view of the stream's router (RouterState)
-    keystone:audit              stream of changes: who, action, target, owner, detail
-    keystone:audit:<owner>      the same entries on what was the owner's, kept per owner
-    keystone:session:<sha256>   a web session's token hash, expiring
-    keystone:fleet:leader       the control process running the fleet (an expiring lock)
-"""
+"""The registry's writes: streams, owners, apps and their hashed secrets, the fleet's router
+records, leases, web sessions and the audit log, each in one WATCHed transaction. Its keys and
+its reading are `keystone.contracts.registry`'s."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import secrets
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, fields
-from typing import Any, Literal
+from dataclasses import dataclass
+from typing import Any
 
 import redis
-from pydantic import TypeAdapter, ValidationError
+from pydantic import ValidationError
 
-from keystone.contracts.errors import Conflict, InvalidName, InvalidSpec, NotFound, Unavailable
+from keystone.contracts.errors import Conflict, InvalidName, InvalidSpec, NotFound
 from keystone.contracts.names import check_stream_name, topic_key, valid_name
-from keystone.contracts.settings import Settings
-from keystone.contracts.spec import Principal, StreamSpec, field_errors
+from keystone.contracts.registry import (
+    AUDIT,
+    RETIRED,
+    RETIRED_OWNERS,
+    TOPIC_NAMES,
+    TOPICS,
+    VERSION,
+    App,
+    RegistryReader,
+    RouterState,
+    Unreadable,
+    check_label,
+    hash_key,
+    key,
+    read_spec,
+)
+from keystone.contracts.spec import StreamSpec, field_errors
 
-PREFIX = "keystone:"
-VERSION = f"{PREFIX}version"
-AUDIT = f"{PREFIX}audit"
-# Deleted streams' names and their owners: the topics, tables and indices stay, so the name does.
-RETIRED = f"{PREFIX}retired_streams"
-# Removed owners' names, never given again.
-RETIRED_OWNERS = f"{PREFIX}retired_owners"
-# Kafka output topics and their owners, for the same reason.
-TOPICS = f"{PREFIX}topics"
-# The same topics' names as made (Kafka refuses another whose name differs only in '.'/'_').
-TOPIC_NAMES = f"{PREFIX}topic_names"
 AUDIT_KEPT = 100_000  # entries; older ones are trimmed
 # Each owner's own copy of the entries on what is theirs: another tenant's changes, however
 # many, never push an owner's history out of their view.
 AUDIT_KEPT_PER_OWNER = 10_000
-_LABEL = TypeAdapter(Principal)
 log = logging.getLogger(__name__)
-
-
-class Unreadable(Conflict):
-    """A stored spec that no longer reads as a spec (written by hand into Redis, or by a version
-    with other rules). Readers skip it and name it; only the admin can delete or replace it."""
-
-    def __init__(self, name: str, reason: str) -> None:
-        super().__init__(
-            f"the stored spec of stream {name!r} cannot be read ({reason}): the admin may "
-            "replace it (PUT) or delete it",
-            stream=name,
-        )
-        self.stream = name
-        self.reason = reason
-
-
-def read_spec(name: str, raw: bytes) -> StreamSpec:
-    """A stored spec, or Unreadable naming it: never another error, whatever Redis holds."""
-    try:
-        spec = StreamSpec.model_validate_json(raw)
-    except (ValidationError, ValueError, RecursionError) as e:
-        raise Unreadable(name, str(e).splitlines()[0]) from e
-    if spec.name != name:
-        raise Unreadable(name, f"it names stream {spec.name!r}")
-    return spec
 
 
 def stored_form(spec: StreamSpec) -> str:
@@ -105,15 +58,6 @@ def stored_form(spec: StreamSpec) -> str:
 
 
 @dataclass(frozen=True)
-class App:
-    name: str
-    key_sha256: str
-    rate: int  # events per second across all proxies; 0 means no quota
-    created: float
-    owner: str = ""  # the owner who registered it; "" for the admin's
-
-
-@dataclass(frozen=True)
 class AuditEntry:
     id: str
     at: float
@@ -124,77 +68,10 @@ class AuditEntry:
     owner: str = ""  # whose the target was when it changed ("" in entries older than this)
 
 
-@dataclass
-class RouterState:
-    """What the fleet knows of one stream's router; written by the fleet, read by the API."""
-
-    state: Literal["pending", "starting", "running", "stopping", "restarting", "failed"] = "pending"
-    pid: int = 0
-    port: int = 0  # where its metrics are served
-    since: float = 0.0  # when it entered this state
-    started: float = 0.0  # when the running process started
-    restarts: int = 0  # times the fleet started it again after it died
-    failures: int = 0  # deaths in a row without a minute of health
-    retry_at: float = 0.0
-    last_error: str = ""
-    fingerprint: str = ""  # of the spec it runs
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    @classmethod
-    def from_hash(cls, raw: dict[bytes, bytes]) -> RouterState:
-        """The record as stored, type-checked (ValueError when it is not one): the fleet acts
-        on what it reads, and anyone who can write to Redis could have written it."""
-        values: dict[str, Any] = {}
-        for f in fields(cls):
-            data = raw.get(f.name.encode())
-            if data is not None:
-                values[f.name] = json.loads(data)
-        return _ROUTER_STATE.validate_python(values)
-
-    def to_hash(self) -> dict[str, str]:
-        return {k: json.dumps(v) for k, v in asdict(self).items()}
-
-
-_ROUTER_STATE = TypeAdapter(RouterState)
-
-
-def hash_key(key: str) -> str:
-    # Keys and tokens are 256 random bits, so a plain SHA-256 cannot be reversed by guessing;
-    # slow password hashes are for secrets people choose. Only the hash is ever stored.
-    return hashlib.sha256(key.encode()).hexdigest()
-
-
-def check_label(name: str, what: str) -> str:
-    try:
-        return _LABEL.validate_python(name)
-    except ValidationError as e:
-        raise InvalidName(
-            f"{what} name {name!r} is not valid: lower-case letters, digits, '_' and '-', "
-            "2 to 63, starting with a letter"
-        ) from e
-
-
 Change = Callable[[StreamSpec | None], StreamSpec | None]
 
 
-class Store:
-    def __init__(self, client: redis.Redis) -> None:
-        self.redis = client
-
-    @classmethod
-    def connect(cls, settings: Settings) -> Store:
-        return cls(
-            redis.Redis.from_url(
-                settings.redis_url, socket_timeout=5, **settings.redis_client_kwargs()
-            )
-        )
-
-    def close(self) -> None:
-        self.redis.close()
-
-    def version(self) -> int:
-        return int(self._call(self.redis.get, VERSION) or 0)
-
+class Store(RegistryReader):
     # Streams
 
     def put_stream(self, spec: StreamSpec) -> None:
@@ -218,7 +95,7 @@ class Store:
         (the admin's) taken as none."""
 
         def write(tx: redis.client.Pipeline) -> tuple[StreamSpec | None, StreamSpec | None]:
-            raw = tx.get(f"{PREFIX}stream:{name}")
+            raw = tx.get(key("stream", name))
             try:
                 old = None if raw is None else read_spec(name, raw)
             except Unreadable:
@@ -229,7 +106,7 @@ class Store:
             stored = None if new is None else stored_form(new)
             if new is not None:  # checked here, not before: an app may go meanwhile
                 for app in new.producers:
-                    if not tx.exists(f"{PREFIX}app:{app}"):
+                    if not tx.exists(key("app", app)):
                         raise NotFound(f"no app {app!r}")
             if old is None and new is not None:
                 retired = tx.hget(RETIRED, name)
@@ -239,13 +116,13 @@ class Store:
                     raise Conflict(f"stream {name!r} already exists")
             tx.multi()
             if new is None:
-                tx.delete(f"{PREFIX}stream:{name}")
-                tx.srem(f"{PREFIX}streams", name)
+                tx.delete(key("stream", name))
+                tx.srem(key("streams"), name)
                 if old is not None:
                     tx.hset(RETIRED, name, old.owner)
             else:
-                tx.set(f"{PREFIX}stream:{name}", stored)
-                tx.sadd(f"{PREFIX}streams", name)
+                tx.set(key("stream", name), stored)
+                tx.sadd(key("streams"), name)
                 for topic in new.kafka_topics().values():
                     tx.hsetnx(TOPICS, topic_key(topic), new.owner)
                     tx.hsetnx(TOPIC_NAMES, topic_key(topic), topic)
@@ -258,7 +135,7 @@ class Store:
         retired (its topics keep their data) to the owner it names, else to `fallback_owner`."""
 
         def purge(tx: redis.client.Pipeline) -> None:
-            raw = tx.get(f"{PREFIX}stream:{name}")
+            raw = tx.get(key("stream", name))
             if raw is None:
                 raise NotFound(f"no stream {name!r}")
             try:
@@ -268,8 +145,8 @@ class Store:
             else:
                 raise Conflict(f"stream {name!r} reads back: delete it as any stream")
             tx.multi()
-            tx.delete(f"{PREFIX}stream:{name}")
-            tx.srem(f"{PREFIX}streams", name)
+            tx.delete(key("stream", name))
+            tx.srem(key("streams"), name)
             tx.hsetnx(RETIRED, name, owner)  # a name retired before stays whose it was
 
         self._transact(purge, audit)
@@ -290,35 +167,6 @@ class Store:
         """Kafka output topics (in Kafka's collision form) and their names as made."""
         names = self._call(self.redis.hgetall, TOPIC_NAMES)
         return {k.decode(errors="replace"): v.decode(errors="replace") for k, v in names.items()}
-
-    def get_stream(self, name: str) -> StreamSpec:
-        raw = self._call(self.redis.get, f"{PREFIX}stream:{name}")
-        if raw is None:
-            raise NotFound(f"no stream {name!r}")
-        return read_spec(name, raw)
-
-    def streams(self) -> list[StreamSpec]:
-        """Every stream that reads back; one that does not is skipped and logged by name (see
-        `read_streams`), so it cannot stop every reader of the registry."""
-        specs, unreadable = self.read_streams()
-        for problem in unreadable:
-            log.warning("skipping stream %r: %s", problem.stream, problem.reason)
-        return specs
-
-    def read_streams(self) -> tuple[list[StreamSpec], list[Unreadable]]:
-        """The streams that read back, and those that do not."""
-        members = self._call(self.redis.smembers, f"{PREFIX}streams")
-        names = sorted(n.decode(errors="replace") for n in members)
-        raws = self._call(self.redis.mget, [f"{PREFIX}stream:{n}" for n in names]) if names else []
-        specs, unreadable = [], []
-        for name, raw in zip(names, raws, strict=True):
-            if raw is None:
-                continue
-            try:
-                specs.append(read_spec(name, raw))
-            except Unreadable as problem:
-                unreadable.append(problem)
-        return specs, unreadable
 
     # Owners: who may change which streams, each with a bearer token.
 
@@ -360,10 +208,10 @@ class Store:
         )
 
     def owners(self) -> list[str]:
-        return sorted(n.decode() for n in self._call(self.redis.smembers, f"{PREFIX}owners"))
+        return sorted(n.decode() for n in self._call(self.redis.smembers, key("owners")))
 
     def owner_by_digest(self, token_sha256: str) -> str | None:
-        name = self._call(self.redis.get, f"{PREFIX}token:{token_sha256}")
+        name = self._call(self.redis.get, key("token", token_sha256))
         return name.decode() if name is not None else None
 
     # Apps
@@ -406,40 +254,6 @@ class Store:
 
         self._delete_principal("app", "key", name, audit, leave_streams, owner)
 
-    def get_app(self, name: str) -> App:
-        found = [a for a in self._apps([name]) if a.name == name]
-        if not found:
-            raise NotFound(f"no app {name!r}")
-        return found[0]
-
-    def apps(self) -> list[App]:
-        """Every app whose record reads (one that does not is skipped and logged)."""
-        members = self._call(self.redis.smembers, f"{PREFIX}apps")
-        return self._apps(sorted(n.decode(errors="replace") for n in members))
-
-    def _apps(self, names: list[str]) -> list[App]:
-        with self.redis.pipeline(transaction=False) as batch:
-            for name in names:
-                batch.hgetall(f"{PREFIX}app:{name}")
-            records = self._call(batch.execute)
-        apps = []
-        for name, record in zip(names, records, strict=True):
-            if not record:
-                continue
-            try:
-                apps.append(
-                    App(
-                        name=check_label(name, "app"),
-                        key_sha256=record[b"key_sha256"].decode(),
-                        rate=int(record.get(b"rate", 0)),
-                        created=float(record.get(b"created", 0)),
-                        owner=record.get(b"owner", b"").decode(),
-                    )
-                )
-            except (KeyError, ValueError, UnicodeDecodeError) as e:  # skipped, not fatal
-                log.warning("skipping app record %r: %r", name, e)
-        return apps
-
     # Owners and apps alike: a record with one hashed secret, its hash the way back to it.
 
     def _create(
@@ -459,15 +273,15 @@ class Store:
         digest = hash_key(value)
 
         def write(tx: redis.client.Pipeline) -> None:
-            if tx.exists(f"{PREFIX}{kind}:{name}"):
+            if tx.exists(key(kind, name)):
                 raise Conflict(f"{kind} {name!r} already exists")
             if check is not None:
                 check()
             tx.multi()
             record = {f"{secret}_sha256": digest, "created": time.time(), **fields}
-            tx.hset(f"{PREFIX}{kind}:{name}", mapping=record)
-            tx.set(f"{PREFIX}{secret}:{digest}", name)
-            tx.sadd(f"{PREFIX}{kind}s", name)
+            tx.hset(key(kind, name), mapping=record)
+            tx.set(key(secret, digest), name)
+            tx.sadd(key(f"{kind}s"), name)
 
         self._transact(write, audit)
         return value
@@ -487,9 +301,9 @@ class Store:
         def write(tx: redis.client.Pipeline) -> None:
             old = self._digest(tx, kind, secret, name, owner)
             tx.multi()
-            tx.delete(f"{PREFIX}{secret}:{old}")
-            tx.hset(f"{PREFIX}{kind}:{name}", f"{secret}_sha256", digest)
-            tx.set(f"{PREFIX}{secret}:{digest}", name)
+            tx.delete(key(secret, old))
+            tx.hset(key(kind, name), f"{secret}_sha256", digest)
+            tx.set(key(secret, digest), name)
 
         self._transact(write, audit)
         return value
@@ -512,12 +326,12 @@ class Store:
                 check()
             changed = also(tx) if also else []
             tx.multi()
-            tx.delete(f"{PREFIX}{secret}:{old}", f"{PREFIX}{kind}:{name}", *forget)
-            tx.srem(f"{PREFIX}{kind}s", name)
+            tx.delete(key(secret, old), key(kind, name), *forget)
+            tx.srem(key(f"{kind}s"), name)
             if retire is not None:
                 tx.sadd(retire, name)
             for spec in changed:
-                tx.set(f"{PREFIX}stream:{spec.name}", stored_form(spec))
+                tx.set(key("stream", spec.name), stored_form(spec))
 
         self._transact(write, audit)
 
@@ -528,47 +342,24 @@ class Store:
         """The stored hash of an owner's token or an app's key, read inside the transaction
         that changes it; with `owner`, only of a record that is theirs then (an app deleted and
         registered again by someone else between a check and a write is not)."""
-        digest, holder = tx.hmget(f"{PREFIX}{kind}:{name}", [f"{secret}_sha256", "owner"])
+        digest, holder = tx.hmget(key(kind, name), [f"{secret}_sha256", "owner"])
         if digest is None or (owner is not None and (holder or b"").decode() != owner):
             raise NotFound(f"no {kind} {name!r}")
         return digest.decode()
 
     # The fleet's view of each router (not part of the registry's version).
 
-    def router_state(self, stream: str) -> RouterState | None:
-        raw = self._call(self.redis.hgetall, f"{PREFIX}router:{check_stream_name(stream)}")
-        return _router_state(stream, raw)
-
-    def router_states(self) -> dict[str, RouterState]:
-        """Each stream's router record. A key is a name read from Redis, which anyone who can
-        write there could have made: only valid stream names come back (the fleet makes paths
-        of them), and a record that does not read is skipped and logged."""
-        found = self._call(lambda: list(self.redis.scan_iter(match=f"{PREFIX}router:*")))
-        streams = []
-        for key in found:
-            name = key.decode(errors="replace").removeprefix(f"{PREFIX}router:")
-            if valid_name(name, check_stream_name):
-                streams.append(name)
-            else:
-                log.warning("skipping router record %r: not a stream's name", name)
-        with self.redis.pipeline(transaction=False) as batch:
-            for name in streams:
-                batch.hgetall(f"{PREFIX}router:{name}")
-            raws = self._call(batch.execute)
-        states = {name: _router_state(name, raw) for name, raw in zip(streams, raws, strict=True)}
-        return {name: state for name, state in states.items() if state is not None}
-
     def put_router_state(self, stream: str, state: RouterState) -> None:
-        self._call(self.redis.hset, f"{PREFIX}router:{stream}", mapping=state.to_hash())
+        self._call(self.redis.hset, key("router", stream), mapping=state.to_hash())
 
     def delete_router_state(self, stream: str) -> None:
-        self._call(self.redis.delete, f"{PREFIX}router:{stream}")
+        self._call(self.redis.delete, key("router", stream))
 
     def hold_lease(self, name: str, holder: str, seconds: float) -> bool:
         """Takes or renews an expiring lock; True while `holder` has it."""
-        key = f"{PREFIX}{name}"
+        lease = key(name)
         ms = int(seconds * 1000)
-        if self._call(self.redis.set, key, holder, nx=True, px=ms):
+        if self._call(self.redis.set, lease, holder, nx=True, px=ms):
             return True
         # Renew only our own lease, atomically.
         renewed = self._call(
@@ -576,7 +367,7 @@ class Store:
             "if redis.call('get', KEYS[1]) == ARGV[1] then "
             "return redis.call('pexpire', KEYS[1], ARGV[2]) else return 0 end",
             1,
-            key,
+            lease,
             holder,
             ms,
         )
@@ -588,7 +379,7 @@ class Store:
             "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) "
             "else return 0 end",
             1,
-            f"{PREFIX}{name}",
+            key(name),
             holder,
         )
 
@@ -597,17 +388,16 @@ class Store:
     def open_session(self, token_sha256: str, seconds: int) -> str:
         """A new session for the holder of the token; its id, stored only hashed."""
         session = secrets.token_urlsafe(32)
-        key = f"{PREFIX}session:{hash_key(session)}"
-        self._call(self.redis.set, key, token_sha256, ex=seconds)
+        self._call(self.redis.set, key("session", hash_key(session)), token_sha256, ex=seconds)
         return session
 
     def session_token(self, session: str) -> str | None:
         """The hash of the token the session was opened with, while the session lasts."""
-        digest = self._call(self.redis.get, f"{PREFIX}session:{hash_key(session)}")
+        digest = self._call(self.redis.get, key("session", hash_key(session)))
         return digest.decode() if digest is not None else None
 
     def close_session(self, session: str) -> None:
-        self._call(self.redis.delete, f"{PREFIX}session:{hash_key(session)}")
+        self._call(self.redis.delete, key("session", hash_key(session)))
 
     # The audit log: who changed what, when.
 
@@ -645,28 +435,9 @@ class Store:
                 finally:
                     tx.reset()
 
-    @staticmethod
-    def _call(fn, *args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except redis.WatchError:
-            raise
-        except redis.RedisError as e:
-            raise Unavailable(f"the registry (Redis) is unreachable: {e}", retry_after=2) from e
-
 
 def _owner_audit(owner: str) -> str:
-    return f"{AUDIT}:{owner}"
-
-
-def _router_state(stream: str, raw: dict[bytes, bytes]) -> RouterState | None:
-    if not raw:
-        return None
-    try:
-        return RouterState.from_hash(raw)
-    except (ValueError, TypeError) as e:
-        log.warning("skipping router record of %r: %s", stream, e)
-        return None
+    return key("audit", owner)
 
 
 def _claimed_owner(raw: bytes | None) -> str:

@@ -15,11 +15,12 @@ from dataclasses import dataclass
 from keystone.contracts.errors import Conflict, Forbidden, InvalidSpec, NotFound
 from keystone.contracts.limits import check_limit
 from keystone.contracts.names import dead_letter_topic, fronting_topic, topic_key
+from keystone.contracts.registry import Unreadable
 from keystone.contracts.schema import schema_limit_problems
 from keystone.contracts.settings import Settings
 from keystone.contracts.spec import OutputSpec, StreamSpec, load_spec
 from keystone.control.provisioner import provision
-from keystone.control.store import Store, Unreadable, audit
+from keystone.control.store import Store, audit
 from keystone.control.tenancy import ADMIN, Caller
 from keystone.control.validation import (
     check_spec,

@@ -11,9 +11,10 @@ import hmac
 from dataclasses import dataclass
 
 from keystone.contracts.errors import Forbidden, NotFound, Unauthorized
+from keystone.contracts.registry import App, hash_key
 from keystone.contracts.settings import Settings, stored_secret
 from keystone.contracts.spec import StreamSpec
-from keystone.control.store import App, Store, hash_key
+from keystone.control.store import Store
 
 ADMIN = "admin"
 SESSION_SECONDS = 12 * 3600  # a web session's life, kept by the server, not the browser

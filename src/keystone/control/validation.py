@@ -7,15 +7,14 @@ from __future__ import annotations
 from keystone.contracts.errors import ExpressionError, InvalidSpec
 from keystone.contracts.limits import Limits
 from keystone.contracts.names import dead_letter_topic, fronting_topic, topic_key
-from keystone.contracts.spec import StreamSpec
+from keystone.contracts.spec import StreamSpec, sink_problems
 from keystone.router.lang.parser import parse_filter, parse_projection
-from keystone.router.sinks.registry import validate_sinks
 
 
 def check_spec(spec: StreamSpec, limits: Limits, old: StreamSpec | None = None) -> None:
     """`limits`: what a spec may ask of the router (`Settings` are `Limits`); `old`, the spec
     as stored, if it is."""
-    problems = language_problems(spec, limits, old) + validate_sinks(spec)
+    problems = language_problems(spec, limits, old) + sink_problems(spec)
     if problems:
         raise InvalidSpec("the stream spec is not valid", problems=problems)
 

@@ -22,11 +22,11 @@ from pathlib import Path
 import httpx
 
 from keystone.contracts.errors import Unavailable
+from keystone.contracts.processes import PidFile
 from keystone.contracts.settings import Settings
 from keystone.contracts.spec import StreamSpec
 from keystone.dashboards.grafana import dashboard
 from keystone.dashboards.rules import rules_yaml
-from keystone.stack.processes import PidFile
 
 log = logging.getLogger(__name__)
 

@@ -26,9 +26,9 @@ from starlette.concurrency import run_in_threadpool
 from keystone.contracts import envelope
 from keystone.contracts.errors import KeystoneError, PayloadTooLarge, SchemaMismatch, Unavailable
 from keystone.contracts.names import fronting_topic
+from keystone.contracts.registry import RegistryReader
 from keystone.contracts.schema import check_budget, schema_problems
 from keystone.contracts.settings import Settings
-from keystone.control.store import Store
 from keystone.ingest_proxy.events import Event, field, media_type, parse_events
 from keystone.ingest_proxy.metrics import UNKNOWN, IngestMetrics
 from keystone.ingest_proxy.publisher import Publisher, Record
@@ -260,7 +260,7 @@ def create_app(settings: Settings) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        store = Store.connect(settings)
+        store = RegistryReader.connect(settings)
         registry = Registry(store, settings.registry_refresh_seconds, metrics)
         quota_redis = aioredis.Redis.from_url(
             settings.redis_url, socket_timeout=2, **settings.redis_client_kwargs()

@@ -13,7 +13,7 @@ from __future__ import annotations
 import redis.asyncio as aioredis
 
 from keystone.contracts.errors import PayloadTooLarge, RateLimited, Unavailable
-from keystone.control.store import PREFIX
+from keystone.contracts.registry import key
 
 # KEYS[1]: the app's bucket; ARGV: rate (events/s), events, and 1 to only look (take nothing).
 # Returns -1 when admitted, else the milliseconds until it would be.
@@ -66,7 +66,7 @@ class Quota:
     async def _ask(self, app: str, rate: int, events: int, look: bool) -> None:
         try:
             wait_ms = await self._take(
-                keys=[f"{PREFIX}quota:{app}"], args=[rate, events, 1 if look else 0]
+                keys=[key("quota", app)], args=[rate, events, 1 if look else 0]
             )
         except aioredis.RedisError as e:
             raise Unavailable(f"the quota store (Redis) is unreachable: {e}", retry_after=2) from e

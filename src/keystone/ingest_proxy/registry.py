@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from keystone.contracts.errors import Forbidden, KeystoneError, NotFound, Unauthorized, Unavailable
+from keystone.contracts.registry import App, RegistryReader, hash_key
 from keystone.contracts.schema import parse_schema
 from keystone.contracts.spec import StreamSpec
-from keystone.control.store import App, Store, hash_key
 from keystone.ingest_proxy.metrics import IngestMetrics
 
 log = logging.getLogger(__name__)
@@ -27,7 +27,9 @@ class Snapshot:
 
 
 class Registry:
-    def __init__(self, store: Store, refresh_seconds: float, metrics: IngestMetrics) -> None:
+    def __init__(
+        self, store: RegistryReader, refresh_seconds: float, metrics: IngestMetrics
+    ) -> None:
         self._store = store
         self._metrics = metrics
         self._refresh = refresh_seconds

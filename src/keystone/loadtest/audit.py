@@ -24,7 +24,7 @@ from keystone.loadtest.sinks import SinkReader, reader_for
 from keystone.loadtest.topics import iter_topic
 from keystone.router.lang.evaluate import matches, project
 from keystone.router.lang.parser import parse_filter, parse_projection
-from keystone.stack.spark import spark_session
+from keystone.router.spark import spark_session
 
 
 @dataclass

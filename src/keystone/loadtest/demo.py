@@ -23,7 +23,7 @@ from keystone.loadtest.run import app_key, await_key, await_routers
 from keystone.loadtest.sinks import SinkReader, reader_for
 from keystone.router.lang.evaluate import matches
 from keystone.router.lang.parser import parse_filter
-from keystone.stack.spark import spark_session
+from keystone.router.spark import spark_session
 
 STREAM, ALERTS, OWNER, APP = "demo", "demo_alerts", "demo", "demo-app"
 EVENTS = 2000

@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from keystone.contracts.errors import BadRequest, StackError
+from keystone.contracts.processes import PidFile, stop
 from keystone.contracts.settings import Settings
 from keystone.control.fleet import Deployment
 from keystone.stack import lifecycle
-from keystone.stack.processes import PidFile, stop
 
 
 @dataclass

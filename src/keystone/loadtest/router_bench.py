@@ -47,8 +47,8 @@ from keystone.loadtest.bench import machine, make_event, write_section
 from keystone.loadtest.topics import read_topic
 from keystone.router.job import BATCH_LIMIT, Router, router_master
 from keystone.router.metrics import RouterMetrics
+from keystone.router.spark import spark_session
 from keystone.router.topics import create_topics
-from keystone.stack.spark import spark_session
 
 console = Console()
 COMMAND = "python -m loadtest.router_bench --write-docs"

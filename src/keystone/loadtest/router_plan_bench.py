@@ -34,10 +34,10 @@ from keystone.loadtest.bench import machine, make_event, write_section
 from keystone.loadtest.router_bench import handwritten_records, spec
 from keystone.router.job import paths_read_by, routed
 from keystone.router.meter import Meter
-from keystone.router.sinks.base import Route
-from keystone.router.sinks.kafka import KafkaSink
+from keystone.router.sinks.kafka import KafkaWriter
+from keystone.router.sinks.route import Route
 from keystone.router.source import envelope as source_columns
-from keystone.stack.spark import spark_session
+from keystone.router.spark import spark_session
 
 console = Console()
 COMMAND = "python -m loadtest.router_plan_bench --write-docs"
@@ -118,7 +118,7 @@ def main() -> None:
     stream = spec("bench", "microbatch", "1 second")
     output = stream.outputs[0]
     meter = Meter(spark, "bench.out")
-    sink = KafkaSink(Route(settings, stream, output, meter))
+    sink = KafkaWriter(Route(settings, stream, output), meter)
     plans: dict[str, Callable[[], DataFrame]] = {
         "router": lambda: sink.frame(
             routed(source_columns(batch, None, paths_read_by([output])), output, meter)

@@ -15,11 +15,11 @@ import sys
 import threading
 
 from keystone.contracts.errors import KeystoneError
+from keystone.contracts.registry import RegistryReader
 from keystone.contracts.settings import Settings
-from keystone.control.store import Store
 from keystone.router.job import Router, router_master
 from keystone.router.metrics import RouterMetrics
-from keystone.stack.spark import spark_session
+from keystone.router.spark import spark_session
 
 log = logging.getLogger("keystone.router")
 
@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
         logging.getLogger(chatty).setLevel(logging.WARNING)
     settings = Settings()
     try:
-        store = Store.connect(settings)
+        store = RegistryReader.connect(settings)
         spec = store.get_stream(args.stream)
         store.close()
     except KeystoneError as e:

@@ -3,8 +3,9 @@
 A record there is the fronting record unchanged (key, value, headers) plus `ks_dlq_reason` and,
 when an output rather than the stream refused it, `ks_dlq_output`. Written by Spark's Kafka sink
 with `dead_letter_headers`, for the events the stream's own query cannot read (in the job) and a
-Kafka or Keystone output's records too large to deliver (`RecordSink`); and by `DeadLetters` for a
-sink's refusals (an Elasticsearch mapping conflict), which runs inside Spark tasks.
+Kafka or Keystone output's records too large to deliver (`RecordWriter`); and by
+`DeadLetters` for a sink's refusals (an Elasticsearch mapping conflict), which runs inside Spark
+tasks.
 """
 
 from __future__ import annotations

@@ -31,8 +31,8 @@ from keystone.router.lang.parser import parse_filter, parse_projection
 from keystone.router.lang.spark import compile_filter, compile_projection
 from keystone.router.meter import Meter
 from keystone.router.metrics import STREAM_LEVEL, ProgressListener, RouterMetrics
-from keystone.router.sinks.base import ROUTED, RecordSink, Route, to_kafka
-from keystone.router.sinks.registry import SINKS, sink_for
+from keystone.router.sinks.base import ROUTED, RecordWriter, to_kafka, writer_class, writer_for
+from keystone.router.sinks.route import Route
 from keystone.router.source import fronting
 
 log = logging.getLogger(__name__)
@@ -46,7 +46,7 @@ def runs_realtime(output: OutputSpec) -> bool:
     """Under Real-time Mode: realtime outputs whose sink Spark writes itself. Elasticsearch is
     written from Python, which Real-time Mode feeds only at its checkpoints, so a realtime
     Elasticsearch output runs micro-batches back to back instead."""
-    return output.delivery.mode == "realtime" and SINKS[output.sink.type].realtime
+    return output.delivery.mode == "realtime" and writer_class(output.sink.type).realtime
 
 
 def paths_read_by(outputs: list[OutputSpec]) -> frozenset[tuple[str, ...]]:
@@ -120,7 +120,7 @@ class Router:
         self.meters = {
             o.name: Meter(spark, f"{spec.name}.{o.name}")
             for o in spec.outputs
-            if issubclass(SINKS[o.sink.type], RecordSink)
+            if issubclass(writer_class(o.sink.type), RecordWriter)
         }
         spark.streams.addListener(ProgressListener(metrics))
 
@@ -145,8 +145,8 @@ class Router:
 
     def start_output(self, output: OutputSpec) -> StreamingQuery:
         meter = self.meters.get(output.name)
-        route = Route(self.settings, self.spec, output, meter)
-        sink = sink_for(route)
+        route = Route(self.settings, self.spec, output)
+        sink = writer_for(route, meter)
         sink.prepare(self.spark)
         realtime = runs_realtime(output)
         source = self._source(output.start, limited=not realtime, paths=paths_read_by([output]))

@@ -1,4 +1,4 @@
-"""An output's live counts, from the JVM meter (stack/java/RouterMeter.java).
+"""An output's live counts, from the JVM meter (router/java/RouterMeter.java).
 
 Spark reports a query's observed metrics when its epoch ends: under Real-time Mode that is the
 checkpoint interval, a minute or more. Outputs written by Spark's Kafka sink are counted by the
@@ -10,25 +10,12 @@ per batch too, and their matched and delivered counts should move together.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from pyspark.sql import Column, SparkSession
 
-from keystone.router.metrics import LATENCY_BUCKETS
+from keystone.router.counts import LATENCY_BUCKETS, Counts
 
 # The meter's slots, as in RouterMeter.java.
 IN, MATCHED, DELIVERED, DEAD_LETTERED, LATENCY_SUM_MS, BUCKETS = range(6)
-
-
-@dataclass(frozen=True)
-class Counts:
-    """What an output's meter counted since the last look."""
-
-    read: int
-    matched: int
-    delivered: int
-    dead_lettered: int  # records too large for the sink, sent to the dead-letter topic
-    latency: dict[str, float]  # histogram bucket counts, as `router.metrics.latency_counts`
 
 
 class Meter:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 from prometheus_client.core import HistogramMetricFamily
@@ -24,12 +23,8 @@ from pyspark.sql.streaming import StreamingQueryListener
 
 from keystone.contracts import metrics as names
 from keystone.contracts.settings import Settings
-from keystone.router.sinks.base import Outcome
+from keystone.router.counts import LATENCY_BUCKETS, Counts, Outcome, merge_counts
 
-if TYPE_CHECKING:
-    from keystone.router.meter import Counts  # which imports this module's buckets
-
-LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
 STREAM_LEVEL = "_stream"  # the output label of what the stream itself dead-letters
 
 
@@ -47,22 +42,6 @@ def latency_columns(now_ms: Column, timestamp: Column) -> list[Column]:
         F.count(ms).alias("latency_count"),
         (F.coalesce(F.sum(ms), F.lit(0)) / 1000.0).alias("latency_sum"),
     ]
-
-
-def latency_counts(seconds: list[float]) -> dict[str, float]:
-    """The same aggregates as `latency_columns`, counted in Python (by sinks that write from
-    Python anyway)."""
-    counts: dict[str, float] = {
-        f"le_{bound}": sum(1 for s in seconds if s <= bound) for bound in LATENCY_BUCKETS
-    }
-    counts["latency_count"] = len(seconds)
-    counts["latency_sum"] = sum(seconds)
-    return counts
-
-
-def merge_counts(total: dict[str, float], more: dict[str, float]) -> None:
-    for key, value in more.items():
-        total[key] = total.get(key, 0) + value
 
 
 class LatencyHistogram(Collector):

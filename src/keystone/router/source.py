@@ -54,7 +54,7 @@ def fronting(
 
 def read_paths(spark: SparkSession, value: Column, paths: Collection[tuple[str, ...]]) -> Column:
     """The event's bytes (`value`) read at the field paths, in one streaming pass of the JVM's
-    JSON tokenizer (stack/java/JsonPaths.java): a struct with a field per dotted path, each a
+    JSON tokenizer (router/java/JsonPaths.java): a struct with a field per dotted path, each a
     struct of `kind` (string, number, boolean, null, object, array or missing), `json` (the
     value's own text, null when missing) and `string` (a string's decoded value). Null when the
     bytes are not a JSON object or a string read holds an escaped lone surrogate. Values at no

@@ -10,34 +10,17 @@ classpath; without it, Spark starts as before.
 
 from __future__ import annotations
 
-import hashlib
-import os
-import shutil
 import subprocess
 import sys
-from pathlib import Path
-
-import pyspark
 
 from keystone.contracts.errors import StackError
 from keystone.contracts.settings import Settings
-
-
-def archive(settings: Settings, extra_classpath: str) -> Path:
-    """The archive for drivers with this extra classpath, this Spark and this Java. The JVM
-    refuses an archive whose jars have changed since, so their sizes and times are in its name."""
-    java = os.path.realpath(shutil.which("java") or "java")
-    entries = [p for p in extra_classpath.split(":") if p]
-    jars = [(p, os.stat(p).st_size, os.stat(p).st_mtime_ns) for p in entries]
-    key = hashlib.sha256(f"{pyspark.__version__}:{java}:{jars}".encode()).hexdigest()
-    return settings.cache_dir / "cds" / f"spark-driver-{key[:16]}.jsa"
+from keystone.router.jvm import class_archive, local_file_system
 
 
 def build(settings: Settings) -> bool:
     """Builds the archive of local-mode drivers; False when it is there already."""
-    from keystone.stack.spark import local_file_system  # the classpath is stack.spark's to say
-
-    target = archive(settings, local_file_system(settings)["spark.driver.extraClassPath"])
+    target = class_archive(settings, local_file_system(settings)["spark.driver.extraClassPath"])
     if target.exists():
         return False
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -59,9 +42,9 @@ def build(settings: Settings) -> bool:
 def _train(path: str) -> None:
     """Starts a local driver as a router would, runs a small query, and exits so that the JVM
     writes the classes it loaded to `path`."""
-    from pyspark import SparkContext
+    from pyspark import SparkContext  # Spark only in the job that trains the archive
 
-    from keystone.stack.spark import session_builder, spark_conf
+    from keystone.router.spark import session_builder, spark_conf
 
     settings = Settings()
     conf = spark_conf(settings, "keystone-class-archive", "local[1]")

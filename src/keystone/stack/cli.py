@@ -131,7 +131,7 @@ def sql(
     """Run Spark SQL against the shared Hive metastore and print the rows."""
     from pyspark.errors import PySparkException
 
-    from keystone.stack.spark import spark_session  # Spark only for the commands that need it
+    from keystone.router.spark import spark_session  # Spark only for the commands that need it
 
     session = spark_session(ctx.obj, "keystone-sql")
     try:

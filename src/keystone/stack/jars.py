@@ -1,9 +1,10 @@
 """JVM artifacts from Maven Central, pinned in stack/maven/*.xml, fetched once into the cache.
 
 Each bundle is a small pom whose dependencies are copied into `<cache>/jars/<bundle>`; a stamp
-holding the pom's hash makes a second fetch free and a changed pin refetch. The Java classes in
-stack/java (two service launchers, Spark's local file system, and the router's meter, payload
-reader and like matcher) are compiled with the machine's javac against the jars they run with.
+holding the pom's hash makes a second fetch free and a changed pin refetch. The Java classes of
+stack/java (the metastore's and Elasticsearch's launchers) and router/java (the router's, see
+`keystone.router.jvm`, which also says where all of them are in the cache) are compiled with
+the machine's javac against the jars they run with.
 """
 
 from __future__ import annotations
@@ -15,64 +16,21 @@ import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
-import pyspark
-
 from keystone.contracts.errors import StackError
 from keystone.contracts.settings import Settings
+from keystone.router import jvm
+from keystone.router.jvm import PYSPARK_JARS, bundle_dir, classes_dir, classpath
 
 MAVEN_DIR = Path(__file__).parent / "maven"
 JAVA_DIR = Path(__file__).parent / "java"
 BUNDLES = ("kafka", "spark-kafka", "elasticsearch", "metastore")
-PYSPARK_JARS = Path(pyspark.__file__).parent / "jars"
 
-# Each class compiles against the jars it runs with.
-JAVA_CLASSES = {
-    "LoopbackMetastore": lambda s: [PYSPARK_JARS],
-    "LoopbackElasticsearch": lambda s: [bundle_dir(s, "elasticsearch")],
-    "ForklessLocalFileSystem": lambda s: [PYSPARK_JARS],
-    "RouterMeter": lambda s: [PYSPARK_JARS],
-    "JsonPaths": lambda s: [PYSPARK_JARS],
-    "LikeMatcher": lambda s: [PYSPARK_JARS],
+# Each class: its source folder, and the jars it compiles against (those it runs with).
+JAVA_CLASSES: dict[str, tuple[Path, Callable[[Settings], list[Path]]]] = {
+    "LoopbackMetastore": (JAVA_DIR, lambda s: [PYSPARK_JARS]),
+    "LoopbackElasticsearch": (JAVA_DIR, lambda s: [bundle_dir(s, "elasticsearch")]),
+    **{name: (jvm.JAVA_DIR, lambda s: [PYSPARK_JARS]) for name in jvm.CLASSES},
 }
-# Classes that Spark ships to its executors (by `spark.jars`).
-SHIPPED = ("RouterMeter", "JsonPaths", "LikeMatcher")
-
-
-def bundle_dir(settings: Settings, bundle: str) -> Path:
-    return settings.cache_dir / "jars" / bundle
-
-
-def bundle_jars(settings: Settings, bundle: str) -> list[Path]:
-    jars = sorted(bundle_dir(settings, bundle).glob("*.jar"))
-    if not jars:
-        raise StackError(f"the {bundle} jars are not fetched yet: run `keystone stack fetch`")
-    return jars
-
-
-def classes_dir(settings: Settings, name: str) -> Path:
-    return settings.cache_dir / "classes" / name
-
-
-def compiled(settings: Settings, name: str) -> Path:
-    """The folder of a compiled class of stack/java, which must be there."""
-    folder = classes_dir(settings, name)
-    if not folder.exists():
-        raise StackError(f"{name} is not compiled yet: run `keystone stack fetch`")
-    return folder
-
-
-def class_jar(settings: Settings, name: str) -> Path:
-    """The jar of a compiled class of stack/java (a JVM's class archive takes jars, not
-    folders), which must be there."""
-    jar = classes_dir(settings, name).with_suffix(".jar")
-    if not jar.exists():
-        raise StackError(f"{name} is not compiled yet: run `keystone stack fetch`")
-    return jar
-
-
-def classpath(*entries: Path) -> str:
-    """A Java classpath where each folder of jars counts as all its jars."""
-    return ":".join(f"{e}/*" if e.is_dir() and any(e.glob("*.jar")) else str(e) for e in entries)
 
 
 def _digest(*paths: Path) -> str:
@@ -125,9 +83,10 @@ def fetch_bundle(settings: Settings, bundle: str) -> bool:
 
 
 def compile_class(settings: Settings, name: str) -> bool:
-    """Compiles stack/java/<name>.java; False when the classes are current."""
-    source = JAVA_DIR / f"{name}.java"
-    deps = JAVA_CLASSES[name](settings)
+    """Compiles <name>.java; False when the classes are current."""
+    folder, needs = JAVA_CLASSES[name]
+    source = folder / f"{name}.java"
+    deps = needs(settings)
     target = classes_dir(settings, name)
     stamp = target / ".stamp"
     digest = _digest(source) + ":" + classpath(*deps)
@@ -159,9 +118,3 @@ def fetch_all(settings: Settings, report: Callable[[str, bool], None]) -> None:
         report(f"jars {bundle}", fetch_bundle(settings, bundle))
     for name in JAVA_CLASSES:
         report(f"class {name}", compile_class(settings, name))
-
-
-def spark_jars(settings: Settings) -> list[Path]:
-    """Spark's Kafka connector and what it needs beside pyspark, and the project's own classes
-    that run on executors, as local paths."""
-    return [*bundle_jars(settings, "spark-kafka"), *(class_jar(settings, n) for n in SHIPPED)]

@@ -9,9 +9,10 @@ from dataclasses import asdict, dataclass
 from typing import Literal
 
 from keystone.contracts.errors import StackError
+from keystone.contracts.processes import exited, port_in_use, spawn, stop
 from keystone.contracts.settings import Settings
+from keystone.router import jvm
 from keystone.stack import jars
-from keystone.stack.processes import exited, port_in_use, spawn, stop
 from keystone.stack.services import Service, all_services
 
 Health = Literal["healthy", "unhealthy", "stopped"]
@@ -101,9 +102,9 @@ def _check_prerequisites(settings: Settings, to_start: list[Service]) -> None:
     for service in to_start:
         service.check_installed()
     for bundle in jars.BUNDLES:
-        jars.bundle_jars(settings, bundle)
+        jvm.bundle_jars(settings, bundle)
     for name in jars.JAVA_CLASSES:
-        jars.compiled(settings, name)
+        jvm.compiled(settings, name)
     host = settings.bind_host
     for service in to_start:
         for port in service.ports:

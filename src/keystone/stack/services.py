@@ -29,9 +29,10 @@ import redis
 from confluent_kafka.admin import AdminClient
 
 from keystone.contracts.errors import StackError
+from keystone.contracts.processes import PidFile, stop, tcp_accepts
 from keystone.contracts.settings import Settings, stored_secret
-from keystone.stack import jars, targets
-from keystone.stack.processes import PidFile, stop, tcp_accepts
+from keystone.dashboards import targets
+from keystone.router import jvm
 
 
 class Service(ABC):
@@ -297,11 +298,11 @@ class Metastore(Service):
         _write_private(self.conf / "hive-site.xml", f"<configuration>\n{body}\n</configuration>\n")
 
     def argv(self) -> list[str]:
-        cp = jars.classpath(
+        cp = jvm.classpath(
             self.conf,
-            jars.classes_dir(self.settings, "LoopbackMetastore"),
-            jars.PYSPARK_JARS,
-            jars.bundle_dir(self.settings, "metastore"),
+            jvm.classes_dir(self.settings, "LoopbackMetastore"),
+            jvm.PYSPARK_JARS,
+            jvm.bundle_dir(self.settings, "metastore"),
         )
         host, port = self.settings.bind_host, self.settings.metastore_port
         return _java(self.settings.metastore_heap, "-cp", cp, "LoopbackMetastore", host, str(port))
@@ -379,7 +380,7 @@ class Kafka(Service):
             [
                 "java",
                 "-cp",
-                jars.classpath(jars.bundle_dir(self.settings, "kafka")),
+                jvm.classpath(jvm.bundle_dir(self.settings, "kafka")),
                 f"-Dlog4j2.configurationFile={self.conf / 'log4j2.properties'}",
                 "kafka.tools.StorageTool",
                 "format",
@@ -401,7 +402,7 @@ class Kafka(Service):
             self.settings.kafka_heap,
             f"-Dlog4j2.configurationFile={self.conf / 'log4j2.properties'}",
             "-cp",
-            jars.classpath(jars.bundle_dir(self.settings, "kafka")),
+            jvm.classpath(jvm.bundle_dir(self.settings, "kafka")),
             "kafka.Kafka",
             str(self.conf / "server.properties"),
         )
@@ -497,9 +498,9 @@ class Elasticsearch(Service):
         self.tmp.mkdir(exist_ok=True)
 
     def argv(self) -> list[str]:
-        cp = jars.classpath(
-            jars.classes_dir(self.settings, "LoopbackElasticsearch"),
-            jars.bundle_dir(self.settings, "elasticsearch"),
+        cp = jvm.classpath(
+            jvm.classes_dir(self.settings, "LoopbackElasticsearch"),
+            jvm.bundle_dir(self.settings, "elasticsearch"),
         )
         s = self.settings
         return _java(

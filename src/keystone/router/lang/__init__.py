@@ -10,7 +10,7 @@ false only when both sides have the same JSON type (string, number, boolean; num
 doubles); a missing field, a JSON null or a type mismatch makes it unknown. `is null` is true for
 a missing field or a JSON null. `in (...)` is the OR of equalities, one node (`In`) evaluated
 in one pass over its list; `like` applies to strings (`%` any run, `_` one code point, `\\`
-escapes them), matched without backtracking (`like.py`, and stack/java/LikeMatcher.java for
+escapes them), matched without backtracking (`like.py`, and router/java/LikeMatcher.java for
 Spark: O(len(text) * len(pattern)) comparisons). A filter keeps an event only when it is
 true. The names guid, timestamp, host and app are the event's metadata; every other name is a
 path into the payload.

@@ -7,7 +7,7 @@ the first must match at the start, the last at the end, and each one between at 
 place after the one before (any match further right only leaves less room for the rest). The
 segments between are tried at each position of the text at most once in all, so a match costs
 O(len(text) * len(pattern)) character comparisons. Characters are code points, so `_` matches
-one, astral ones included. stack/java/LikeMatcher.java is the same algorithm, for the router.
+one, astral ones included. router/java/LikeMatcher.java is the same algorithm, for the router.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ The payload is a struct with a field for each field path read, named by the dott
 text in the event (`json`) and a string's decoded value (`string`). Each operand becomes a typed
 view (its JSON type, and its value read as a string, a double and a boolean) so comparisons
 follow exactly the rules the Python evaluator follows; a projected value is its text, as the
-producer wrote it. Only Column functions are used, and stack/java/LikeMatcher.java for `like`:
+producer wrote it. Only Column functions are used, and router/java/LikeMatcher.java for `like`:
 the user's text never reaches Spark as SQL; field paths and output names are validated names,
 constants are literals.
 """
@@ -155,7 +155,7 @@ def _member(expr: In, typed: Typed) -> Column:
 
 
 def _like(value: Column, pattern: str) -> Column:
-    """`value like pattern` by stack/java/LikeMatcher.java, linear where Spark's own LIKE (a
+    """`value like pattern` by router/java/LikeMatcher.java, linear where Spark's own LIKE (a
     backtracking regular expression) is not, and counting code points as Python does."""
     jvm = SparkContext._active_spark_context._jvm
     return Column(jvm.LikeMatcher.column(value._jc, pattern))

@@ -1,16 +1,16 @@
-"""The one interface every sink implements.
+"""The Spark part of every sink: the writer the router attaches to an output's query.
 
-A sink is a small class over `Sink`: a pure `validate()` that control runs on a spec before
-deploying it (no I/O, no Spark session), apart from the I/O: `prepare()` creates what the sink
-writes to, idempotently, and `attach()` points a streaming writer at it. Two families:
+A writer is a small class over `Writer`: `prepare()` makes ready what the query needs before it
+starts (its provisioner's work, then whatever needs Spark, idempotently), and `attach()` points a
+streaming writer at the sink. Two families:
 
-- `RecordSink` (kafka, keystone): the routed frame becomes Kafka records written by Spark's own
-  Kafka sink, so these can run under Real-time Mode. A record too large for Kafka goes to the
-  dead-letter topic instead (see `RecordSink`).
-- `BatchSink` (hive, elasticsearch): `write_batch()` delivers one micro-batch and says what
+- `RecordWriter` (kafka, keystone): the routed frame becomes Kafka records written by Spark's
+  own Kafka sink, so these can run under Real-time Mode. A record too large for Kafka goes to
+  the dead-letter topic instead (see `RecordWriter`).
+- `BatchWriter` (hive, elasticsearch): `write_batch()` delivers one micro-batch and says what
   became of it. Spark replays a batch id after a crash, and a replay must leave no duplicates.
 
-The routed frame every sink receives has the columns of `ROUTED`: the fronting record's `key`,
+The routed frame every writer receives has the columns of `ROUTED`: the fronting record's `key`,
 `value` and `headers` (for dead letters and for carrying headers on), the event's `guid`,
 `timestamp` (ingest, epoch ms) and `hops`, and `record`, the projected output as JSON text.
 """
@@ -19,9 +19,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -29,63 +27,25 @@ from pyspark.sql.streaming import DataStreamWriter
 
 from keystone.contracts.names import dead_letter_topic
 from keystone.contracts.settings import Settings
-from keystone.contracts.spec import OutputSpec, StreamSpec
+from keystone.router.counts import Outcome
 from keystone.router.deadletter import dead_letter_headers
-
-if TYPE_CHECKING:
-    from keystone.router.meter import Meter  # which imports the metrics, which import this module
+from keystone.router.meter import Meter
+from keystone.router.sinks.registry import SINKS, provisioner_for
+from keystone.router.sinks.route import Route
 
 ROUTED = ("key", "value", "headers", "guid", "timestamp", "hops", "record")
 
 
-@dataclass(frozen=True)
-class Route:
-    """One output of one stream, as the router runs it."""
-
-    settings: Settings
-    stream: StreamSpec
-    output: OutputSpec
-    meter: Meter | None = None  # the router's live counts of a record sink's output
-
-    @property
-    def name(self) -> str:
-        return f"{self.stream.name}.{self.output.name}"
-
-    @property
-    def checkpoint(self) -> Path:
-        return self.settings.checkpoints_dir / self.stream.name / self.output.name
-
-
-@dataclass
-class Outcome:
-    """What became of one batch: delivered, or dead-lettered with a reason (never neither),
-    and the delivery latency of the delivered events as histogram bucket counts."""
-
-    delivered: int = 0
-    dead_lettered: int = 0
-    latency: dict[str, float] = field(default_factory=dict)
-
-
-class Sink(ABC):
-    type: ClassVar[str]
+class Writer(ABC):
     realtime: ClassVar[bool]  # can it run under Spark's Real-time Mode trigger
 
-    def __init__(self, route: Route) -> None:
+    def __init__(self, route: Route, meter: Meter | None = None) -> None:
         self.route = route
-
-    @classmethod
-    def validate(cls, stream: StreamSpec, output: OutputSpec) -> list[str]:
-        """What is wrong with this output's sink config, beyond its model; no I/O."""
-        return []
-
-    def provision(self) -> list[str]:
-        """Creates (or checks) what the sink writes to that needs no Spark, idempotently:
-        control runs it when it deploys the output. Returns what it made, for the owner."""
-        return []
+        self.meter = meter  # the router's live counts of a record writer's output
 
     def prepare(self, spark: SparkSession) -> None:
         """Everything the query needs before it starts, idempotent (the router runs it)."""
-        self.provision()
+        provisioner_for(self.route).provision()
 
     def frame(self, routed: DataFrame) -> DataFrame:
         """The frame the streaming query writes."""
@@ -97,7 +57,7 @@ class Sink(ABC):
         knows it (Spark's Kafka sink reports through query progress instead)."""
 
 
-class RecordSink(Sink):
+class RecordWriter(Writer):
     """Spark's Kafka sink: `frame()` yields key, value, headers and topic.
 
     One record over the writer's limit fails the query, and again each time it is started, so
@@ -121,8 +81,8 @@ class RecordSink(Sink):
     def frame(self, routed: DataFrame) -> DataFrame:
         limit = self.route.settings.max_event_bytes
         size = F.octet_length("record")
-        meter = self.route.meter
-        assert meter is not None, "the router gives a record sink's route its meter"
+        meter = self.meter
+        assert meter is not None, "the router gives a record writer its meter"
         checked = routed.withColumn("fits", meter.sent(size <= limit))
         key, headers = self.carried()
         reason = F.format_string(f"the output record is %d bytes, over the limit of {limit}", size)
@@ -151,7 +111,7 @@ def to_kafka(writer: DataStreamWriter, settings: Settings) -> DataStreamWriter:
     )
 
 
-class BatchSink(Sink):
+class BatchWriter(Writer):
     realtime = False
 
     @abstractmethod
@@ -163,3 +123,16 @@ class BatchSink(Sink):
             report(self.write_batch(frame, batch_id))
 
         writer.foreachBatch(deliver)
+
+
+def writer_for(route: Route, meter: Meter | None = None) -> Writer:
+    """The output's Spark writer, of the class its sink type names in the registry."""
+    cls = writer_class(route.output.sink.type)
+    return cls(route, meter)
+
+
+def writer_class(sink_type: str) -> type[Writer]:
+    cls = SINKS[sink_type].writer_class()
+    if not issubclass(cls, Writer):
+        raise TypeError(f"the {sink_type} sink's writer {cls!r} is not a Writer")
+    return cls

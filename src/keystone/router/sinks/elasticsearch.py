@@ -22,9 +22,9 @@ from pyspark.sql import DataFrame, Row
 
 from keystone.contracts.errors import SinkError
 from keystone.contracts.names import dead_letter_topic, index_prefix
+from keystone.router.counts import Outcome, latency_counts, merge_counts
 from keystone.router.deadletter import DeadLetters
-from keystone.router.metrics import latency_counts, merge_counts
-from keystone.router.sinks.base import BatchSink, Outcome
+from keystone.router.sinks.base import BatchWriter
 
 log = logging.getLogger(__name__)
 
@@ -151,30 +151,10 @@ class BulkWriter:
         time.sleep(delay)
 
 
-class ElasticsearchSink(BatchSink):
-    type = "elasticsearch"
-
+class ElasticsearchWriter(BatchWriter):
     @property
     def prefix(self) -> str:
         return index_prefix(self.route.stream.name, self.route.output.name)
-
-    def provision(self) -> list[str]:
-        # One shard per daily index, and no replicas on a single node (the embedded one).
-        replicas = 0 if self.route.settings.is_embedded("elasticsearch") else 1
-        name = self.prefix.rstrip("-")
-        template = {
-            "index_patterns": [f"{self.prefix}*"],
-            "settings": {"number_of_shards": 1, "number_of_replicas": replicas},
-        }
-        url = f"{self.route.settings.elasticsearch_url}/_template/{name}"
-        try:
-            existed = httpx.head(url, timeout=30).status_code == 200
-            response = httpx.put(url, json=template, timeout=30)
-        except httpx.TransportError as e:
-            raise SinkError(f"Elasticsearch unreachable: {e}") from e
-        if response.status_code >= 300:
-            raise SinkError(f"index template refused ({response.status_code}): {response.text}")
-        return [] if existed else [f"index template {name}"]
 
     def write_batch(self, frame: DataFrame, batch_id: int) -> Outcome:
         route = self.route

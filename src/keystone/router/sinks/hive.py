@@ -15,56 +15,25 @@ from __future__ import annotations
 import json
 import time
 
-from hmsclient.genthrift.hive_metastore.ttypes import (
-    AlreadyExistsException,
-    Database,
-    NoSuchObjectException,
-)
-from hmsclient.hmsclient import HMSClient
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from thrift.Thrift import TException
 
-from keystone.contracts.errors import SinkError
 from keystone.contracts.names import HIVE_DATABASE, hive_table
-from keystone.contracts.settings import Settings
+from keystone.router.counts import Outcome
+from keystone.router.meter import Meter
 from keystone.router.metrics import latency_columns
-from keystone.router.sinks.base import BatchSink, Outcome, Route
+from keystone.router.sinks.base import BatchWriter
+from keystone.router.sinks.route import Route
 
 
-def ensure_database(settings: Settings) -> list[str]:
-    """Creates the Hive database of every stream's tables through the metastore's Thrift API
-    (no Spark needed), where Spark itself would put it."""
-    host, _, port = settings.metastore_uri.removeprefix("thrift://").partition(":")
-    try:
-        with HMSClient(host=host, port=int(port)) as client:
-            try:
-                client.get_database(HIVE_DATABASE)
-                return []
-            except NoSuchObjectException:
-                location = f"{settings.warehouse_dir.rstrip('/')}/{HIVE_DATABASE}.db"
-                try:
-                    client.create_database(Database(name=HIVE_DATABASE, locationUri=location))
-                except AlreadyExistsException:
-                    return []  # made meanwhile by another writer
-                return [f"Hive database {HIVE_DATABASE}"]
-    except (TException, OSError) as e:
-        raise SinkError(f"the Hive metastore at {settings.metastore_uri} failed: {e}") from e
-
-
-class HiveSink(BatchSink):
-    type = "hive"
-
-    def __init__(self, route: Route) -> None:
-        super().__init__(route)
+class HiveWriter(BatchWriter):
+    def __init__(self, route: Route, meter: Meter | None = None) -> None:
+        super().__init__(route, meter)
         self.table = f"`{HIVE_DATABASE}`.`{hive_table(route.stream.name, route.output.name)}`"
         self.location = ""
 
-    def provision(self) -> list[str]:
-        return ensure_database(self.route.settings)
-
     def prepare(self, spark: SparkSession) -> None:
-        self.provision()
+        super().prepare(spark)
         spark.sql(
             f"CREATE TABLE IF NOT EXISTS {self.table} "
             "(guid STRING, `timestamp` BIGINT, record STRING) "

@@ -10,34 +10,14 @@ from pyspark.sql import Column
 from pyspark.sql import functions as F
 
 from keystone.contracts import envelope
-from keystone.contracts.errors import SinkError
 from keystone.contracts.names import fronting_topic
-from keystone.contracts.spec import OutputSpec, StreamSpec
-from keystone.router.sinks.base import RecordSink
-from keystone.router.topics import missing_topics
+from keystone.router.sinks.base import RecordWriter
 
 
-class KeystoneSink(RecordSink):
-    type = "keystone"
-
-    @classmethod
-    def validate(cls, stream: StreamSpec, output: OutputSpec) -> list[str]:
-        if output.sink.stream == stream.name:
-            return [f"a keystone sink cannot deliver to its own stream {stream.name!r}"]
-        return []
-
+class KeystoneWriter(RecordWriter):
     @property
     def topic(self) -> str:
         return fronting_topic(self.route.output.sink.stream)
-
-    def provision(self) -> list[str]:
-        # The target stream is control's to provision; writing would auto-create it wrongly.
-        if missing_topics(self.route.settings, [self.topic]):
-            raise SinkError(
-                f"output {self.route.name} delivers to stream "
-                f"{self.route.output.sink.stream!r}, whose topic {self.topic} does not exist"
-            )
-        return []
 
     def carried(self) -> tuple[Column, Column]:
         replaced = (envelope.HOPS, envelope.STREAM)

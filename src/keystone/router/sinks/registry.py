@@ -1,27 +1,45 @@
-"""Every sink type, registered explicitly: the spec's `sink.type` names one of these."""
+"""Every sink type, registered explicitly: the spec's `sink.type` names one of these.
+
+A type's config is `keystone.contracts.sinks`'; here are its other two parts: the provisioner
+(no Spark: control imports this module) and its Spark writer, named by module and class and
+imported only when the router asks for it, so that nothing else loads Spark.
+"""
 
 from __future__ import annotations
 
-from keystone.contracts.spec import StreamSpec
-from keystone.router.sinks.base import Route, Sink
-from keystone.router.sinks.elasticsearch import ElasticsearchSink
-from keystone.router.sinks.hive import HiveSink
-from keystone.router.sinks.kafka import KafkaSink
-from keystone.router.sinks.keystone import KeystoneSink
+from dataclasses import dataclass
+from importlib import import_module
 
-SINKS: dict[str, type[Sink]] = {
-    sink.type: sink for sink in (KafkaSink, KeystoneSink, HiveSink, ElasticsearchSink)
+from keystone.router.sinks.provision import (
+    ElasticsearchProvisioner,
+    HiveProvisioner,
+    KafkaProvisioner,
+    KeystoneProvisioner,
+    Provisioner,
+)
+from keystone.router.sinks.route import Route
+
+
+@dataclass(frozen=True)
+class SinkType:
+    provisioner: type[Provisioner]
+    writer: str  # "module:Class" of its Spark writer
+
+    def writer_class(self) -> type:
+        """The writer's class (a `keystone.router.sinks.base.Writer`), imported now."""
+        module, _, name = self.writer.partition(":")
+        return getattr(import_module(module), name)
+
+
+SINKS: dict[str, SinkType] = {
+    "kafka": SinkType(KafkaProvisioner, "keystone.router.sinks.kafka:KafkaWriter"),
+    "keystone": SinkType(KeystoneProvisioner, "keystone.router.sinks.keystone:KeystoneWriter"),
+    "hive": SinkType(HiveProvisioner, "keystone.router.sinks.hive:HiveWriter"),
+    "elasticsearch": SinkType(
+        ElasticsearchProvisioner, "keystone.router.sinks.elasticsearch:ElasticsearchWriter"
+    ),
 }
 
 
-def sink_for(route: Route) -> Sink:
-    return SINKS[route.output.sink.type](route)
-
-
-def validate_sinks(stream: StreamSpec) -> list[dict[str, str]]:
-    """Each output's sink checked by its own type, without I/O: [{field, message}]."""
-    return [
-        {"field": f"outputs.{index}.sink", "message": message}
-        for index, output in enumerate(stream.outputs)
-        for message in SINKS[output.sink.type].validate(stream, output)
-    ]
+def provisioner_for(route: Route) -> Provisioner:
+    return SINKS[route.output.sink.type].provisioner(route)

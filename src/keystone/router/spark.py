@@ -1,6 +1,6 @@
-"""How every Spark application of the project meets the stack: master, connector jars, the
-shared Hive metastore and warehouse, loopback addresses. The router, `keystone sql` and tests
-all build their sessions here."""
+"""How every Spark application of the project meets its services: master, connector jars, the
+shared Hive metastore and warehouse, loopback addresses, and the drivers' class archive. The
+router, `keystone sql`, the load test's readers and tests all build their sessions here."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import sys
 from pyspark.sql import SparkSession
 
 from keystone.contracts.settings import Settings
-from keystone.stack import cds, jars
+from keystone.router import jvm
 
 
 def spark_conf(settings: Settings, app_name: str, master: str | None = None) -> dict[str, str]:
@@ -20,7 +20,7 @@ def spark_conf(settings: Settings, app_name: str, master: str | None = None) -> 
         "spark.app.name": app_name,
         "spark.master": master,
         # Connector jars by local path: nothing is resolved from a repository at run time.
-        "spark.jars": ",".join(str(p) for p in jars.spark_jars(settings)),
+        "spark.jars": ",".join(str(p) for p in jvm.spark_jars(settings)),
         "spark.driver.bindAddress": host,
         "spark.driver.host": host,
         # Python workers run this same interpreter (the project's virtualenv), not `python3`.
@@ -42,23 +42,12 @@ def spark_conf(settings: Settings, app_name: str, master: str | None = None) -> 
         # The router reads an event's headers into a map, where the first of a repeated header
         # must win (the map is built reversed; see router.source).
         "spark.sql.mapKeyDedupPolicy": "LAST_WIN",
-        **(local_file_system(settings) if master.startswith("local") else {}),
+        **(jvm.local_file_system(settings) if master.startswith("local") else {}),
     }
-    shared = cds.archive(settings, conf.get("spark.driver.extraClassPath", ""))
+    shared = jvm.class_archive(settings, conf.get("spark.driver.extraClassPath", ""))
     if shared.exists():
         conf["spark.driver.extraJavaOptions"] = f"-XX:SharedArchiveFile={shared}"
     return conf
-
-
-def local_file_system(settings: Settings) -> dict[str, str]:
-    """Hadoop's local file system without a forked `chmod` or `readlink` per file: each
-    checkpoint then takes milliseconds, not a quarter of a second (see stack/java). Only where
-    the driver's JVM is also the executor: a cluster's executors do not have the class."""
-    return {
-        "spark.driver.extraClassPath": str(jars.class_jar(settings, "ForklessLocalFileSystem")),
-        "spark.hadoop.fs.file.impl": "ForklessLocalFileSystem",
-        "spark.hadoop.fs.AbstractFileSystem.file.impl": "ForklessLocalFileSystem$Fs",
-    }
 
 
 def session_builder(settings: Settings, conf: dict[str, str]) -> SparkSession.Builder:

@@ -1,5 +1,8 @@
-"""Processes the stack starts: spawned in their own session, remembered by pid file, stopped
-by that pid only (never by name), so `down` touches exactly what `up` started."""
+"""Processes the project starts (the stack's services, the fleet's routers): spawned in their
+own session, remembered by pid file, stopped by that pid only (never by name), so `down`
+touches exactly what `up` started. A contract because the pid file is read by parts other
+than the one that wrote it: `keystone stack down` stops the fleet's routers, a restarted
+control adopts them, the dashboards' publisher signals the stack's Prometheus."""
 
 from __future__ import annotations
 
