@@ -1,5 +1,7 @@
 # The two commands of the quick start: `make demo` and `make test`. Both bootstrap first.
-.PHONY: bootstrap demo test lint bench down
+# `make check` is the lane without a stack, under a minute: lint and every test that needs
+# neither the embedded stack nor Spark (markers `stack` and `spark`, set in tests/conftest.py).
+.PHONY: bootstrap demo test check lint docs bench down
 
 bootstrap:
 	@scripts/bootstrap
@@ -8,11 +10,23 @@ demo: bootstrap
 	.venv/bin/keystone stack up
 	.venv/bin/keystone demo
 
-test: bootstrap lint
+test: bootstrap lint docs
 	.venv/bin/pytest
 
+check: bootstrap lint
+	.venv/bin/pytest -q -m "not stack and not spark"
+
+# Style, and the packages' one direction of imports (the contracts in pyproject.toml).
 lint:
 	.venv/bin/ruff check .
+	.venv/bin/ruff format --check .
+	.venv/bin/lint-imports
+
+# The documentation site, into build/site. --strict: a broken link, anchor or nav entry, or a
+# reference page the code can no longer generate (docs/gen_reference.py), fails the build.
+# NO_MKDOCS_2_WARNING: Material's banner about its end of life, printed on every build.
+docs:
+	NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict -d build/site
 
 bench: bootstrap
 	.venv/bin/keystone stack up

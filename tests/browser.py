@@ -9,8 +9,8 @@ from pathlib import Path
 
 from playwright.sync_api import Browser, sync_playwright
 
-from keystone.contracts.settings import CHECKOUT
 from keystone.dashboards.render import CHROMIUM, FLAGS
+from tests.conftest import CHECKOUT
 
 ARTIFACTS = CHECKOUT / "build" / "test-artifacts"
 

@@ -20,7 +20,9 @@ from typing import IO, Any
 import httpx
 import pytest
 
-from keystone.contracts.settings import CHECKOUT, Settings
+from keystone.contracts.settings import Settings
+
+CHECKOUT = Path(__file__).resolve().parents[1]
 
 KEYSTONE = str(Path(sys.executable).parent / "keystone")
 
@@ -169,3 +171,14 @@ def eventually(what: str, check: Callable[[], bool], timeout: float = 30) -> Non
     while not check():
         assert time.monotonic() < deadline, f"{what}: not within {timeout:.0f} s"
         time.sleep(0.5)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Marks each test by what it needs, from the fixtures it uses: `stack` (the embedded
+    stack) or `spark` (a local Spark session); `make check` runs the rest, and the Spark ones."""
+    for item in items:
+        needs = getattr(item, "fixturenames", ())
+        if "stack" in needs:
+            item.add_marker(pytest.mark.stack)
+        elif "spark" in needs:
+            item.add_marker(pytest.mark.spark)

@@ -20,7 +20,7 @@ from hmsclient.hmsclient import HMSClient
 
 from keystone.contracts.names import HIVE_DATABASE
 from keystone.contracts.processes import PidFile, stop
-from keystone.control.fleet import Deployment
+from keystone.control.launcher import Deployment
 from keystone.ingest_proxy.client import ProxyClient
 from keystone.loadtest.topics import read_topic
 from keystone.router.lang.evaluate import matches, project

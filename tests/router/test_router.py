@@ -28,7 +28,7 @@ import pytest
 from keystone.contracts import envelope
 from keystone.contracts.processes import PidFile, stop
 from keystone.contracts.settings import MAX_EVENT_BYTES
-from keystone.control.fleet import Deployment
+from keystone.control.launcher import Deployment
 from keystone.ingest_proxy.client import DirectProducer
 from keystone.loadtest.topics import read_topic
 from keystone.router.lang.evaluate import matches, project

@@ -22,7 +22,7 @@ from keystone.contracts.limits import MAX_OBJECTIVE_LAG_RECORDS, Limits
 from keystone.contracts.registry import PREFIX, RETIRED, VERSION
 from keystone.contracts.settings import Settings
 from keystone.contracts.spec import Objectives, StreamSpec
-from keystone.control.fleet import Deployment
+from keystone.control.launcher import Deployment
 from keystone.control.store import Store
 from keystone.dashboards.publish import Publisher
 from tests.conftest import Api, Stack, eventually, owner

@@ -7,6 +7,7 @@ import pytest
 
 from keystone.contracts.errors import StackError
 from keystone.contracts.settings import Settings
+from keystone.router import jvm
 from keystone.stack import jars
 
 
@@ -28,9 +29,9 @@ def test_a_failed_download_names_the_bundle_and_its_log(tmp_path: Path, monkeypa
         jars.fetch_bundle(settings, "missing")
 
     assert "org.keystone.nonexistent" in (tmp_path / "cache/logs/maven-missing.log").read_text()
-    assert not jars.bundle_dir(settings, "missing").exists()
+    assert not jvm.bundle_dir(settings, "missing").exists()
     with pytest.raises(StackError, match="not fetched yet"):
-        jars.bundle_jars(settings, "missing")
+        jvm.bundle_jars(settings, "missing")
 
 
 def test_fetching_again_is_free_once_the_stamp_matches() -> None:

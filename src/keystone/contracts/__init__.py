@@ -1,4 +1,7 @@
-"""The contracts every part shares: settings, errors, names, the stream spec, metric names.
+"""The contracts every part shares: the stream spec and each sink's config, settings and
+limits, names, errors, metric names, the event's envelope, the registry's keys and its reading,
+and the pid files by which one part stops what another started.
 
-Imports neither Spark nor FastAPI, so any part (and any test) can use it cheaply.
+Imports nothing else of the project, and neither Spark nor FastAPI, so any part (and any test)
+can use it cheaply.
 """

@@ -17,11 +17,12 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from keystone.contracts.limits import Limits
 
-CHECKOUT = Path(__file__).resolve().parents[3]
 MAX_EVENT_BYTES = Limits.model_fields["max_event_bytes"].default
 # Room beside an event's bytes in its Kafka record: key, headers (a dead letter's reason too) and
 # the record's own framing.
 RECORD_HEADROOM = 64 * 1024
+
+_EXTERNAL = " Set explicitly, the service is external: the stack only checks its health."
 
 # Which address setting makes each service external when it is set explicitly.
 ADDRESS_SETTING: dict[str, str] = {
@@ -78,41 +79,68 @@ class Settings(BaseSettings, Limits):
     model_config = SettingsConfigDict(env_prefix="KEYSTONE_", env_file=".env", extra="ignore")
 
     state_dir: Path = Field(
-        CHECKOUT / ".keystone",
-        description="Everything the embedded stack writes: data, logs, pid files, checkpoints.",
+        default_factory=lambda: Path.cwd() / ".keystone",
+        description="Everything the embedded stack writes: data, logs, pid files, checkpoints. "
+        "Default: `.keystone` in the working directory.",
     )
     cache_dir: Path = Field(
-        CHECKOUT / ".keystone" / "cache",
-        description="Downloaded jars and compiled Java classes; shared by every state directory.",
+        default_factory=lambda: Path.cwd() / ".keystone" / "cache",
+        description="Downloaded jars and compiled Java classes; shared by every state directory. "
+        "Default: `.keystone/cache` in the working directory.",
     )
     bind_host: str = Field("127.0.0.1", description="Address every embedded server listens on.")
 
     # Ports of the embedded services. Not the products' usual ports, so a system Redis,
     # PostgreSQL or Prometheus that a package manager started cannot collide with the stack.
-    kafka_port: int = 19092
-    kafka_controller_port: int = 19093
-    redis_port: int = 16379
-    elasticsearch_port: int = 19200
-    elasticsearch_transport_port: int = 19300
-    postgres_port: int = 15432
-    metastore_port: int = 19083
-    prometheus_port: int = 19090
+    kafka_port: int = Field(19092, description="The embedded Kafka broker's client port.")
+    kafka_controller_port: int = Field(
+        19093, description="The embedded Kafka's KRaft controller port."
+    )
+    redis_port: int = Field(16379, description="The embedded Redis (the registry) port.")
+    elasticsearch_port: int = Field(19200, description="The embedded Elasticsearch's HTTP port.")
+    elasticsearch_transport_port: int = Field(
+        19300, description="The embedded Elasticsearch's transport port."
+    )
+    postgres_port: int = Field(
+        15432, description="The embedded PostgreSQL (the metastore's database) port."
+    )
+    metastore_port: int = Field(19083, description="The embedded Hive metastore's Thrift port.")
+    prometheus_port: int = Field(19090, description="The embedded Prometheus's port.")
 
     # Where clients find the services; derived from the ports above unless set.
-    kafka_bootstrap: str = ""
-    redis_url: str = ""
-    elasticsearch_url: str = ""
-    metastore_uri: str = ""
-    prometheus_url: str = ""
-    proxy_url: str = ""
-    control_url: str = ""
+    kafka_bootstrap: str = Field(
+        "",
+        description=f"Kafka bootstrap servers (default: the embedded broker).{_EXTERNAL}",
+    )
+    redis_url: str = Field(
+        "",
+        description=f"The registry's Redis URL (default: the embedded Redis).{_EXTERNAL}",
+    )
+    elasticsearch_url: str = Field(
+        "", description=f"Elasticsearch's URL (default: the embedded node).{_EXTERNAL}"
+    )
+    metastore_uri: str = Field(
+        "",
+        description=f"The Hive metastore's URI (default: the embedded one).{_EXTERNAL}",
+    )
+    prometheus_url: str = Field(
+        "", description=f"Prometheus's URL (default: the embedded Prometheus).{_EXTERNAL}"
+    )
+    proxy_url: str = Field(
+        "",
+        description=f"The ingest proxy's URL (default: the embedded proxy).{_EXTERNAL}",
+    )
+    control_url: str = Field(
+        "",
+        description=f"Control's URL, for the CLI and links (default: the embedded one).{_EXTERNAL}",
+    )
     warehouse_dir: str = Field("", description="Hive warehouse; default <state_dir>/warehouse.")
 
     spark_master: str = Field("local[*]", description="Any spark://, k8s:// or yarn master.")
     kafka_replication: int = Field(1, description="Replication factor of the topics created.")
 
     # The ingest proxy.
-    proxy_port: int = 18080
+    proxy_port: int = Field(18080, description="The ingest proxy's HTTP port.")
     proxy_workers: int = Field(2, ge=1, description="Server processes behind the one port.")
     # Each server and its producer's threads then wake each other on one CPU, not across two:
     # at 500 requests/s of 100 events here, p99 19 and 25 ms pinned, 36 and 197 ms not.
@@ -139,10 +167,11 @@ class Settings(BaseSettings, Limits):
     registry_refresh_seconds: float = Field(
         1.0, description="How often the proxy checks Redis for changed streams and apps."
     )
-    scrape_interval_seconds: int = 5
 
     # The control service.
-    control_port: int = 18081
+    control_port: int = Field(
+        18081, description="The control service's HTTP port (API, web UI, /metrics)."
+    )
     admin_token: SecretStr = Field(
         SecretStr(""),
         description="The admin's bearer token; default: generated once into "
@@ -158,13 +187,16 @@ class Settings(BaseSettings, Limits):
         description="Redis's password; default: generated once into "
         "<state_dir>/conf/redis/password, which the embedded Redis requires.",
     )
+    scrape_interval_seconds: int = Field(
+        5, description="How often Prometheus scrapes the proxy, control and the routers."
+    )
     router_stop_timeout_seconds: float = Field(
         60.0, description="How long a router has to stop gracefully before it is killed."
     )
 
-    kafka_heap: str = "1g"
-    elasticsearch_heap: str = "1g"
-    metastore_heap: str = "512m"
+    kafka_heap: str = Field("1g", description="JVM heap of the embedded Kafka broker.")
+    elasticsearch_heap: str = Field("1g", description="JVM heap of the embedded Elasticsearch.")
+    metastore_heap: str = Field("512m", description="JVM heap of the embedded Hive metastore.")
 
     @model_validator(mode="after")
     def _derive_addresses(self) -> Settings:

@@ -1,3 +1,6 @@
-"""The control plane: stream and app provisioning (REST, CLI, web UI over Redis) and the
-router fleet. For now it holds the `keystone` command line, whose first commands run the
-embedded stack."""
+"""The control plane: stream, owner and app provisioning (REST and web UI over the registry
+in Redis, whose writes are `store`'s), and the fleet that runs one router per stream.
+
+Imports `keystone.contracts`, `keystone.dashboards` and the Spark-free parts of
+`keystone.router` (the language's parser, topics, sinks' provisioners); never Spark.
+"""

@@ -1,15 +1,37 @@
-"""A client of the control API, for the `keystone` command, tools and tests. Errors come back as
-the KeystoneError the service raised: same status, message and details."""
+"""A client of the control API, for the `keystone` command, tools and tests. Answers come back
+as the API's own models (`control.models`: each route's response_model); errors as the
+KeystoneError the service raised: same status, message and details."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
+from pydantic import TypeAdapter, ValidationError
 
 from keystone.contracts.errors import KeystoneError, Unauthorized, Unavailable
 from keystone.contracts.settings import Settings
+from keystone.contracts.spec import field_errors
+from keystone.control.models import (
+    AppKey,
+    AppPublic,
+    AuditPublic,
+    OwnerToken,
+    PreviewPublic,
+    StreamPublic,
+)
 from keystone.control.tenancy import admin_token
+
+T = TypeVar("T")
+# The answers' models, as control/api.py declares them (response_model), built once.
+_STREAM = TypeAdapter(StreamPublic)
+_STREAMS = TypeAdapter(list[StreamPublic])
+_PREVIEW = TypeAdapter(PreviewPublic)
+_APP_KEY = TypeAdapter(AppKey)
+_APPS = TypeAdapter(list[AppPublic])
+_OWNER_TOKEN = TypeAdapter(OwnerToken)
+_OWNERS = TypeAdapter(list[str])
+_AUDIT = TypeAdapter(list[AuditPublic])
 
 
 class ControlError(KeystoneError):
@@ -20,6 +42,11 @@ class ControlError(KeystoneError):
         super().__init__(body.get("message") or f"control answered {status}", **details)
         self.status = status  # type: ignore[misc]  # the instance's, not the class's
         self.kind = body.get("error", "")
+
+
+class UnreadableAnswer(KeystoneError):
+    """A success answer that is not the model its route declares (a control of another
+    version, say): which fields, and why."""
 
 
 class ControlClient:
@@ -52,6 +79,7 @@ class ControlClient:
         self.close()
 
     def call(self, method: str, path: str, body: Any = None, **params: Any) -> Any:
+        """The answer's JSON as it came (None for 204), for routes without a model."""
         try:
             answer = self._http.request(method, path, json=body, params=params or None)
         except httpx.TransportError as e:
@@ -69,67 +97,82 @@ class ControlClient:
             raise ControlError(answer.status_code, data if isinstance(data, dict) else {})
         return data
 
+    def _read(
+        self, model: TypeAdapter[T], method: str, path: str, body: Any = None, **params: Any
+    ) -> T:
+        """`call`, its answer parsed as the route's model."""
+        data = self.call(method, path, body, **params)
+        try:
+            return model.validate_python(data)
+        except ValidationError as e:
+            raise UnreadableAnswer(
+                f"control's answer to {method} {path} is not the {e.title} this client reads",
+                problems=field_errors(e),
+            ) from e
+
     # Streams and outputs
 
-    def streams(self) -> list[dict]:
-        return self.call("GET", "/v1/streams")
+    def streams(self) -> list[StreamPublic]:
+        return self._read(_STREAMS, "GET", "/v1/streams")
 
-    def stream(self, name: str) -> dict:
-        return self.call("GET", f"/v1/streams/{name}")
+    def stream(self, name: str) -> StreamPublic:
+        return self._read(_STREAM, "GET", f"/v1/streams/{name}")
 
-    def create_stream(self, spec: dict) -> dict:
-        return self.call("POST", "/v1/streams", spec)
+    def create_stream(self, spec: dict) -> StreamPublic:
+        return self._read(_STREAM, "POST", "/v1/streams", spec)
 
-    def put_stream(self, spec: dict) -> dict:
-        return self.call("PUT", f"/v1/streams/{spec['name']}", spec)
+    def put_stream(self, spec: dict) -> StreamPublic:
+        return self._read(_STREAM, "PUT", f"/v1/streams/{spec['name']}", spec)
 
     def delete_stream(self, name: str) -> None:
         self.call("DELETE", f"/v1/streams/{name}")
 
     def status(self, name: str) -> dict:
+        """As control answers it (`control.status.StreamStatus.to_dict`): the route declares
+        no model."""
         return self.call("GET", f"/v1/streams/{name}/status")
 
-    def put_output(self, stream: str, output: dict) -> dict:
-        return self.call("PUT", f"/v1/streams/{stream}/outputs/{output['name']}", output)
+    def put_output(self, stream: str, output: dict) -> StreamPublic:
+        return self._read(_STREAM, "PUT", f"/v1/streams/{stream}/outputs/{output['name']}", output)
 
-    def delete_output(self, stream: str, output: str) -> dict:
-        return self.call("DELETE", f"/v1/streams/{stream}/outputs/{output}")
+    def delete_output(self, stream: str, output: str) -> StreamPublic:
+        return self._read(_STREAM, "DELETE", f"/v1/streams/{stream}/outputs/{output}")
 
-    def preview(self, stream: str, output: str, **draft: Any) -> dict:
-        return self.call("POST", f"/v1/streams/{stream}/outputs/{output}/preview", draft)
+    def preview(self, stream: str, output: str, **draft: Any) -> PreviewPublic:
+        return self._read(_PREVIEW, "POST", f"/v1/streams/{stream}/outputs/{output}/preview", draft)
 
     # Apps and owners
 
-    def create_app(self, name: str, rate: int | None = None) -> dict:
+    def create_app(self, name: str, rate: int | None = None) -> AppKey:
         """`rate` None: control's default quota for the caller (`AppCreate`)."""
-        return self.call("POST", "/v1/apps", {"name": name, "rate": rate})
+        return self._read(_APP_KEY, "POST", "/v1/apps", {"name": name, "rate": rate})
 
-    def apps(self) -> list[dict]:
-        return self.call("GET", "/v1/apps")
+    def apps(self) -> list[AppPublic]:
+        return self._read(_APPS, "GET", "/v1/apps")
 
-    def rotate_app(self, name: str) -> dict:
-        return self.call("POST", f"/v1/apps/{name}/key")
+    def rotate_app(self, name: str) -> AppKey:
+        return self._read(_APP_KEY, "POST", f"/v1/apps/{name}/key")
 
     def delete_app(self, name: str) -> None:
         self.call("DELETE", f"/v1/apps/{name}")
 
-    def grant(self, stream: str, app: str) -> dict:
-        return self.call("PUT", f"/v1/streams/{stream}/producers/{app}")
+    def grant(self, stream: str, app: str) -> StreamPublic:
+        return self._read(_STREAM, "PUT", f"/v1/streams/{stream}/producers/{app}")
 
-    def revoke(self, stream: str, app: str) -> dict:
-        return self.call("DELETE", f"/v1/streams/{stream}/producers/{app}")
+    def revoke(self, stream: str, app: str) -> StreamPublic:
+        return self._read(_STREAM, "DELETE", f"/v1/streams/{stream}/producers/{app}")
 
-    def create_owner(self, name: str) -> dict:
-        return self.call("POST", "/v1/owners", {"name": name})
+    def create_owner(self, name: str) -> OwnerToken:
+        return self._read(_OWNER_TOKEN, "POST", "/v1/owners", {"name": name})
 
     def owners(self) -> list[str]:
-        return self.call("GET", "/v1/owners")
+        return self._read(_OWNERS, "GET", "/v1/owners")
 
-    def rotate_owner(self, name: str) -> dict:
-        return self.call("POST", f"/v1/owners/{name}/token")
+    def rotate_owner(self, name: str) -> OwnerToken:
+        return self._read(_OWNER_TOKEN, "POST", f"/v1/owners/{name}/token")
 
     def delete_owner(self, name: str) -> None:
         self.call("DELETE", f"/v1/owners/{name}")
 
-    def audit(self, limit: int = 100) -> list[dict]:
-        return self.call("GET", "/v1/audit", limit=limit)
+    def audit(self, limit: int = 100) -> list[AuditPublic]:
+        return self._read(_AUDIT, "GET", "/v1/audit", limit=limit)

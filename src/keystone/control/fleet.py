@@ -1,7 +1,7 @@
 """The fleet: every stream's dashboard and alert rules kept current, and one router application
-per stream that has outputs (`python -m router`, whose Spark session pyspark launches through
-spark-submit, with the master from settings), watched, restarted with backoff when it dies,
-redeployed when its spec changes, and stopped gracefully when its stream is deleted.
+per stream that has outputs (`python -m keystone.router`, whose Spark session pyspark launches
+through spark-submit, with the master from settings), watched, restarted with backoff when it
+dies, redeployed when its spec changes, and stopped gracefully when its stream is deleted.
 
 One control process at a time runs the fleet (a lease in Redis). Routers run in sessions of
 their own and are recorded by pid file under `<state>/run/routers/`, so a restarted control
@@ -10,6 +10,10 @@ knows of each router (state, restarts, last error) is kept in Redis for the API.
 
 Every step is non-blocking: a router asked to stop is looked at again on the next pass, so a
 slow stop never delays another stream's restart.
+
+`Fleet` is the state machine only: the routers' processes, records, targets and checkpoints
+are its launcher's (`keystone.control.launcher`), the time its clock's, the dashboards its
+publisher's, and what it knows of each router the store's; each can be given to it.
 """
 
 from __future__ import annotations
@@ -19,28 +23,21 @@ import hashlib
 import json
 import logging
 import os
-import shutil
-import signal
 import socket
-import sys
 import threading
 import time
 import uuid
-from dataclasses import asdict, dataclass
-from pathlib import Path
+from collections.abc import Callable
+from typing import Protocol
 
-import httpx
-
-from keystone.contracts import metrics as names
 from keystone.contracts.errors import KeystoneError
 from keystone.contracts.names import valid_name
-from keystone.contracts.processes import PidFile, port_in_use, process_start_time, reap, spawn
 from keystone.contracts.registry import RouterPhase, RouterState
-from keystone.contracts.settings import CHECKOUT, Settings
+from keystone.contracts.settings import Settings
 from keystone.contracts.spec import StreamSpec
+from keystone.control.launcher import Deployment, Launcher, ProcessLauncher
 from keystone.control.store import Store
 from keystone.dashboards.publish import Publisher
-from keystone.dashboards.targets import remove_target, write_target
 
 log = logging.getLogger(__name__)
 
@@ -59,80 +56,33 @@ def fingerprint(spec: StreamSpec) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
 
-@dataclass(frozen=True)
-class Deployment:
-    """A router process the fleet started; stored as its pid file (`pid` and `start` are what
-    `contracts.processes.PidFile` reads, so `keystone stack down` can stop it too)."""
+class Dashboards(Protocol):
+    """What the fleet asks of the dashboards' publisher (`keystone.dashboards.publish`)."""
 
-    stream: str
-    pid: int
-    start: int
-    port: int
-    fingerprint: str
-    started: float
-
-    @staticmethod
-    def path(settings: Settings, stream: str) -> Path:
-        return settings.routers_run_dir / f"{stream}.json"
-
-    def save(self, settings: Settings) -> None:
-        path = self.path(settings, self.stream)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        staging = path.with_suffix(".tmp")
-        staging.write_text(json.dumps(asdict(self)))
-        os.replace(staging, path)
-
-    @classmethod
-    def load(cls, settings: Settings, stream: str) -> Deployment | None:
-        """The stream's record, if there is one (only read: whether its process still runs is
-        for the fleet to see, `alive()`)."""
-        return cls.load_all(settings, f"{stream}.json").get(stream)
-
-    @classmethod
-    def load_all(cls, settings: Settings, pattern: str = "*.json") -> dict[str, Deployment]:
-        found = {}
-        for path in sorted(settings.routers_run_dir.glob(pattern)):
-            try:
-                found[path.stem] = cls(**json.loads(path.read_text()))
-            except (ValueError, TypeError):
-                log.warning("ignoring unreadable router record %s", path)
-        return found
-
-    def alive(self) -> bool:
-        return process_start_time(self.pid) == self.start
-
-    def remove(self, settings: Settings) -> None:
-        self.path(settings, self.stream).unlink(missing_ok=True)
-
-
-def router_log(settings: Settings, stream: str) -> Path:
-    return settings.routers_logs_dir / f"{stream}.log"
-
-
-def last_error(path: Path) -> str:
-    """The last error the router's current run logged, or the end of a traceback."""
-    try:
-        with path.open("rb") as f:
-            f.seek(max(0, f.seek(0, os.SEEK_END) - 65536))
-            text = f.read().decode(errors="replace")
-    except FileNotFoundError:
-        return ""
-    run = text.rsplit("\n=== ", 1)[-1].splitlines()
-    for line in reversed(run):
-        if (
-            " ERROR " in line
-            or line.startswith(("Traceback", "Exception"))
-            or (line and not line.startswith((" ", "\t")) and "Error:" in line)
-        ):
-            return line.strip()[:500]
-    return ""
+    def sync(self, specs: list[StreamSpec], keep: set[str] | None = None) -> list[str]: ...
 
 
 class Fleet:
-    def __init__(self, settings: Settings, store: Store) -> None:
+    """Brings each stream's router one step closer to its spec per pass (`reconcile`), run by
+    its own thread (`start`, `stop`) while this process holds the fleet's lease.
+
+    By default its routers are processes on this machine (`ProcessLauncher`), its dashboards
+    published by a `Publisher` and its time `time.time`."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        store: Store,
+        *,
+        launcher: Launcher | None = None,
+        dashboards: Dashboards | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.settings = settings
         self.store = store
-        self.dashboards = Publisher(settings)
+        self.launcher: Launcher = launcher if launcher is not None else ProcessLauncher(settings)
+        self.dashboards: Dashboards = dashboards if dashboards is not None else Publisher(settings)
+        self.clock = clock
         self.holder = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.leading = False
         self._unreadable: dict[str, str] = {}  # stream -> why, as last said
@@ -178,7 +128,7 @@ class Fleet:
         except (KeystoneError, ValueError, OSError) as e:  # retried next pass; routers first
             log.warning("dashboards not published: %s", e)
         desired = {s.name: s for s in specs if s.outputs}
-        running = Deployment.load_all(self.settings)
+        running = self.launcher.deployments()
         states = self.store.router_states()
         for stream in sorted((set(desired) | set(running) | set(states)) - untouched):
             state = states.get(stream) or RouterState()
@@ -196,8 +146,8 @@ class Fleet:
         deployed: Deployment | None,
         state: RouterState,
     ) -> None:
-        now = time.time()
-        if deployed is not None and not deployed.alive():
+        now = self.clock()
+        if deployed is not None and not self.launcher.alive(deployed):
             self._ended(deployed, state, now)
             deployed = None
         if spec is None:
@@ -218,11 +168,9 @@ class Fleet:
 
     def _ended(self, deployed: Deployment, state: RouterState, now: float) -> None:
         """The router's process is gone: asked to (a stop) or not (a failure, retried later)."""
-        # None for a router adopted from an earlier control; a child of ours that /proc shows
-        # gone may need a moment before it can be reaped.
-        code = reap(deployed.pid, timeout=5)
-        _kill_group(deployed.pid)  # its JVM must not outlive it
-        deployed.remove(self.settings)
+        # Its exit code (None for a router adopted from an earlier control); its JVM must not
+        # outlive it, nor its record.
+        code = self.launcher.reap(deployed)
         if state.state == RouterPhase.STOPPING:
             log.info("router %s stopped (exit %s)", deployed.stream, code)
             _enter(state, RouterPhase.PENDING, now)
@@ -230,7 +178,7 @@ class Fleet:
             return
         ran = now - deployed.started
         state.failures = state.failures + 1 if ran < HEALTHY_AFTER else 1
-        error = last_error(router_log(self.settings, deployed.stream))
+        error = self.launcher.last_error(deployed.stream)
         why = f"exited with {code}" if code is not None else "its process ended"
         state.last_error = f"{why}: {error}" if error else why
         delay = min(MAX_BACKOFF, 2.0 ** (state.failures - 1))
@@ -252,58 +200,29 @@ class Fleet:
         if state.state != RouterPhase.STOPPING:
             log.info("stopping router %s (pid %d)", deployed.stream, deployed.pid)
             _enter(state, RouterPhase.STOPPING, now)
-            # The router's Python process only: it stops its queries and then its JVM.
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(deployed.pid, signal.SIGTERM)
+            self.launcher.stop(deployed)  # SIGTERM: it stops its queries and then its JVM
         elif now - state.since > self.settings.router_stop_timeout_seconds:
             log.warning("router %s did not stop in time: killing it", deployed.stream)
-            _kill_group(deployed.pid)
+            self.launcher.kill(deployed)
 
     def _watch(self, deployed: Deployment, state: RouterState, now: float) -> None:
-        up = _router_up(self.settings.bind_host, deployed.port, deployed.stream)
+        up = self.launcher.up(deployed)
         _enter(state, RouterPhase.RUNNING if up else RouterPhase.STARTING, now)
-        error = last_error(router_log(self.settings, deployed.stream))
+        error = self.launcher.last_error(deployed.stream)
         if error:
             state.last_error = error
         elif up and now - deployed.started > HEALTHY_AFTER:
             state.failures, state.last_error = 0, ""  # recovered: why it died is history
 
     def _deploy(self, spec: StreamSpec, state: RouterState, now: float) -> None:
-        settings = self.settings
         self._forget_checkpoints(spec, state)
-        port = state.port
-        if not port or port_in_use(settings.bind_host, port):
-            port = _free_port(settings.bind_host)
-        log_path = router_log(settings, spec.name)
-        argv = [
-            sys.executable,
-            "-m",
-            "keystone.router",
-            "--stream",
-            spec.name,
-            "--metrics-port",
-            str(port),
-        ]
-        record = Deployment.path(settings, spec.name)
-        pid = spawn(
-            argv,
-            log_path,
-            PidFile(record),
-            cwd=CHECKOUT,
-            env={**settings.to_env(), "PYTHONUNBUFFERED": "1"},
-        )
-        start = process_start_time(pid)
-        Deployment(spec.name, pid, start or 0, port, fingerprint(spec), now).save(settings)
-        write_target(
-            settings,
-            f"router-{spec.name}",
-            [f"{settings.bind_host}:{port}"],
-            {"job": "keystone_router", "stream": spec.name},
-        )
+        digest = fingerprint(spec)
+        deployed = self.launcher.start(spec, port=state.port, fingerprint=digest, started=now)
+        pid, port = deployed.pid, deployed.port
         if state.state in (RouterPhase.RESTARTING, RouterPhase.FAILED):
             state.restarts += 1
         state.pid, state.port, state.started = pid, port, now
-        state.fingerprint = fingerprint(spec)
+        state.fingerprint = digest
         state.extra = {"outputs": {o.name: _sink_key(o) for o in spec.outputs}}
         _enter(state, RouterPhase.STARTING, now)
         log.info("router %s started (pid %d, metrics on port %d)", spec.name, pid, port)
@@ -316,13 +235,13 @@ class Fleet:
         for output, sink in before.items() if isinstance(before, dict) else ():
             # A name read from Redis: only a valid output name may become a path.
             if now.get(output) != sink and valid_name(output):
-                shutil.rmtree(self.settings.checkpoints_dir / spec.name / output, True)
+                self.launcher.remove_checkpoints(spec.name, output)
 
     def _undeploy(self, stream: str) -> None:
         """The stream (or its last output) is gone and so is its router: its target and
         checkpoints go too, so a stream made again later starts afresh."""
-        remove_target(self.settings, f"router-{stream}")
-        shutil.rmtree(self.settings.checkpoints_dir / stream, ignore_errors=True)
+        self.launcher.remove_target(stream)
+        self.launcher.remove_checkpoints(stream)
         self.store.delete_router_state(stream)
         log.info("router %s undeployed", stream)
 
@@ -334,29 +253,3 @@ def _sink_key(output) -> str:
 def _enter(state: RouterState, name: RouterPhase, now: float) -> None:
     if state.state != name:
         state.state, state.since = name, now
-
-
-def _kill_group(pid: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signal.SIGKILL)
-
-
-def _free_port(host: str) -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
-
-
-def _router_up(host: str, port: int, stream: str) -> bool:
-    """Running once one of its queries runs: a router with one output failing still delivers
-    the others' (whether every one runs is `keystone_router_up`'s to say, and the router-down
-    alert's)."""
-    try:
-        text = httpx.get(f"http://{host}:{port}/metrics", timeout=1).text
-    except httpx.HTTPError:
-        return False
-    label = f'stream="{stream}"'
-    return any(
-        line.startswith(f"{names.ROUTER_QUERY_UP}{{") and label in line and line.endswith(" 1.0")
-        for line in text.splitlines()
-    )

@@ -39,8 +39,8 @@ templates = Jinja2Templates(directory=HERE / "templates")
 templates.env.globals["default_triggers"] = DEFAULT_TRIGGERS  # the interval field's hint
 router = APIRouter(prefix="/ui", include_in_schema=False)
 static = StaticFiles(directory=HERE / "static")
-# uPlot, as the bootstrap installed it from npm (package-lock.json in web/).
-vendor = StaticFiles(directory=HERE / "node_modules" / "uplot" / "dist", check_dir=False)
+# uPlot, as the bootstrap installed it from npm (package-lock.json in web/) and copied here.
+vendor = StaticFiles(directory=HERE / "vendor" / "uplot", check_dir=False)
 
 
 class SignIn(Exception):

@@ -1,1 +1,5 @@
-"""Per-stream Grafana JSON, Prometheus rules and live pages (issue: dashboards)."""
+"""Per-stream Grafana JSON, Prometheus alert rules and file-discovery targets, and the live
+pages' data, generated from a stream's spec.
+
+Imports `keystone.contracts` (and no Spark).
+"""

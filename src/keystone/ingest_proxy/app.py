@@ -1,6 +1,7 @@
 """The ingest proxy: `create_app(settings)`, its routes thin over `Proxy.ingest`.
 
-Run by the stack as `python -m ingest_proxy.serve`: several processes, each one uvicorn server.
+Run by the stack as `python -m keystone.ingest_proxy.serve`: several processes, each one uvicorn
+server.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Runs the ingest proxy: `KEYSTONE_PROXY_WORKERS` server processes on one port, each with its
 own listening socket (SO_REUSEPORT), so the kernel spreads new connections across them.
 
-    python -m ingest_proxy.serve      (settings from KEYSTONE_* variables)
+    python -m keystone.ingest_proxy.serve      (settings from KEYSTONE_* variables)
 
 Not `uvicorn --workers N`: its processes share one listening socket, and the one that wakes
 first accepts a whole burst of new connections, which keep-alive then keeps on it. Under the

@@ -15,7 +15,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from keystone.contracts.settings import Settings
-from keystone.contracts.spec import OutputSpec, StreamSpec, load_spec
+from keystone.contracts.spec import OutputSpec, StreamSpec
 from keystone.control.client import ControlClient
 from keystone.ingest_proxy.client import ProxyClient
 from keystone.loadtest.events import EventMaker
@@ -105,9 +105,9 @@ def provision(control: ControlClient, console: Console) -> StreamSpec:
     demo = {"name": STREAM, "owner": OWNER, "partitions": 4, "producers": [], "outputs": OUTPUTS}
     control.put_stream(alerts)
     answer = control.put_stream(demo)
-    made = ", ".join(answer["provisioned"]) or "nothing new"
+    made = ", ".join(answer.provisioned) or "nothing new"
     console.print(f"streams [bold]{STREAM}[/] and [bold]{ALERTS}[/] applied; provisioned: {made}")
-    return load_spec(answer["spec"])
+    return answer.spec
 
 
 def _matching(output: OutputSpec, sent: dict[str, dict]) -> set[str]:

@@ -2,7 +2,7 @@
 under a sustained load through the proxy, optionally with faults, every acknowledged guid
 audited at every sink; `--write-docs` puts the figures and plots in docs/benchmarks.md.
 
-    python -m loadtest.e2e_bench [--rate 1000] [--duration 300] [--fault kill-router ...]
+    python -m keystone.loadtest.e2e_bench [--rate 1000] [--duration 300] [--fault kill-router ...]
 """
 
 from __future__ import annotations
@@ -10,10 +10,11 @@ from __future__ import annotations
 import argparse
 import shutil
 import sys
+from pathlib import Path
 
 from rich.console import Console
 
-from keystone.contracts.settings import CHECKOUT, Settings
+from keystone.contracts.settings import Settings
 from keystone.control.client import ControlClient
 from keystone.loadtest.bench import DOCS, write_section
 from keystone.loadtest.demo import STREAM, provision
@@ -59,8 +60,8 @@ def main() -> None:
     settings = Settings()
     with ControlClient.from_settings(settings) as control:
         provision(control, console)
-    report = CHECKOUT / "build" / "bench" / args.name
-    command = "python -m loadtest.e2e_bench " + " ".join(sys.argv[1:])
+    report = Path.cwd() / "build" / "bench" / args.name
+    command = "python -m keystone.loadtest.e2e_bench " + " ".join(sys.argv[1:])
     options = Options(
         plan=Plan(STREAM, args.rate, args.duration, 1024, args.producers),
         faults=[Fault.parse(f, args.duration) for f in args.fault],

@@ -16,7 +16,7 @@ from typing import ClassVar
 from keystone.contracts.errors import BadRequest, StackError
 from keystone.contracts.processes import PidFile, stop
 from keystone.contracts.settings import Settings
-from keystone.control.fleet import Deployment
+from keystone.control.launcher import Deployment
 from keystone.stack import lifecycle
 
 

@@ -1,6 +1,6 @@
 """Benchmark of the ingest proxy against its floor, on the running stack.
 
-    python -m loadtest.proxy_bench [--duration 15] [--write-docs]
+    python -m keystone.loadtest.proxy_bench [--duration 15] [--write-docs]
 
 1. raw: confluent-kafka producing the same 1 KB events (same headers, acks=all, idempotent)
    straight to the broker from one Python process: the limit the proxy is measured against;
@@ -54,7 +54,7 @@ console = Console()
 # events/s on this machine; fewer measured the linger wait, not the proxy: 8 at batch 100 gave
 # 66k events/s where 16 and 32 gave 80-94k).
 CONNECTIONS = {1: 64, 10: 64, 100: 16}
-COMMAND = "python -m loadtest.proxy_bench --write-docs"
+COMMAND = "python -m keystone.loadtest.proxy_bench --write-docs"
 
 
 @dataclass

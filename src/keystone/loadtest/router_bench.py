@@ -1,6 +1,6 @@
 """Benchmark of the router against its floor, on the running stack.
 
-    python -m loadtest.router_bench [--events 500000] [--seconds 30] [--write-docs]
+    python -m keystone.loadtest.router_bench [--events 500000] [--seconds 30] [--write-docs]
 
 1. throughput: 1 KB events preloaded on a fronting topic, read from the start by
    (a) the router's own output query (micro-batch, Kafka sink, a filter keeping half, a
@@ -51,7 +51,7 @@ from keystone.router.spark import spark_session
 from keystone.router.topics import create_topics
 
 console = Console()
-COMMAND = "python -m loadtest.router_bench --write-docs"
+COMMAND = "python -m keystone.loadtest.router_bench --write-docs"
 FILTER = "variant = 'a'"
 PROJECTION = ["guid", "timestamp", "user.id as user_id", "device.type as device", "title"]
 PARTITIONS = 6

@@ -1,6 +1,6 @@
 """The router's per-event plan against the hand-written job's, without Kafka in the way.
 
-    python -m loadtest.router_plan_bench [--events 400000] [--rounds 7] [--object-fields N]
+    python -m keystone.loadtest.router_plan_bench [--events 400000] [--rounds 7] [--object-fields N]
                                          [--jfr FILE] [--write-docs]
 
 Both plans of `loadtest.router_bench` (the router's output query as `router.job.routed` builds
@@ -40,7 +40,7 @@ from keystone.router.source import envelope as source_columns
 from keystone.router.spark import spark_session
 
 console = Console()
-COMMAND = "python -m loadtest.router_plan_bench --write-docs"
+COMMAND = "python -m keystone.loadtest.router_plan_bench --write-docs"
 DISTINCT = 20_000  # distinct events, repeated to make up the batch
 
 

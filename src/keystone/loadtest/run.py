@@ -20,8 +20,8 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from keystone.contracts.errors import BadRequest, Unavailable
-from keystone.contracts.settings import CHECKOUT, Settings
-from keystone.contracts.spec import StreamSpec, load_spec
+from keystone.contracts.settings import Settings
+from keystone.contracts.spec import StreamSpec
 from keystone.control.client import ControlClient, ControlError
 from keystone.loadtest import audit as auditing
 from keystone.loadtest import faults as faulting
@@ -50,11 +50,11 @@ class Options:
 def app_key(control: ControlClient, app: str, stream: str) -> str:
     """A key of `app`, allowed to post to `stream`: a new app's, or a new key for it."""
     try:
-        key = control.create_app(app)["key"]
+        key = control.create_app(app).key
     except ControlError as e:
         if e.status != 409:
             raise
-        key = control.rotate_app(app)["key"]
+        key = control.rotate_app(app).key
     control.grant(stream, app)
     return key
 
@@ -67,7 +67,7 @@ def streams_reached(control: ControlClient, spec: StreamSpec) -> dict[str, Strea
         for output in pending.pop().outputs:
             target = output.sink.stream if output.sink.type == "keystone" else None
             if target and target not in found:
-                found[target] = load_spec(control.stream(target)["spec"])
+                found[target] = control.stream(target).spec
                 pending.append(found[target])
     return found
 
@@ -119,7 +119,7 @@ def run(settings: Settings, options: Options, console: Console) -> dict[str, Any
     plan = options.plan
     faulting.check(settings, options.faults)
     with ControlClient.from_settings(settings) as control:
-        spec = load_spec(control.stream(plan.stream)["spec"])
+        spec = control.stream(plan.stream).spec
         if not spec.outputs:
             raise BadRequest(f"stream {plan.stream!r} has no outputs: nothing to audit")
         streams = streams_reached(control, spec)
@@ -129,7 +129,7 @@ def run(settings: Settings, options: Options, console: Console) -> dict[str, Any
         await_routers(control, [s.name for s in streams.values() if s.outputs], console)
     if key is not None:
         await_key(settings.proxy_url, key, plan.stream)
-    folder = options.report or CHECKOUT / "build" / "loadtest" / (
+    folder = options.report or Path.cwd() / "build" / "loadtest" / (
         f"{plan.stream}-{time.strftime('%Y%m%d-%H%M%S')}"
     )
     load = _drive(settings, options, key, console)

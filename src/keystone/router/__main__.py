@@ -1,4 +1,4 @@
-"""`python -m router --stream NAME`: runs one stream's router until SIGTERM or SIGINT.
+"""`python -m keystone.router --stream NAME`: runs one stream's router until SIGTERM or SIGINT.
 
 The spec comes from Redis (where control keeps it); the Spark application is launched by
 pyspark through spark-submit with the master from settings and the Kafka connector jars. The
@@ -25,7 +25,7 @@ log = logging.getLogger("keystone.router")
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m router", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m keystone.router", description=__doc__)
     parser.add_argument("--stream", required=True, help="the stream whose outputs to run")
     parser.add_argument(
         "--metrics-port", type=int, default=0, help="where to serve /metrics (default: any)"

@@ -1,1 +1,3 @@
-"""Where outputs deliver: one module per sink type behind `base.Sink`, listed in `registry`."""
+"""Where outputs deliver. A sink type has three parts: its config (`keystone.contracts.sinks`),
+its provisioner (`provision`, no Spark) and its Spark writer (`base.Writer`, one module per
+type), the last two listed in `registry`."""

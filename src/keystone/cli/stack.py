@@ -8,9 +8,9 @@ import time
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
+from keystone.cli.common import console
 from keystone.contracts.errors import KeystoneError, StackError
 from keystone.contracts.settings import Settings
 from keystone.stack import cds, jars, lifecycle
@@ -19,7 +19,6 @@ from keystone.stack.services import all_services
 app = typer.Typer(
     help="Run the embedded stack: Kafka, Redis, Elasticsearch, Hive metastore, Prometheus."
 )
-console = Console()
 
 HEALTH_STYLE = {"healthy": "green", "unhealthy": "red", "stopped": "dim"}
 
@@ -129,9 +128,10 @@ def sql(
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per row.")] = False,
 ) -> None:
     """Run Spark SQL against the shared Hive metastore and print the rows."""
+    # Imported here: Spark only for the commands that need it, the CLI starts without it.
     from pyspark.errors import PySparkException
 
-    from keystone.router.spark import spark_session  # Spark only for the commands that need it
+    from keystone.router.spark import spark_session
 
     session = spark_session(ctx.obj, "keystone-sql")
     try:

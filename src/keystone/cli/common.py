@@ -1,0 +1,71 @@
+"""What the command groups share: the console, the `--json` and `--file` options, how answers
+are printed (tables' router states, JSON, one sentence, a secret shown once) and the control
+client of a command."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Annotated, Any
+
+import typer
+from pydantic import BaseModel
+from rich.console import Console
+
+from keystone.contracts.registry import RouterPhase
+from keystone.control.client import ControlClient
+from keystone.control.models import AppKey, OwnerToken
+
+console = Console()
+JsonOption = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
+SpecFile = Annotated[typer.FileText, typer.Option("-f", "--file", help="YAML or JSON; - for stdin")]
+STATE_STYLE: dict[str, str] = {
+    RouterPhase.RUNNING: "green",
+    RouterPhase.RESTARTING: "red",
+    RouterPhase.FAILED: "red",
+    RouterPhase.NONE: "dim",
+}  # the other phases (and any this CLI does not know yet) in yellow
+
+
+@contextmanager
+def control(ctx: typer.Context) -> Iterator[ControlClient]:
+    with ControlClient.from_settings(ctx.obj) as client:
+        yield client
+
+
+def plain(data: Any) -> Any:
+    """An answer as control sent it: models (and lists of them) as their JSON, by alias (a
+    spec's `schema`); anything else as it is."""
+    if isinstance(data, BaseModel):
+        return data.model_dump(mode="json", by_alias=True)
+    if isinstance(data, list):
+        return [plain(item) for item in data]
+    return data
+
+
+def emit(data: Any) -> None:
+    print(json.dumps(plain(data), indent=2))
+
+
+def done(answer: Any, as_json: bool, message: str) -> None:
+    """What a change command prints: control's answer as JSON, or one sentence."""
+    if as_json:
+        emit(answer)
+    else:
+        console.print(message)
+
+
+def show_secret(answer: AppKey | OwnerToken, as_json: bool, what: str) -> None:
+    """A new app key or owner token, the one time it is shown (control keeps only its hash):
+    control's answer as one line of JSON, or `what` it is, and the secret on a line of its own."""
+    if as_json:
+        print(json.dumps(plain(answer)))
+    else:
+        secret = answer.key if isinstance(answer, AppKey) else answer.token
+        console.print(f"{what} (shown only now):\n{secret}")
+
+
+def styled_state(state: str) -> str:
+    """A router's state (a `RouterPhase`'s value) as console markup, in its colour."""
+    return f"[{STATE_STYLE.get(state, 'yellow')}]{state}[/]"

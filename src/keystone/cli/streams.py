@@ -1,0 +1,141 @@
+"""`keystone stream create | apply | list | show | delete`.
+
+Specs are checked here first (without I/O: the same checks control runs), so a typo is caught
+before anything is sent; control checks everything again and owns the decision.
+"""
+
+from __future__ import annotations
+
+import json
+
+import typer
+import yaml
+from rich.table import Table
+from rich.text import Text
+
+from keystone.cli.common import (
+    JsonOption,
+    SpecFile,
+    console,
+    control,
+    done,
+    emit,
+    plain,
+    styled_state,
+)
+from keystone.contracts.settings import Settings
+from keystone.contracts.spec import load_spec
+from keystone.control.models import StreamPublic
+from keystone.control.validation import check_spec
+
+app = typer.Typer(help="Streams: their specs, routers and status.", no_args_is_help=True)
+
+
+def _checked_spec(text: str) -> dict:
+    spec = load_spec(text)
+    check_spec(spec, Settings())  # the limits configured here; control checks with its own
+    return json.loads(spec.to_json())
+
+
+@app.command("create")
+def stream_create(ctx: typer.Context, file: SpecFile, as_json: JsonOption = False) -> None:
+    """Create a stream from its spec: checked, provisioned, and its router deployed."""
+    spec = _checked_spec(file.read())
+    with control(ctx) as client:
+        _report_change(client.create_stream(spec), "created", as_json)
+
+
+@app.command("apply")
+def stream_apply(ctx: typer.Context, file: SpecFile, as_json: JsonOption = False) -> None:
+    """Create a stream or replace its spec (its router is redeployed when it changed)."""
+    spec = _checked_spec(file.read())
+    with control(ctx) as client:
+        _report_change(client.put_stream(spec), "applied", as_json)
+
+
+def _report_change(answer: StreamPublic, verb: str, as_json: bool) -> None:
+    if as_json:
+        emit(answer)
+        return
+    made = ", ".join(answer.provisioned) or "nothing new"
+    console.print(f"stream [bold]{answer.spec.name}[/] {verb}; provisioned: {made}")
+
+
+@app.command("list")
+def stream_list(ctx: typer.Context, as_json: JsonOption = False) -> None:
+    """The streams you own (every stream, for the admin)."""
+    with control(ctx) as client:
+        found = client.streams()
+    if as_json:
+        emit(found)
+        return
+    table = Table("stream", "owner", "partitions", "producers", "outputs", "router")
+    for s in found:
+        spec = s.spec
+        table.add_row(
+            spec.name,
+            spec.owner,
+            str(spec.partitions),
+            ", ".join(spec.producers),
+            ", ".join(f"{o.name} ({o.sink.type})" for o in spec.outputs),
+            styled_state(s.router.state),
+        )
+    console.print(table)
+
+
+@app.command("show")
+def stream_show(ctx: typer.Context, name: str, as_json: JsonOption = False) -> None:
+    """A stream's spec, its router and, per output, rates, lag and latency."""
+    with control(ctx) as client:
+        stream = client.stream(name)
+        status = client.status(name)  # a dict: the status route has no model
+    if as_json:
+        emit({**plain(stream), "status": status})
+        return
+    console.print(Text(yaml.safe_dump(plain(stream.spec), sort_keys=False).rstrip()))
+    router = status["router"]
+    line = f"router: {styled_state(router['state'])}"
+    if router.get("pid"):
+        line += f"  pid {router['pid']}  for {router['for_seconds']:.0f} s"
+    if router.get("restarts"):
+        line += f"  {router['restarts']} restarts"
+    console.print(line)
+    if router.get("last_error"):
+        console.print(Text(f"last error: {router['last_error']}", style="red"))
+    if status.get("metrics_error"):
+        console.print(Text(f"rates unavailable: {status['metrics_error']}", style="yellow"))
+    table = Table(
+        "output",
+        "sink",
+        "in/s",
+        "matched/s",
+        "delivered/s",
+        "delivered",
+        "dead letters",
+        "lag",
+        "p99",
+    )
+    for o in status["outputs"]:
+        rates, totals = o["rates"], o["totals"]
+        table.add_row(
+            o["name"],
+            o["sink"],
+            *(f"{rates.get(s, 0):.1f}" for s in ("in", "matched", "delivered")),
+            f"{totals.get('delivered', 0):.0f}",
+            f"{totals.get('dead_letter', 0):.0f}",
+            "-" if o["lag"] is None else f"{o['lag']:.0f}",
+            "-" if o["latency_p99"] is None else f"{o['latency_p99'] * 1000:.0f} ms",
+        )
+    console.print(table)
+
+
+@app.command("delete")
+def stream_delete(ctx: typer.Context, name: str, as_json: JsonOption = False) -> None:
+    """Stop a stream's router and forget the stream (its topics, tables and indices stay)."""
+    with control(ctx) as client:
+        client.delete_stream(name)
+    done(
+        {"stream": name, "deleted": True},
+        as_json,
+        f"stream [bold]{name}[/] deleted; its router is stopping",
+    )
