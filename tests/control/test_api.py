@@ -21,8 +21,10 @@ from keystone.contracts.registry import TOPICS
 from keystone.control.store import Store
 from keystone.router.lang.evaluate import matches, project
 from keystone.router.lang.parser import parse_filter, parse_projection
-from tests.conftest import Api, Stack, eventually, owner
-from tests.kafka import produce
+from tests.support.api import Api, owner
+from tests.support.kafka import produce
+from tests.support.stack import Stack
+from tests.support.waiting import eventually
 
 
 def spec(name: str, owner_name: str = "team-api", **extra: object) -> dict:

@@ -25,8 +25,10 @@ from keystone.ingest_proxy.client import ProxyClient
 from keystone.loadtest.topics import read_topic
 from keystone.router.lang.evaluate import matches, project
 from keystone.router.lang.parser import parse_filter, parse_projection
-from tests.conftest import Api, Stack, checked, eventually, owner
-from tests.processes import processes_mentioning
+from tests.support.api import Api, owner
+from tests.support.processes import processes_mentioning
+from tests.support.stack import Stack, checked
+from tests.support.waiting import eventually
 
 STREAM, OWNER, APP = "fleet_main", "team-fleet", "fleet-app"
 PICKED = {

@@ -21,7 +21,9 @@ from keystone.contracts.processes import PidFile, stop
 from keystone.ingest_proxy.client import ProxyClient
 from keystone.loadtest.run import await_key
 from keystone.loadtest.topics import read_topic
-from tests.conftest import Api, Stack, checked, eventually, owner
+from tests.support.api import Api, owner
+from tests.support.stack import Stack, checked
+from tests.support.waiting import eventually
 
 STREAM = "on_cluster"
 

@@ -10,8 +10,9 @@ from playwright.sync_api import Page, expect
 
 from keystone.ingest_proxy.client import ProxyClient
 from keystone.loadtest.run import await_key
-from tests.browser import artifact, chromium
-from tests.conftest import Api, Stack, owner
+from tests.support.api import Api, owner
+from tests.support.browser import artifact, chromium
+from tests.support.stack import Stack
 
 STREAM, OWNER, APP = "ui_stream", "team-ui", "ui-app"
 WAIT_MS = 180_000  # a router's first start, then Prometheus' scrape and the page's refresh

@@ -20,10 +20,12 @@ from playwright.sync_api import expect
 from keystone.contracts.names import fronting_topic
 from keystone.contracts.processes import PidFile, stop
 from keystone.ingest_proxy.client import ProxyClient
-from tests.browser import artifact, chromium
-from tests.conftest import Api, Stack, checked, eventually, owner
-from tests.kafka import produce
-from tests.processes import processes_mentioning
+from tests.support.api import Api, owner
+from tests.support.browser import artifact, chromium
+from tests.support.kafka import produce
+from tests.support.processes import processes_mentioning
+from tests.support.stack import Stack, checked
+from tests.support.waiting import eventually
 
 STREAM, OWNER, APP = "dash_main", "team-dash", "dash-app"
 OUTPUTS = [

@@ -25,7 +25,7 @@ from keystone.contracts.processes import PidFile, stop
 from keystone.contracts.settings import MAX_EVENT_BYTES
 from keystone.ingest_proxy.client import DirectProducer, ProxyClient, SendFailed
 from keystone.loadtest.topics import read_topic
-from tests.conftest import Stack, checked
+from tests.support.stack import Stack, checked
 
 SCHEMA = {
     "type": "record",

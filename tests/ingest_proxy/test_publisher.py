@@ -10,7 +10,7 @@ import uuid
 from keystone.contracts.settings import Settings
 from keystone.ingest_proxy.publisher import Publisher
 from keystone.router.topics import create_topics
-from tests.conftest import Stack
+from tests.support.stack import Stack
 
 
 def unanswered_address() -> str:

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import httpx
 
-from tests.conftest import Stack, checked, eventually, run_module
-from tests.processes import alive
+from tests.support.processes import alive
+from tests.support.stack import Stack, checked, run_module
+from tests.support.waiting import eventually
 
 LISTEN, ESTABLISHED = "0A", "01"
 

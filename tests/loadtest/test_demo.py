@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from tests.conftest import Stack, checked
+from tests.support.stack import Stack, checked
 
 
 def test_the_demo_delivers_to_every_sink_and_can_run_again(stack: Stack) -> None:

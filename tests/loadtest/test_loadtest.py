@@ -9,7 +9,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.conftest import Api, Stack, checked, eventually
+from tests.support.api import Api
+from tests.support.stack import Stack, checked
+from tests.support.waiting import eventually
 
 STREAM, SIDE = "lt_main", "lt_side"
 OUTPUTS = [

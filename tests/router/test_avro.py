@@ -10,7 +10,7 @@ from pyspark.sql import SparkSession
 
 from keystone.contracts.schema import parse_schema, schema_problems
 from keystone.router.avro import schema_problem
-from tests.router.conftest import frame
+from tests.support.frames import frame
 
 SCHEMAS = [
     {

@@ -23,8 +23,8 @@ from keystone.router.job import dead_letter_paths, paths_read_by
 from keystone.router.lang.evaluate import project, read_event
 from keystone.router.lang.parser import parse_projection
 from keystone.router.source import envelope
-from tests.router.conftest import KAFKA
 from tests.router.lang.test_agreement import EVENTS, NAMES
+from tests.support.frames import KAFKA
 
 HEADERS = [("ks_guid", b"g-1"), ("ks_ts", b"1700000000000")]
 # Texts near JSON: valid events, then edited one character at a time, padded, or not objects.

@@ -33,9 +33,9 @@ from keystone.ingest_proxy.client import DirectProducer
 from keystone.loadtest.topics import read_topic
 from keystone.router.lang.evaluate import matches, project
 from keystone.router.lang.parser import parse_filter, parse_projection
-from tests.conftest import Stack, checked
-from tests.kafka import produce
-from tests.processes import alive, groups_alive
+from tests.support.kafka import produce
+from tests.support.processes import alive, groups_alive
+from tests.support.stack import Stack, checked
 
 STREAM, TARGET = "rt_main", "rt_copy"
 CHECKPOINT_SECONDS = 5  # the Kafka output's Real-time Mode checkpoint interval

@@ -12,7 +12,7 @@ from keystone.contracts.names import fronting_topic
 from keystone.contracts.spec import StreamSpec
 from keystone.control.provisioner import ensure_topics
 from keystone.ingest_proxy.client import DirectProducer
-from tests.conftest import Stack
+from tests.support.stack import Stack
 
 
 def test_records_become_routable_events_or_dead_letters_with_reasons(stack: Stack) -> None:

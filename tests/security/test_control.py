@@ -25,8 +25,10 @@ from keystone.contracts.spec import Objectives, StreamSpec
 from keystone.control.launcher import Deployment
 from keystone.control.store import Store
 from keystone.dashboards.publish import Publisher
-from tests.conftest import Api, Stack, eventually, owner
-from tests.security.conftest import GOOD_OUTPUT, GOOD_OWNER, GOOD_STREAM, Good, raw_request
+from tests.support.api import Api, owner
+from tests.support.good_tenant import GOOD_OUTPUT, GOOD_OWNER, GOOD_STREAM, Good, raw_request
+from tests.support.stack import Stack
+from tests.support.waiting import eventually
 
 LIMITS = Limits()  # the test stack runs with the defaults
 

@@ -12,8 +12,10 @@ import pytest
 
 from keystone.contracts.limits import Limits
 from keystone.ingest_proxy.client import ProxyClient
-from tests.conftest import Api, Stack, eventually, owner
-from tests.security.conftest import Good
+from tests.support.api import Api, owner
+from tests.support.good_tenant import Good
+from tests.support.stack import Stack
+from tests.support.waiting import eventually
 
 LIMITS = Limits()
 OWNER, STREAM, APP = "lang-hostile", "lang_hostile", "lang-hostile-app"

@@ -14,8 +14,10 @@ from keystone.contracts.limits import Limits
 from keystone.contracts.names import fronting_topic
 from keystone.ingest_proxy.client import ProxyClient
 from keystone.loadtest.topics import read_topic
-from tests.conftest import Api, Stack, eventually, owner
-from tests.security.conftest import Good, raw_request
+from tests.support.api import Api, owner
+from tests.support.good_tenant import Good, raw_request
+from tests.support.stack import Stack
+from tests.support.waiting import eventually
 
 LIMITS = Limits()
 OPTIONAL_RECORD = {

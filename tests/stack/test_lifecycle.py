@@ -9,9 +9,9 @@ import time
 import uuid
 
 from keystone.contracts.processes import PidFile
-from tests.conftest import Stack, checked, private_state_dir, stack_env
-from tests.kafka import consume_all, produce
-from tests.processes import alive, groups_alive, processes_mentioning
+from tests.support.kafka import consume_all, produce
+from tests.support.processes import alive, groups_alive, processes_mentioning
+from tests.support.stack import Stack, checked, private_state_dir, stack_env
 
 
 def test_down_stops_everything_and_up_keeps_the_data(stack: Stack) -> None:

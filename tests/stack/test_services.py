@@ -15,8 +15,8 @@ from prometheus_client import CollectorRegistry, Counter, start_http_server
 from keystone.contracts.settings import Settings
 from keystone.dashboards import targets
 from keystone.router.topics import create_topics, missing_topics
-from tests.conftest import Stack, checked
-from tests.kafka import consume_all, produce
+from tests.support.kafka import consume_all, produce
+from tests.support.stack import Stack, checked
 
 
 def test_every_service_is_healthy(stack: Stack) -> None:

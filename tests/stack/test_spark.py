@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Stack, run_module
+from tests.support.stack import Stack, run_module
 
 SHIMMED = ("chmod", "readlink")
 

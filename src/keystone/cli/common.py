@@ -36,9 +36,9 @@ def control(ctx: typer.Context) -> Iterator[ControlClient]:
 
 def plain(data: Any) -> Any:
     """An answer as control sent it: models (and lists of them) as their JSON, by alias (a
-    spec's `schema`); anything else as it is."""
+    spec's `schema`), with the fields it sent and no others; anything else as it is."""
     if isinstance(data, BaseModel):
-        return data.model_dump(mode="json", by_alias=True)
+        return data.model_dump(mode="json", by_alias=True, exclude_unset=True)
     if isinstance(data, list):
         return [plain(item) for item in data]
     return data

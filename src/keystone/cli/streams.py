@@ -88,22 +88,22 @@ def stream_show(ctx: typer.Context, name: str, as_json: JsonOption = False) -> N
     """A stream's spec, its router and, per output, rates, lag and latency."""
     with control(ctx) as client:
         stream = client.stream(name)
-        status = client.status(name)  # a dict: the status route has no model
+        status = client.status(name)
     if as_json:
-        emit({**plain(stream), "status": status})
+        emit({**plain(stream), "status": plain(status)})
         return
     console.print(Text(yaml.safe_dump(plain(stream.spec), sort_keys=False).rstrip()))
-    router = status["router"]
-    line = f"router: {styled_state(router['state'])}"
-    if router.get("pid"):
-        line += f"  pid {router['pid']}  for {router['for_seconds']:.0f} s"
-    if router.get("restarts"):
-        line += f"  {router['restarts']} restarts"
+    router = status.router
+    line = f"router: {styled_state(router.state)}"
+    if router.pid:
+        line += f"  pid {router.pid}  for {router.for_seconds:.0f} s"
+    if router.restarts:
+        line += f"  {router.restarts} restarts"
     console.print(line)
-    if router.get("last_error"):
-        console.print(Text(f"last error: {router['last_error']}", style="red"))
-    if status.get("metrics_error"):
-        console.print(Text(f"rates unavailable: {status['metrics_error']}", style="yellow"))
+    if router.last_error:
+        console.print(Text(f"last error: {router.last_error}", style="red"))
+    if status.metrics_error:
+        console.print(Text(f"rates unavailable: {status.metrics_error}", style="yellow"))
     table = Table(
         "output",
         "sink",
@@ -115,16 +115,16 @@ def stream_show(ctx: typer.Context, name: str, as_json: JsonOption = False) -> N
         "lag",
         "p99",
     )
-    for o in status["outputs"]:
-        rates, totals = o["rates"], o["totals"]
+    for o in status.outputs:
+        rates, totals = o.rates, o.totals
         table.add_row(
-            o["name"],
-            o["sink"],
+            o.name,
+            o.sink,
             *(f"{rates.get(s, 0):.1f}" for s in ("in", "matched", "delivered")),
             f"{totals.get('delivered', 0):.0f}",
             f"{totals.get('dead_letter', 0):.0f}",
-            "-" if o["lag"] is None else f"{o['lag']:.0f}",
-            "-" if o["latency_p99"] is None else f"{o['latency_p99'] * 1000:.0f} ms",
+            "-" if o.lag is None else f"{o.lag:.0f}",
+            "-" if o.latency_p99 is None else f"{o.latency_p99 * 1000:.0f} ms",
         )
     console.print(table)
 

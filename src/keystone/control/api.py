@@ -19,6 +19,7 @@ from keystone.control.models import (
     OwnerToken,
     PreviewPublic,
     PreviewRequest,
+    StatusPublic,
     StreamPublic,
 )
 from keystone.control.plane import Plane
@@ -117,7 +118,14 @@ def revoke(stream: str, app: str, plane: PlaneDep, who: CallerDep) -> StreamPubl
     return _public(plane, plane.streams.revoke(who, stream, app))
 
 
-@router.get("/streams/{stream}/status", tags=["streams"])
+# Unset fields stay out, as the status has always been answered: a router without a state
+# says only which.
+@router.get(
+    "/streams/{stream}/status",
+    response_model=StatusPublic,
+    response_model_exclude_unset=True,
+    tags=["streams"],
+)
 def status(stream: str, plane: PlaneDep, who: CallerDep) -> dict:
     """The router's state (running, restarting, failed with the last error...) and per output
     its rates (events/s over the last minute), lag and p99 delivery latency."""

@@ -18,6 +18,7 @@ from keystone.control.models import (
     AuditPublic,
     OwnerToken,
     PreviewPublic,
+    StatusPublic,
     StreamPublic,
 )
 from keystone.control.tenancy import admin_token
@@ -25,6 +26,7 @@ from keystone.control.tenancy import admin_token
 T = TypeVar("T")
 # The answers' models, as control/api.py declares them (response_model), built once.
 _STREAM = TypeAdapter(StreamPublic)
+_STATUS = TypeAdapter(StatusPublic)
 _STREAMS = TypeAdapter(list[StreamPublic])
 _PREVIEW = TypeAdapter(PreviewPublic)
 _APP_KEY = TypeAdapter(AppKey)
@@ -127,10 +129,8 @@ class ControlClient:
     def delete_stream(self, name: str) -> None:
         self.call("DELETE", f"/v1/streams/{name}")
 
-    def status(self, name: str) -> dict:
-        """As control answers it (`control.status.StreamStatus.to_dict`): the route declares
-        no model."""
-        return self.call("GET", f"/v1/streams/{name}/status")
+    def status(self, name: str) -> StatusPublic:
+        return self._read(_STATUS, "GET", f"/v1/streams/{name}/status")
 
     def put_output(self, stream: str, output: dict) -> StreamPublic:
         return self._read(_STREAM, "PUT", f"/v1/streams/{stream}/outputs/{output['name']}", output)

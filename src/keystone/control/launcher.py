@@ -30,7 +30,6 @@ from keystone.contracts.settings import Settings
 from keystone.contracts.spec import StreamSpec
 from keystone.dashboards.targets import remove_target, write_target
 
-# The fleet's lines, under the fleet's name as before the process side moved here.
 log = logging.getLogger(__name__)
 
 

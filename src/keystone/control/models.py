@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from keystone.contracts.registry import App, RouterState
+from keystone.contracts.registry import App, RouterPhase, RouterState
 from keystone.contracts.spec import Principal, StreamSpec
 from keystone.control.status import router_summary
 from keystone.control.store import AuditEntry
@@ -15,7 +15,7 @@ from keystone.control.tenancy import Caller
 
 
 class RouterPublic(BaseModel):
-    state: str = Field(description="none, pending, starting, running, stopping, restarting, failed")
+    state: RouterPhase
     pid: int | None = None
     for_seconds: float | None = Field(None, description="How long it has been in this state.")
     restarts: int = 0
@@ -39,6 +39,29 @@ class StreamPublic(BaseModel):
             router=RouterPublic(**router_summary(state, bool(spec.outputs))),
             provisioned=provisioned or [],
         )
+
+
+class OutputStatusPublic(BaseModel):
+    name: str
+    sink: str = Field(description="The sink's type.")
+    rates: dict[str, float] = Field(
+        default_factory=dict, description="Events per second per stage, over the last minute."
+    )
+    totals: dict[str, float] = Field(
+        default_factory=dict, description="Events per stage since the router started."
+    )
+    lag: float | None = Field(None, description="Records behind the fronting topic's end.")
+    latency_p99: float | None = Field(None, description="Delivery latency's p99, seconds.")
+
+
+class StatusPublic(BaseModel):
+    """A stream's router, as the fleet sees it, and its outputs as Prometheus last scraped
+    them (an output's figures are missing until the router has run)."""
+
+    stream: str
+    router: RouterPublic
+    outputs: list[OutputStatusPublic]
+    metrics_error: str | None = Field(None, description="Why the figures are missing, if so.")
 
 
 class AppCreate(BaseModel):

@@ -20,6 +20,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from keystone.contracts.errors import BadRequest, Unavailable
+from keystone.contracts.registry import RouterPhase
 from keystone.contracts.settings import Settings
 from keystone.contracts.spec import StreamSpec
 from keystone.control.client import ControlClient, ControlError
@@ -105,11 +106,11 @@ def await_routers(control: ControlClient, streams: list[str], console: Console) 
     deadline = time.monotonic() + ROUTER_WAIT_SECONDS
     with console.status(f"waiting for the routers of {', '.join(streams)}…"):
         for stream in streams:
-            while (router := control.status(stream)["router"])["state"] != "running":
+            while (router := control.status(stream).router).state != RouterPhase.RUNNING:
                 if time.monotonic() > deadline:
                     raise Unavailable(
-                        f"the {stream} router is {router['state']} after "
-                        f"{ROUTER_WAIT_SECONDS} s: {router.get('last_error') or 'see its log'}",
+                        f"the {stream} router is {router.state} after "
+                        f"{ROUTER_WAIT_SECONDS} s: {router.last_error or 'see its log'}",
                         retry_after=10,
                     )
                 time.sleep(1)

@@ -33,7 +33,7 @@ from keystone.router.lang.ast import (
 from keystone.router.lang.evaluate import matches, project
 from keystone.router.lang.parser import parse_filter
 from keystone.router.lang.spark import compile_filter, compile_projection
-from tests.router.conftest import frame
+from tests.support.frames import frame
 
 # Few names, so that paths often exist (and often do not); "A" is not "a".
 NAMES = ["a", "b", "A"]

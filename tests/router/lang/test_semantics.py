@@ -14,7 +14,7 @@ from keystone.router.lang.evaluate import matches, project
 from keystone.router.lang.parser import parse_filter, parse_projection
 from keystone.router.lang.spark import compile_filter, compile_projection
 from keystone.router.source import envelope
-from tests.router.conftest import KAFKA, frame
+from tests.support.frames import KAFKA, frame
 
 EVENT = {
     "country": "US",

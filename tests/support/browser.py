@@ -10,7 +10,7 @@ from pathlib import Path
 from playwright.sync_api import Browser, sync_playwright
 
 from keystone.dashboards.render import CHROMIUM, FLAGS
-from tests.conftest import CHECKOUT
+from tests.support.stack import CHECKOUT
 
 ARTIFACTS = CHECKOUT / "build" / "test-artifacts"
 

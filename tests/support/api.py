@@ -1,0 +1,33 @@
+"""The control service, called as its users call it: over HTTP, with a token."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+
+@dataclass(frozen=True)
+class Api:
+    url: str
+    token: str | None
+
+    def call(self, method: str, path: str, body: Any = None, **params: Any) -> httpx.Response:
+        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
+        return httpx.request(
+            method, f"{self.url}{path}", json=body, params=params, headers=headers, timeout=60
+        )
+
+    def ok(self, method: str, path: str, body: Any = None, **params: Any) -> Any:
+        answer = self.call(method, path, body, **params)
+        assert answer.status_code < 300, f"{method} {path}: {answer.status_code} {answer.text}"
+        return answer.json() if answer.content else None
+
+    def as_(self, token: str | None) -> Api:
+        return Api(self.url, token)
+
+
+def owner(admin: Api, name: str) -> Api:
+    """A new owner, as an API client holding their token."""
+    return admin.as_(admin.ok("POST", "/v1/owners", {"name": name})["token"])

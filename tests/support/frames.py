@@ -1,0 +1,36 @@
+"""Events as the router reads them, in a local Spark session: for the language's and the
+router's Column-level tests."""
+
+from __future__ import annotations
+
+import json
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from keystone.contracts.envelope import METADATA
+from keystone.router.lang.ast import Expr, Projection, paths_read
+from keystone.router.source import envelope
+
+# The records of Spark's Kafka source.
+KAFKA = (
+    "key binary, value binary, headers array<struct<key:string,value:binary>>, "
+    "topic string, partition int, offset long"
+)
+
+
+def frame(
+    spark: SparkSession, rows: list[tuple[dict, dict]], *read: Expr | Projection | None
+) -> DataFrame:
+    """Events (with their metadata) read as the router reads them (`router.source.envelope`):
+    `payload` (the field paths that the filters and projections in `read` use), the metadata
+    from the headers, `value` (the text), and `whole` (the event as one VARIANT, what the Avro
+    check reads)."""
+    records = [
+        (None, json.dumps(e).encode(), [(METADATA[n], str(v).encode()) for n, v in m.items()])
+        for e, m in rows
+    ]
+    kafka = spark.createDataFrame([(*r, "t", 0, i) for i, r in enumerate(records)], KAFKA)
+    events = envelope(kafka, paths=paths_read(*read)).orderBy("offset")
+    events = events.withColumn("value", F.col("value").cast("string"))
+    return events.withColumn("whole", F.parse_json("value"))

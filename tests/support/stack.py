@@ -1,0 +1,107 @@
+"""The test stack's handle: its settings, its `keystone` command, separate Python processes
+pointed at it, and commands run in this checkout."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+from keystone.contracts.settings import Settings
+
+CHECKOUT = Path(__file__).resolve().parents[2]
+
+
+KEYSTONE = str(Path(sys.executable).parent / "keystone")
+
+
+def stack_env(state_dir: Path, port_offset: int) -> dict[str, str]:
+    """KEYSTONE_* variables for a stack in `state_dir` with every default port moved."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KEYSTONE_")}
+    env["KEYSTONE_STATE_DIR"] = str(state_dir)
+    env["KEYSTONE_CACHE_DIR"] = str(Settings().cache_dir)  # share the downloaded jars
+    env["KEYSTONE_SPARK_MASTER"] = "local[2]"
+    for name, field in Settings.model_fields.items():
+        if name.endswith("_port"):
+            env[f"KEYSTONE_{name.upper()}"] = str(field.default + port_offset)
+    return env
+
+
+def private_state_dir() -> Path:
+    # Under /tmp and world-traversable: PostgreSQL runs as its own user and must reach it.
+    path = Path(tempfile.mkdtemp(prefix="keystone-test-", dir="/tmp"))
+    path.chmod(0o755)
+    return path
+
+
+@dataclass
+class Stack:
+    env: dict[str, str]
+    state_dir: Path
+
+    def keystone(
+        self, *args: str, timeout: float = 300, stdin: str | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        return run([KEYSTONE, *args], env=self.env, timeout=timeout, stdin=stdin)
+
+    def python(self, *args: str, stderr: IO[str] | int = subprocess.PIPE) -> subprocess.Popen[str]:
+        """A separate Python process (a Spark application, say) pointed at this stack; a
+        long-lived one sends its log to a file (`stderr`), which a pipe nobody reads would block."""
+        return subprocess.Popen(
+            [sys.executable, *args],
+            env=self.env,
+            cwd=CHECKOUT,
+            text=True,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+        )
+
+    def status(self) -> dict:
+        result = self.keystone("stack", "status", "--json")
+        return json.loads(result.stdout)
+
+    def address(self, service: str) -> str:
+        return self.status()["services"][service]["address"]
+
+    @property
+    def settings(self) -> Settings:
+        keys = {
+            k[len("KEYSTONE_") :].lower(): v
+            for k, v in self.env.items()
+            if k.startswith("KEYSTONE_")
+        }
+        return Settings(**keys)
+
+
+def run(
+    argv: list[str], *, env: dict[str, str], timeout: float, stdin: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """A command run to its end in this checkout, its output captured."""
+    return subprocess.run(
+        argv,
+        env=env,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=CHECKOUT,
+        check=False,
+    )
+
+
+def run_module(
+    module: str, *args: str, env: dict[str, str], timeout: float
+) -> subprocess.CompletedProcess[str]:
+    """`python -m module args` of this checkout (its virtualenv's Python)."""
+    return run([sys.executable, "-m", module, *args], env=env, timeout=timeout)
+
+
+def checked(result: subprocess.CompletedProcess[str]) -> subprocess.CompletedProcess[str]:
+    assert result.returncode == 0, f"{result.args} failed:\n{result.stdout}\n{result.stderr}"
+    return result
