@@ -1,6 +1,6 @@
 # The two commands of the quick start: `make demo` and `make test`. Both bootstrap first.
 # `make check` is the lane without a stack, under a minute: lint and every test that needs
-# neither the embedded stack nor Spark (markers `stack` and `spark`, set in tests/conftest.py).
+# neither the embedded stack nor Spark nor a wheel build (markers `stack`, `spark`, `wheel`).
 .PHONY: bootstrap demo test check lint docs bench down
 
 bootstrap:
@@ -14,7 +14,7 @@ test: bootstrap lint docs
 	.venv/bin/pytest
 
 check: bootstrap lint
-	.venv/bin/pytest -q -m "not stack and not spark"
+	.venv/bin/pytest -q -m "not stack and not spark and not wheel"
 
 # Style, and the packages' one direction of imports (the contracts in pyproject.toml).
 lint:

@@ -40,7 +40,7 @@ def unique() -> str:
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Marks each test by what it needs, from the fixtures it uses: `stack` (the embedded
-    stack) or `spark` (a local Spark session); `make check` runs the rest, and the Spark ones."""
+    stack) or `spark` (a local Spark session); `make check` runs the tests that are neither."""
     for item in items:
         needs = getattr(item, "fixturenames", ())
         if "stack" in needs:

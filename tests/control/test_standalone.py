@@ -104,18 +104,27 @@ def _alive_workers(cluster: Cluster) -> int:
 
 
 def restart_control(stack: Stack, master: str) -> None:
-    assert stop(PidFile(stack.state_dir / "run" / "control.pid"), signal.SIGTERM, timeout=30)
-    checked(
+    stopped = stop(PidFile(stack.state_dir / "run" / "control.pid"), signal.SIGTERM, timeout=30)
+    checked(  # up even when the stop failed: control is never left down
         Stack({**stack.env, "KEYSTONE_SPARK_MASTER": master}, stack.state_dir).keystone(
             "stack", "up", timeout=300
         )
     )
+    assert stopped
 
 
 def test_the_fleet_runs_a_router_on_a_spark_standalone_cluster(
     stack: Stack, admin: Api, cluster: Cluster
 ) -> None:
-    restart_control(stack, cluster.master)
+    try:
+        restart_control(stack, cluster.master)
+        _runs_a_router_on_the_cluster(stack, admin, cluster)
+    finally:  # control back on its own master, for the tests after this one, whatever failed
+        restart_control(stack, stack.env["KEYSTONE_SPARK_MASTER"])
+    assert json.dumps(cluster.state()["activeapps"]).count(f"keystone-router-{STREAM}") == 0
+
+
+def _runs_a_router_on_the_cluster(stack: Stack, admin: Api, cluster: Cluster) -> None:
     team = owner(admin, "team-cluster")
     key = team.ok("POST", "/v1/apps", {"name": "cluster-app"})["key"]
     output = {
@@ -155,5 +164,3 @@ def test_the_fleet_runs_a_router_on_a_spark_standalone_cluster(
         team.call("DELETE", f"/v1/streams/{STREAM}")
         record = stack.state_dir / "run" / "routers" / f"{STREAM}.json"
         eventually("the router to stop", lambda: not Path(record).exists(), timeout=120)
-        restart_control(stack, stack.env["KEYSTONE_SPARK_MASTER"])
-    assert json.dumps(cluster.state()["activeapps"]).count(f"keystone-router-{STREAM}") == 0

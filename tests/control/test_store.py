@@ -49,3 +49,9 @@ def test_a_router_record_is_type_checked() -> None:
     for raw in ({b"pid": b'"1; rm -rf /"'}, {b"state": b'"hacked"'}, {b"extra": b"[1]"}):
         with pytest.raises(ValueError):
             RouterState.from_hash(raw)
+
+
+def test_a_router_record_is_never_of_a_stream_without_a_router() -> None:
+    # `none` is what the API says of a stream without outputs; no router record holds it.
+    with pytest.raises(ValueError, match="never a router's record"):
+        RouterState.from_hash({b"state": b'"none"'})

@@ -117,6 +117,11 @@ def test_each_server_stays_with_its_threads_on_its_own_cpu(stack: Stack) -> None
 
 def test_a_server_that_dies_is_replaced(stack: Stack) -> None:
     settings = stack.settings
+    # Every server first (a proxy restarted before this test may still be starting some),
+    # so that the one new server after the kill is the replacement.
+    eventually(
+        "every server listens", lambda: len(_servers(settings.proxy_port)) == settings.proxy_workers
+    )
     before = _servers(settings.proxy_port)
     victim = min(before)
     victims_cpus = _cpus(victim)

@@ -2,10 +2,12 @@
 different filters and projections), known events produced to the fronting topic, and every sink
 read back and compared with what the Python evaluator says it should hold. Then faults: the
 router killed with SIGKILL mid-stream (control's fleet starts it again), Elasticsearch stopped
-for a while; last, the stream deleted, which stops its router gracefully.
+for a while; and a stream deleted, which stops its router gracefully.
 
 The stream is created through control, whose fleet runs its router, as in production. The tests
-run in order against one router and one growing set of events.
+share one router and one growing set of events, in any order: the fixture produces the first
+1,500 events and waits until every output has them; the tests that check them look only at those
+(`Routed.loaded`), the fault tests count from what they find, and the deletion has its own stream.
 """
 
 from __future__ import annotations
@@ -189,6 +191,10 @@ class Routed:
     fronting: Fronting
     tables: Tables
     producer: DirectProducer | None = None
+    # The first 1,500 events, and the router's metrics once every output had them (a restart,
+    # as the SIGKILL test makes, starts its counts again; the fault tests add events).
+    loaded: Fronting = field(default_factory=Fronting)
+    loaded_metrics: str = ""
 
     @property
     def bootstrap(self) -> str:
@@ -198,18 +204,17 @@ class Routed:
     def es(self) -> str:
         return self.stack.address("elasticsearch")
 
-    @property
-    def record(self) -> Path:
-        return self.stack.state_dir / "run" / "routers" / f"{STREAM}.json"
+    def record(self, stream: str = STREAM) -> Path:
+        return self.stack.state_dir / "run" / "routers" / f"{stream}.json"
 
-    def router_pid(self) -> int | None:
+    def router_pid(self, stream: str = STREAM) -> int | None:
         """The running router's pid, from the fleet's record of it (only read: the record is
         the fleet's, and it must see for itself that the process ended)."""
-        deployed = Deployment.load(self.stack.settings, STREAM)
+        deployed = Deployment.load(self.stack.settings, stream)
         return deployed.pid if deployed is not None and deployed.alive() else None
 
-    def router(self) -> dict:
-        shown = checked(self.stack.keystone("stream", "show", STREAM, "--json"))
+    def router(self, stream: str = STREAM) -> dict:
+        shown = checked(self.stack.keystone("stream", "show", stream, "--json"))
         return json.loads(shown.stdout)["status"]["router"]
 
     def kill_router(self) -> int:
@@ -218,11 +223,12 @@ class Routed:
         os.killpg(pid, signal.SIGKILL)  # the router and its JVM
         return pid
 
-    def send(self, count: int, start: int) -> None:
+    def send(self, count: int, start: int, stream: str = STREAM) -> list[str]:
         if self.producer is None:
             self.producer = DirectProducer(self.bootstrap, "rt_app")
-        result = self.producer.send(STREAM, [event(n) for n in range(start, start + count)])
+        result = self.producer.send(stream, [event(n) for n in range(start, start + count)])
         assert len(result.guids) == count
+        return result.guids
 
     def refresh(self) -> None:
         """Re-reads the fronting topic: the events and their metadata as the router sees them."""
@@ -240,10 +246,10 @@ class Routed:
 
     # Reading each sink back: records by guid, with every copy (duplicates are counted).
 
-    def kafka_output(self) -> list[tuple[str, dict]]:
+    def kafka_output(self, stream: str = STREAM) -> list[tuple[str, dict]]:
         return [
             (m.key().decode(), json.loads(m.value()))
-            for m in read_topic(self.bootstrap, f"{STREAM}.clicks")
+            for m in read_topic(self.bootstrap, f"{stream}.clicks")
         ]
 
     def keystone_output(self) -> list[tuple[str, dict, dict]]:
@@ -318,6 +324,22 @@ def routed(stack: Stack) -> Iterator[Routed]:
         index = f"{STREAM}-search-{day:%Y.%m.%d}"
         assert httpx.put(f"{es}/{index}", json=MAPPING, timeout=30).status_code == 200
     handle = Routed(stack, Fronting(), Tables(stack))
+    # The first load, which the first three tests check, whatever ran before them.
+    handle.send(1500, start=0)
+    produce(
+        handle.bootstrap,
+        f"keystone.{STREAM}",
+        [(value, headers) for value, headers, _ in MALFORMED],
+    )
+    handle.refresh()
+    handle.loaded = Fronting(dict(handle.fronting.events))
+    search = handle.loaded.expected("search")
+    letters = len(MALFORMED) + sum(1 for g in search if _text_amount(handle, g)) + 1
+    wait_for("realtime outputs", lambda: realtime_outputs_caught_up(handle), timeout=240)
+    wait_for("hive", lambda: len(handle.hive_output()) >= 1500, timeout=120)
+    wait_for("dead letters", lambda: len(handle.dead_letters()) >= letters, timeout=60)
+    time.sleep(5)  # the router counts what its outputs did each second, a batch's as it ends
+    handle.loaded_metrics = handle.metrics()
     yield handle
     handle.tables.close()
     for stream in (STREAM, TARGET):  # no router left running for the modules after this one
@@ -325,36 +347,42 @@ def routed(stack: Stack) -> Iterator[Routed]:
 
 
 def test_four_outputs_hold_exactly_what_the_python_evaluator_expects(routed: Routed) -> None:
-    routed.send(1500, start=0)
-    produce(
-        routed.bootstrap,
-        f"keystone.{STREAM}",
-        [(value, headers) for value, headers, _ in MALFORMED],
-    )
-    routed.refresh()
-    assert len(routed.fronting.events) == 1500
+    loaded = routed.loaded  # the fixture's events: a fault test may have added more
+    assert len(loaded.events) == 1500
     wait_for("realtime outputs", lambda: realtime_outputs_caught_up(routed), timeout=240)
     wait_for("hive", lambda: len(routed.hive_output()) >= 1500, timeout=120)
 
-    clicks = routed.fronting.expected("clicks")
-    assert 0 < len(clicks) < 1500
-    assert dict(routed.kafka_output()) == clicks
-    assert Counter(g for g, _ in routed.kafka_output()).most_common(1)[0][1] == 1
+    def of_the_load(records: list) -> list:
+        return [r for r in records if r[0] in loaded.events]
 
-    hive = routed.hive_output()
-    assert dict(hive) == {g: payload for g, (payload, _) in routed.fronting.events.items()}
+    produced = set(routed.fronting.events)  # every event of the stream, loaded or later
+    clicks = loaded.expected("clicks")
+    assert 0 < len(clicks) < 1500
+    assert {g for g, _ in routed.kafka_output()} <= produced
+    assert dict(of_the_load(routed.kafka_output())) == clicks
+    assert Counter(g for g, _ in of_the_load(routed.kafka_output())).most_common(1)[0][1] == 1
+
+    assert {g for g, _ in routed.hive_output()} <= produced
+    hive = of_the_load(routed.hive_output())
+    assert dict(hive) == {g: payload for g, (payload, _) in loaded.events.items()}
     assert len(hive) == 1500  # no row twice
 
-    search = routed.fronting.expected("search")
+    search = loaded.expected("search")
     refused = {g for g in search if _text_amount(routed, g)}
     assert refused and len(search) > len(refused)
-    assert routed.es_output() == {g: r for g, r in search.items() if g not in refused}
+    indexed = routed.es_output()
+    assert set(indexed) <= produced
+    assert {g: r for g, r in indexed.items() if g in loaded.events} == {
+        g: r for g, r in search.items() if g not in refused
+    }
 
-    errors = fitting(routed.fronting.expected("errors"))
-    assert len(errors) == len(routed.fronting.expected("errors")) - 1  # OVERSIZE's
-    forwarded = routed.keystone_output()
+    errors = fitting(loaded.expected("errors"))
+    assert len(errors) == len(loaded.expected("errors")) - 1  # OVERSIZE's
+    every = routed.keystone_output()
+    assert {g for g, _, _ in every} <= produced
+    forwarded = of_the_load(every)
     assert {g: r for g, r, _ in forwarded} == errors and len(forwarded) == len(errors)
-    assert {(h["ks_hops"], h["ks_stream"], h["ks_app"]) for _, _, h in forwarded} == {
+    assert {(h["ks_hops"], h["ks_stream"], h["ks_app"]) for _, _, h in every} == {
         ("1", TARGET, "rt_app")
     }
 
@@ -362,11 +390,22 @@ def test_four_outputs_hold_exactly_what_the_python_evaluator_expects(routed: Rou
 def test_unreadable_events_and_refused_documents_reach_the_dead_letter_topic(
     routed: Routed,
 ) -> None:
-    search = routed.fronting.expected("search")
+    loaded = routed.loaded  # the fixture's events: a fault test may have added more
+
+    def of_the_load() -> list[dict]:
+        """The stream's own dead letters (only the fixture's are malformed) and the outputs'
+        of its events."""
+        return [
+            d
+            for d in routed.dead_letters()
+            if "ks_dlq_output" not in d["headers"] or d["headers"].get("ks_guid") in loaded.events
+        ]
+
+    search = loaded.expected("search")
     refused = {g for g in search if _text_amount(routed, g)}
     wanted = len(MALFORMED) + len(refused) + 1  # and OVERSIZE's record from `errors`
-    wait_for("dead letters", lambda: len(routed.dead_letters()) >= wanted, timeout=60)
-    letters = routed.dead_letters()
+    wait_for("dead letters", lambda: len(of_the_load()) >= wanted, timeout=60)
+    letters = of_the_load()
     stream_level = [d for d in letters if "ks_dlq_output" not in d["headers"]]
     assert len(stream_level) == len(MALFORMED)
     for letter, (value, _, reason) in zip(
@@ -383,7 +422,7 @@ def test_unreadable_events_and_refused_documents_reach_the_dead_letter_topic(
     [oversize] = [d for d in letters if d["headers"].get("ks_dlq_output") == "errors"]
     payload, _ = routed.fronting.events[oversize["headers"]["ks_guid"]]
     assert payload["n"] == OVERSIZE and json.loads(oversize["value"]) == payload
-    size = len(json.dumps(routed.fronting.expected("errors")[oversize["headers"]["ks_guid"]]))
+    size = len(json.dumps(loaded.expected("errors")[oversize["headers"]["ks_guid"]]))
     reason = oversize["headers"]["ks_dlq_reason"]
     assert reason.startswith("the output record is ") and f"limit of {MAX_EVENT_BYTES}" in reason
     assert abs(int(reason.split()[4]) - size) < 100, (reason, size)
@@ -391,8 +430,10 @@ def test_unreadable_events_and_refused_documents_reach_the_dead_letter_topic(
 
 
 def test_metrics_count_every_stage_of_every_output(routed: Routed) -> None:
-    text = routed.metrics()
-    expected = routed.fronting.expected
+    # As they stood once every output had the fixture's events: the SIGKILL test's restart
+    # starts the router's counts again, and the fault tests add events.
+    text = routed.loaded_metrics
+    expected = routed.loaded.expected
 
     def value(output: str, stage: str) -> float:
         labels = f'output="{output}",stage="{stage}",stream="{STREAM}"'
@@ -418,9 +459,12 @@ def test_metrics_count_every_stage_of_every_output(routed: Routed) -> None:
 def test_sigkill_mid_stream_then_restart_loses_nothing_and_duplicates_only_in_kafka(
     routed: Routed,
 ) -> None:
+    routed.refresh()
+    before, restarts = len(routed.fronting.events), routed.router()["restarts"]
+    first = 1500  # past the fixture's events (the ES outage test's start at 100,000)
     sending = threading.Event()
     sending.set()
-    sent = [1500]
+    sent = [first]
 
     def load() -> None:  # KAFKA_RATE events per second, in tenths of a second
         while sending.is_set():
@@ -443,10 +487,11 @@ def test_sigkill_mid_stream_then_restart_loses_nothing_and_duplicates_only_in_ka
         sending.clear()
         thread.join(timeout=60)
     router = routed.router()
-    assert router["restarts"] == 1 and router["last_error"].startswith("exited with -9")
+    assert router["restarts"] == restarts + 1
+    assert router["last_error"].startswith("exited with -9")
     routed.refresh()
     total = len(routed.fronting.events)
-    assert total == sent[0] > 2500
+    assert total == before + sent[0] - first and sent[0] - first > 1000
     wait_for("realtime outputs", lambda: realtime_outputs_caught_up(routed), timeout=240)
     wait_for("hive", lambda: len({g for g, _ in routed.hive_output()}) >= total, timeout=180)
 
@@ -469,6 +514,7 @@ def test_sigkill_mid_stream_then_restart_loses_nothing_and_duplicates_only_in_ka
 
 def test_elasticsearch_outage_stalls_only_its_output_then_it_catches_up(routed: Routed) -> None:
     pidfile = PidFile(routed.stack.state_dir / "run" / "elasticsearch.pid")
+    routed.refresh()
     before = len(routed.fronting.events)
     assert stop(pidfile, signal.SIGTERM, timeout=60)
     try:
@@ -488,20 +534,37 @@ def test_elasticsearch_outage_stalls_only_its_output_then_it_catches_up(routed: 
     assert set(routed.es_output()) == search
 
 
-def test_deleting_the_stream_stops_its_router_gracefully(routed: Routed) -> None:
-    pid = routed.router_pid()
-    assert pid is not None
-    checked(routed.stack.keystone("stream", "delete", STREAM))
-    wait_for("the router to stop", lambda: not alive(pid), timeout=90)
-    # Its JVM and Python workers end with it (or the fleet ends them on its next pass).
-    wait_for("its process group to end", lambda: groups_alive([pid]) == [], timeout=30)
-    log = routed.stack.state_dir / "logs" / "routers" / f"{STREAM}.log"
-    assert log.read_text().rstrip().endswith(f"router for {STREAM} stopped")  # SIGTERM path
+def test_deleting_a_stream_stops_its_router_gracefully(routed: Routed, unique: str) -> None:
+    """A stream of its own (the other tests' goes on), the module's outputs but the one into
+    the target stream, its router running and delivering when it is deleted."""
+    stream = f"rt_gone_{unique}"
     state = routed.stack.state_dir
-    wait_for(
-        "the fleet to undeploy it",
-        lambda: not (state / "prometheus" / "targets" / f"router-{STREAM}.json").exists(),
-        timeout=30,
-    )
-    assert not (state / "checkpoints" / STREAM).exists()
-    assert not routed.record.exists()
+    spec_file = state / f"{stream}.json"
+    outputs = [o for o in SPEC["outputs"] if o["sink"]["type"] != "keystone"]
+    spec_file.write_text(json.dumps({**SPEC, "name": stream, "outputs": outputs}))
+    checked(routed.stack.keystone("stream", "create", "-f", str(spec_file)))
+    try:
+        wait_for("its router", lambda: routed.router(stream)["state"] == "running", 180)
+        guids = routed.send(40, start=0, stream=stream)
+        kept = parse_filter(outputs[0]["filter"])  # `clicks`
+        clicks = {g for n, g in enumerate(guids) if matches(kept, event(n), {})}
+        wait_for(
+            "its events delivered",
+            lambda: clicks <= {g for g, _ in routed.kafka_output(stream)},
+            timeout=120,
+        )
+        target = state / "prometheus" / "targets" / f"router-{stream}.json"
+        assert target.exists() and (state / "checkpoints" / stream).is_dir()
+        pid = routed.router_pid(stream)
+        assert pid is not None
+        checked(routed.stack.keystone("stream", "delete", stream))
+        wait_for("the router to stop", lambda: not alive(pid), timeout=90)
+        # Its JVM and Python workers end with it (or the fleet ends them on its next pass).
+        wait_for("its process group to end", lambda: groups_alive([pid]) == [], timeout=30)
+        log = state / "logs" / "routers" / f"{stream}.log"
+        assert log.read_text().rstrip().endswith(f"router for {stream} stopped")  # SIGTERM path
+        wait_for("the fleet to undeploy it", lambda: not target.exists(), timeout=30)
+        assert not (state / "checkpoints" / stream).exists()
+        assert not routed.record(stream).exists()
+    finally:
+        routed.stack.keystone("stream", "delete", stream)  # when the test failed before

@@ -108,9 +108,11 @@ def test_a_stored_spec_that_does_not_read_back_hurts_no_one_else(
         assert good.api.call("GET", f"/v1/streams/{evil}").status_code == 404
 
         # The proxy still follows the registry: a rotated key takes effect, the old one stops.
-        new_key = good.api.ok("POST", "/v1/apps/good-app/key")["key"]
-        eventually("the old key refused", lambda: good.post({"k": 1}).status_code == 401, 30)
-        good.key = new_key
+        # (The session's tenant holds the new key at once: the tests after this one use it.)
+        old_key, good.key = good.key, good.api.ok("POST", "/v1/apps/good-app/key")["key"]
+        eventually(
+            "the old key refused", lambda: good.post({"k": 1}, key=old_key).status_code == 401, 30
+        )
         good.works()  # the fleet and the publisher go on too
 
         # The name is taken for an owner, as by any stream; the admin may replace or delete it.
@@ -343,6 +345,7 @@ def test_a_stream_whose_spec_stops_reading_keeps_its_router(
 ) -> None:
     """Not taken for deleted: its router runs on and its checkpoints stay, until the admin
     replaces or deletes the spec."""
+    good.works()  # its router up (a test of another module may have restarted the stack)
     settings = stack.settings
     before = Deployment.load(settings, GOOD_STREAM)
     assert before is not None and before.alive()

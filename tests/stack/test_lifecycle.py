@@ -25,16 +25,17 @@ def test_down_stops_everything_and_up_keeps_the_data(stack: Stack) -> None:
     router = _a_running_router(stack)
     pids.append(router)
 
-    checked(stack.keystone("stack", "down"))
+    try:
+        checked(stack.keystone("stack", "down"))
 
-    assert not [pid for pid in pids if alive(pid)]
-    assert groups_alive(pids) == []
-    assert processes_mentioning(str(stack.state_dir)) == []
-    down = stack.keystone("stack", "status", "--json")
-    assert down.returncode == 1
-    assert {s["health"] for s in json.loads(down.stdout)["services"].values()} == {"stopped"}
-
-    checked(stack.keystone("stack", "up", timeout=600))
+        assert not [pid for pid in pids if alive(pid)]
+        assert groups_alive(pids) == []
+        assert processes_mentioning(str(stack.state_dir)) == []
+        down = stack.keystone("stack", "status", "--json")
+        assert down.returncode == 1
+        assert {s["health"] for s in json.loads(down.stdout)["services"].values()} == {"stopped"}
+    finally:  # the stack up again for the tests after this one, whatever failed
+        checked(stack.keystone("stack", "up", timeout=600))
 
     [message] = consume_all(bootstrap, topic, expected=1)
     assert message.value() == b'{"kept": true}'

@@ -3,8 +3,9 @@ previews and audit log, with readable tables or `--json` for scripts. Errors the
 on purpose (KeystoneError) become one clear line on stderr and exit code 1, here (`main`) and
 nowhere else.
 
-One module per command group or command; `common` holds what they share. No module here
-imports Spark: the commands that need it (`sql`, `loadtest`, `demo`) import it when they run.
+One module per command group or command; `common` holds what they share. The top layer: it may
+import every other package (`keystone.stack` only from `stack`). No module here imports Spark:
+the commands that need it (`sql`, `loadtest`, `demo`) import it when they run.
 """
 
 from __future__ import annotations

@@ -7,12 +7,14 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
+from importlib.util import find_spec
 from typing import Annotated, Any
 
 import typer
 from pydantic import BaseModel
 from rich.console import Console
 
+from keystone.contracts.errors import KeystoneError
 from keystone.contracts.registry import RouterPhase
 from keystone.control.client import ControlClient
 from keystone.control.models import AppKey, OwnerToken
@@ -64,6 +66,13 @@ def show_secret(answer: AppKey | OwnerToken, as_json: bool, what: str) -> None:
     else:
         secret = answer.key if isinstance(answer, AppKey) else answer.token
         console.print(f"{what} (shown only now):\n{secret}")
+
+
+def needs_extra(module: str, extra: str, what: str) -> None:
+    """Says which extra to install when a command needs an optional library that is missing,
+    before the command begins."""
+    if find_spec(module) is None:
+        raise KeystoneError(f"{what} needs {module}: pip install 'keystone-router[{extra}]'")
 
 
 def styled_state(state: str) -> str:

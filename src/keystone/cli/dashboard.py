@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from keystone.cli.common import JsonOption, control, done
+from keystone.cli.common import JsonOption, control, done, needs_extra
 from keystone.contracts.settings import Settings
 
 
@@ -20,14 +20,16 @@ def dashboard(
     as_json: JsonOption = False,
 ) -> None:
     """The address of a stream's live dashboard, or (--png) the dashboard as an image."""
-    from keystone.dashboards.render import render_png  # a browser only for this command
-
+    if png is not None:
+        needs_extra("playwright", "images", "drawing a dashboard")
     settings: Settings = ctx.obj
     with control(ctx) as client:
         client.stream(stream)  # it exists, and it is yours
         token = client.token
     url = f"{settings.control_url}/ui/streams/{stream}/dashboard"
     if png is not None:
+        from keystone.dashboards.render import render_png  # a browser only for a picture
+
         render_png(url, token, png)
     done(
         {"stream": stream, "url": url, "png": str(png) if png else None},

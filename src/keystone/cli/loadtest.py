@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from keystone.cli.common import JsonOption, console, emit
+from keystone.cli.common import JsonOption, console, emit, needs_extra
 
 
 def seconds(text: str) -> float:
@@ -54,6 +54,7 @@ def loadtest(
 ) -> None:
     """Drive a stream at a set rate, inject faults, audit every acknowledged guid at every
     sink, and report delivery rate, throughput and latency (exit 1 on any loss)."""
+    needs_extra("matplotlib", "loadtest", "the load test's report")
     # Imported here: the load test's libraries (its audit reads the sinks with Spark).
     from keystone.loadtest.driver import Plan
     from keystone.loadtest.faults import Fault
@@ -79,6 +80,7 @@ def loadtest(
 def demo(ctx: typer.Context, as_json: JsonOption = False) -> None:
     """Provision a demo stream with one output per sink type, send a burst of events through
     the proxy, and show what each sink received (the stack must be up)."""
+    needs_extra("matplotlib", "loadtest", "the demo's report")
     from keystone.loadtest.demo import run  # imported here: Spark and the sinks' readers
 
     quiet = Console(stderr=True)  # progress to stderr, so --json leaves stdout to the figures

@@ -137,7 +137,10 @@ class RouterState:
             data = raw.get(f.name.encode())
             if data is not None:
                 values[f.name] = json.loads(data)
-        return _ROUTER_STATE.validate_python(values)
+        state = _ROUTER_STATE.validate_python(values)
+        if state.state is RouterPhase.NONE:
+            raise ValueError("'none' is a stream without a router, never a router's record")
+        return state
 
     def to_hash(self) -> dict[str, str]:
         return {k: json.dumps(v) for k, v in asdict(self).items()}

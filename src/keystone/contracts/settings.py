@@ -37,6 +37,10 @@ ADDRESS_SETTING: dict[str, str] = {
 }
 
 
+def user_cache() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+
+
 def stored_secret(path: Path, create: bool, prefix: str = "") -> str | None:
     """A secret kept in a file readable by its owner only: read, or made there when `create`
     (256 random bits). None when there is none to read."""
@@ -84,9 +88,10 @@ class Settings(BaseSettings, Limits):
         "Default: `.keystone` in the working directory.",
     )
     cache_dir: Path = Field(
-        default_factory=lambda: Path.cwd() / ".keystone" / "cache",
-        description="Downloaded jars and compiled Java classes; shared by every state directory. "
-        "Default: `.keystone/cache` in the working directory.",
+        default_factory=lambda: user_cache() / "keystone",
+        description="Downloaded jars, compiled Java classes and the Spark drivers' class "
+        "archive; shared by every state directory. Default: `keystone` in the user's cache "
+        "directory ($XDG_CACHE_HOME, else ~/.cache).",
     )
     bind_host: str = Field("127.0.0.1", description="Address every embedded server listens on.")
 

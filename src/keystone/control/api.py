@@ -126,11 +126,11 @@ def revoke(stream: str, app: str, plane: PlaneDep, who: CallerDep) -> StreamPubl
     response_model_exclude_unset=True,
     tags=["streams"],
 )
-def status(stream: str, plane: PlaneDep, who: CallerDep) -> dict:
+def status(stream: str, plane: PlaneDep, who: CallerDep) -> StatusPublic:
     """The router's state (running, restarting, failed with the last error...) and per output
     its rates (events/s over the last minute), lag and p99 delivery latency."""
     spec = plane.streams.get(who, stream)
-    return stream_status(plane.settings, spec, plane.store.router_state(stream)).to_dict()
+    return stream_status(plane.settings, spec, plane.store.router_state(stream))
 
 
 @router.get("/streams/{stream}/dashboard", tags=["streams"])

@@ -143,8 +143,11 @@ class ProcessLauncher:
         if not port or port_in_use(settings.bind_host, port):
             port = _free_port(settings.bind_host)
         log_path = router_log(settings, spec.name)
+        # -P: the working directory (the state directory) is not on the path, so nothing left
+        # there can shadow the package.
         argv = [
             sys.executable,
+            "-P",
             "-m",
             "keystone.router",
             "--stream",

@@ -3,24 +3,43 @@ The stream spec itself is the shared contract (`contracts.spec`)."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from pydantic import BaseModel, Field
 
 from keystone.contracts.registry import App, RouterPhase, RouterState
 from keystone.contracts.spec import Principal, StreamSpec
-from keystone.control.status import router_summary
 from keystone.control.store import AuditEntry
 from keystone.control.tenancy import Caller
 
 
 class RouterPublic(BaseModel):
-    state: RouterPhase
+    # A string, not the enum: a client reads a state it does not know yet (a newer control's).
+    state: str = Field(description="none, pending, starting, running, stopping, restarting, failed")
     pid: int | None = None
     for_seconds: float | None = Field(None, description="How long it has been in this state.")
     restarts: int = 0
     last_error: str | None = None
     retry_in_seconds: float | None = None
+
+    @classmethod
+    def of(cls, state: RouterState | None, has_outputs: bool) -> RouterPublic:
+        """The fleet's record, as owners see it; without one, only whether a router is due."""
+        if state is None:
+            return cls(state=RouterPhase.PENDING if has_outputs else RouterPhase.NONE)
+        now = time.time()
+        retry = {}
+        if state.state in (RouterPhase.RESTARTING, RouterPhase.FAILED):
+            retry["retry_in_seconds"] = max(0.0, round(state.retry_at - now, 1))
+        return cls(
+            state=state.state,
+            pid=state.pid or None,
+            for_seconds=round(now - state.since, 1) if state.since else None,
+            restarts=state.restarts,
+            last_error=state.last_error or None,
+            **retry,
+        )
 
 
 class StreamPublic(BaseModel):
@@ -36,7 +55,7 @@ class StreamPublic(BaseModel):
     ) -> StreamPublic:
         return cls(
             spec=spec,
-            router=RouterPublic(**router_summary(state, bool(spec.outputs))),
+            router=RouterPublic.of(state, bool(spec.outputs)),
             provisioned=provisioned or [],
         )
 

@@ -3,60 +3,32 @@ latency as Prometheus has scraped them from the router."""
 
 from __future__ import annotations
 
-import time
-from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from keystone.contracts import metrics as names
-from keystone.contracts.registry import RouterPhase, RouterState
+from keystone.contracts.registry import RouterState
 from keystone.contracts.settings import Settings
 from keystone.contracts.spec import StreamSpec
+from keystone.control.models import OutputStatusPublic, RouterPublic, StatusPublic
 from keystone.dashboards.prometheus import PrometheusError, instant
 
 RATE_WINDOW = "1m"
 
 
-@dataclass
-class OutputStatus:
-    name: str
-    sink: str
-    rates: dict[str, float] = field(default_factory=dict)  # events/s per stage
-    totals: dict[str, float] = field(default_factory=dict)  # events per stage since it started
-    lag: float | None = None  # records behind the fronting topic's end
-    latency_p99: float | None = None  # seconds
-
-
-@dataclass
-class StreamStatus:
-    stream: str
-    router: dict[str, Any]
-    outputs: list[OutputStatus]
-    metrics_error: str | None = None  # why rates are missing, when they are
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-def router_summary(state: RouterState | None, has_outputs: bool) -> dict[str, Any]:
-    if state is None:
-        return {"state": RouterPhase.PENDING if has_outputs else RouterPhase.NONE}
-    now = time.time()
-    summary: dict[str, Any] = {
-        "state": state.state,
-        "pid": state.pid or None,
-        "for_seconds": round(now - state.since, 1) if state.since else None,
-        "restarts": state.restarts,
-        "last_error": state.last_error or None,
+def stream_status(settings: Settings, spec: StreamSpec, state: RouterState | None) -> StatusPublic:
+    # Every field given, so that each is in the answer (the route leaves out what is unset: a
+    # router without a record says only its state).
+    outputs = {
+        o.name: OutputStatusPublic(
+            name=o.name, sink=o.sink.type, rates={}, totals={}, lag=None, latency_p99=None
+        )
+        for o in spec.outputs
     }
-    if state.state in (RouterPhase.RESTARTING, RouterPhase.FAILED):
-        summary["retry_in_seconds"] = max(0.0, round(state.retry_at - now, 1))
-    return summary
-
-
-def stream_status(settings: Settings, spec: StreamSpec, state: RouterState | None) -> StreamStatus:
-    outputs = {o.name: OutputStatus(o.name, o.sink.type) for o in spec.outputs}
-    status = StreamStatus(
-        spec.name, router_summary(state, bool(spec.outputs)), list(outputs.values())
+    status = StatusPublic(
+        stream=spec.name,
+        router=RouterPublic.of(state, bool(spec.outputs)),
+        outputs=list(outputs.values()),
+        metrics_error=None,
     )
     if not outputs:
         return status

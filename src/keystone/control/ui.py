@@ -379,7 +379,8 @@ def _projection(text: str) -> list[str]:
 
 
 def _status_of(plane: Plane, spec: StreamSpec) -> dict[str, Any]:
-    return stream_status(plane.settings, spec, plane.store.router_state(spec.name)).to_dict()
+    status = stream_status(plane.settings, spec, plane.store.router_state(spec.name))
+    return status.model_dump(mode="json", exclude_unset=True)
 
 
 def _explain(error: Exception, prefix: str = "") -> tuple[str, dict[str, str]]:

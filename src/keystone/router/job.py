@@ -146,20 +146,20 @@ class Router:
     def start_output(self, output: OutputSpec) -> StreamingQuery:
         meter = self.meters.get(output.name)
         route = Route(self.settings, self.spec, output)
-        sink = writer_for(route, meter)
-        sink.prepare(self.spark)
+        writer = writer_for(route, meter)
+        writer.prepare(self.spark)
         realtime = runs_realtime(output)
         source = self._source(output.start, limited=not realtime, paths=paths_read_by([output]))
-        frame = sink.frame(routed(source, output, meter))
-        writer = self._writer(frame, route.name, route.checkpoint.as_posix())
+        frame = writer.frame(routed(source, output, meter))
+        stream_writer = self._writer(frame, route.name, route.checkpoint.as_posix())
         if realtime:
-            writer = writer.trigger(realTime=output.delivery.trigger)
+            stream_writer = stream_writer.trigger(realTime=output.delivery.trigger)
         elif output.delivery.mode == "realtime":
-            writer = writer.trigger(processingTime="0 seconds")
+            stream_writer = stream_writer.trigger(processingTime="0 seconds")
         else:
-            writer = writer.trigger(processingTime=output.delivery.trigger)
-        sink.attach(writer, lambda outcome: self.metrics.outcome(output.name, outcome))
-        return writer.start()
+            stream_writer = stream_writer.trigger(processingTime=output.delivery.trigger)
+        writer.attach(stream_writer, lambda outcome: self.metrics.outcome(output.name, outcome))
+        return stream_writer.start()
 
     def start_dead_letters(self) -> StreamingQuery:
         starts = {o.start for o in self.spec.outputs}
