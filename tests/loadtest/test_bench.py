@@ -1,8 +1,29 @@
-"""The benchmarks' shared pieces."""
+"""The benchmarks' shared pieces, and each benchmark of `make bench` run in its smoke mode on
+the test stack: it finishes, writes its figures (events, events/s and CPU per million events)
+and leaves no topic behind."""
 
 from __future__ import annotations
 
-from keystone.loadtest.bench import Steadiness, cpu_steadiness
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+from confluent_kafka.admin import AdminClient
+
+from keystone.contracts.spec import load_spec
+from keystone.loadtest.bench import (
+    CpuMeter,
+    Steadiness,
+    cpu_steadiness,
+    cpu_times,
+    per_million,
+    process_tree,
+    stream_topics,
+)
+from tests.support.stack import Stack, checked, run_module
 
 
 def test_steadiness_counts_the_samples_near_the_fastest_as_full_speed() -> None:
@@ -20,3 +41,163 @@ def test_steadiness_is_sampled_from_this_machine() -> None:
     cpu = cpu_steadiness(0.5)
     assert 0 < cpu.p10_us <= cpu.p50_us <= cpu.p90_us
     assert 0 < cpu.full_speed <= 1
+
+
+def _burn(seconds: float) -> float:
+    """Burns about `seconds` of this process' CPU; the CPU time it took, as Python tells it."""
+    start = time.process_time()
+    while time.process_time() - start < seconds:
+        sum(range(10_000))
+    return time.process_time() - start
+
+
+def test_the_cpu_meter_counts_what_this_process_burns() -> None:
+    with CpuMeter(lambda: [os.getpid()], every=None) as meter:
+        burned = _burn(0.5)
+    # /proc counts in clock ticks (10 ms); the meter's own reads are the rest.
+    assert burned - 0.03 <= meter.seconds <= burned + 0.1
+
+
+def test_the_cpu_meter_counts_a_process_started_meanwhile_from_its_start() -> None:
+    # The child burns 0.4 s of CPU, says so, and waits to be told to end.
+    burner = (
+        "import sys, time\nt = time.process_time()\n"
+        "while time.process_time() - t < 0.4: pass\nprint(flush=True)\nsys.stdin.read()"
+    )
+    with CpuMeter(lambda: process_tree(os.getpid()), every=None) as meter:
+        before = sum(cpu_times([os.getpid()]).values())
+        child = subprocess.Popen(
+            [sys.executable, "-c", burner], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+        )
+        assert child.stdout is not None and child.stdin is not None
+        child.stdout.readline()
+        assert child.pid in process_tree(os.getpid())
+        mine = sum(cpu_times([os.getpid()]).values()) - before
+    child.stdin.close()
+    child.wait(timeout=30)
+    assert child.pid not in process_tree(os.getpid())
+    # The child's 0.4 s and its interpreter's start-up, beside this process' own.
+    assert 0.4 <= meter.seconds - mine <= 1.5
+
+
+def test_the_cpu_meter_leaves_out_processes_it_is_not_given() -> None:
+    with CpuMeter(list, every=None) as meter:
+        _burn(0.1)
+    assert meter.seconds == 0
+    assert process_tree(2**22 + 1) == []  # no such process
+
+
+def test_cpu_per_million_events() -> None:
+    assert per_million(3.0, 1_500_000) == 2.0
+    assert per_million(None, 10) is None
+    assert per_million(1.0, 0) is None
+
+
+def test_a_streams_topics_are_its_fronting_dead_letter_and_kafka_output_topics() -> None:
+    spec = load_spec(
+        {
+            "name": "bench_x",
+            "owner": "bench",
+            "outputs": [
+                {"name": "out", "sink": {"type": "kafka"}},
+                {"name": "mine", "sink": {"type": "kafka", "topic": "elsewhere"}},
+                {"name": "search", "sink": {"type": "elasticsearch"}},
+            ],
+        }
+    )
+    assert stream_topics(spec) == [
+        "keystone.bench_x",
+        "keystone.bench_x.dlq",
+        "bench_x.out",
+        "elsewhere",
+    ]
+
+
+# The smoke modes, on the test stack: one at a time (each is a Spark application, or loads the
+# proxy), each in its own process as `make bench` runs it.
+
+
+def _topics(stack: Stack) -> set[str]:
+    """The stack's topics but Kafka's own (`__consumer_offsets`, made by a first consumer)."""
+    admin = AdminClient({"bootstrap.servers": stack.settings.kafka_bootstrap})
+    return {t for t in admin.list_topics(timeout=30).topics if not t.startswith("__")}
+
+
+def _smoke(stack: Stack, module: str, result: str, *args: str, timeout: float) -> dict:
+    """Runs the benchmark's smoke mode; its figures, once it has left no topic behind."""
+    before = _topics(stack)
+    out = stack.state_dir / "bench" / result
+    out.unlink(missing_ok=True)
+    started = time.monotonic()
+    result = checked(
+        run_module(f"keystone.loadtest.{module}", "--smoke", *args, env=stack.env, timeout=timeout)
+    )
+    print(f"{module} --smoke {' '.join(args)}: {time.monotonic() - started:.0f} s")
+    print(result.stdout)  # shown if the test fails
+    figures = json.loads(out.read_text())
+    assert figures["smoke"] is True
+    made = set(figures["topics"])
+    assert not made & before, "a benchmark's topics are its own"
+    # Deleted before it ended; the broker's metadata may take a moment to say so.
+    deadline = time.monotonic() + 30
+    while (left := _topics(stack) - before) and time.monotonic() < deadline:
+        time.sleep(1)
+    assert not left, f"{module} left topics behind (it deleted {sorted(made)})"
+    for row in figures["results"]:
+        assert row["cpu_s_per_m_events"] > 0, row
+    return figures
+
+
+def _measured(figures: dict) -> list[dict]:
+    """The rows that measure a rate (a latency run's do not)."""
+    rows = [r for r in figures["results"] if r["events_per_second"] is not None]
+    assert rows
+    for row in rows:
+        assert row["events"] > 0 and row["events_per_second"] > 0, row
+    return rows
+
+
+@pytest.mark.timeout(300)
+def test_the_proxy_benchmark_smoke(stack: Stack) -> None:
+    figures = _smoke(stack, "proxy_bench", "proxy.json", timeout=240)
+    rows = _measured(figures)
+    assert [r["name"].split(",")[0] for r in rows] == [
+        "raw confluent-kafka",
+        *["proxy peak"] * 3,
+        *["proxy steady"] * 2,
+    ]
+    assert len(figures["topics"]) == 2  # its stream's fronting and dead-letter topics
+
+
+@pytest.mark.timeout(600)
+def test_the_router_benchmark_smoke(stack: Stack) -> None:
+    figures = _smoke(stack, "router_bench", "router.json", timeout=540)
+    assert [r["name"].split(",")[0] for r in _measured(figures)] == [
+        "router",
+        "hand-written Spark job",
+    ]
+    latency = [r for r in figures["results"] if r["events_per_second"] is None]
+    assert [r["name"].split(",")[1].split()[0] for r in latency] == ["realtime", "microbatch"]
+    for row in latency:
+        assert row["events"] > 0 and 0 <= row["p50_ms"] <= row["p99_ms"], row
+    # The throughput stream's (with the hand-written job's topic) and each latency stream's.
+    assert len(figures["topics"]) == 4 + 3 + 3
+    assert any(t.endswith(".handwritten") for t in figures["topics"])
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("extra", [[], ["--object-fields", "20"]], ids=["plain", "object-fields"])
+def test_the_router_plan_benchmark_smoke(stack: Stack, extra: list[str]) -> None:
+    result = "router_plan_object_fields.json" if extra else "router_plan.json"
+    figures = _smoke(stack, "router_plan_bench", result, *extra, timeout=300)
+    assert [r["name"] for r in _measured(figures)] == ["router", "hand-written"]
+    assert figures["topics"] == []
+
+
+@pytest.mark.timeout(900)
+def test_the_end_to_end_benchmark_smoke(stack: Stack) -> None:
+    figures = _smoke(stack, "e2e_bench", "e2e.json", timeout=840)
+    [row] = _measured(figures)
+    assert row["lossless"] and row["drained"], row
+    assert row["router_cpu_s_per_m_events"] > 0 and row["proxy_cpu_s_per_m_events"] > 0
+    assert (stack.state_dir / "bench" / "e2e-smoke" / "report.md").exists()

@@ -1,5 +1,6 @@
 """What the benchmarks share: the 1 KB event, the machine's description and how steadily its CPUs
-run, and the sections of docs/benchmarks.md each benchmark rewrites."""
+run, the CPU time the processes doing the work spend, the topics a benchmark makes (all of them
+deleted when it ends), and the sections of docs/benchmarks.md each benchmark rewrites."""
 
 from __future__ import annotations
 
@@ -7,12 +8,26 @@ import json
 import os
 import platform
 import re
+import threading
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from types import TracebackType
+
+from keystone.contracts.names import dead_letter_topic, fronting_topic
+from keystone.contracts.processes import PidFile
+from keystone.contracts.settings import Settings
+from keystone.contracts.spec import StreamSpec
 
 # `make bench` runs in the checkout, whose benchmark page it rewrites.
 DOCS = Path("docs") / "benchmarks.md"
+# The column each benchmark's table gives its CPU figure in, beside events/s.
+CPU_COLUMN = "CPU s / M events"
+SMOKE_HELP = (
+    "a few seconds and a few thousand events through the same code: checks that the benchmark "
+    "runs, its figures mean nothing (never with --write-docs)"
+)
 
 
 def make_event(seq: int, object_fields: int = 0) -> bytes:
@@ -116,3 +131,130 @@ def write_section(marker: str, heading: str, section: str) -> None:
     else:
         text = f"{text.rstrip()}\n\n## {heading}\n\n{block}\n"
     DOCS.write_text(text)
+
+
+# CPU time, from /proc: utime and stime (fields 14 and 15 of /proc/<pid>/stat) cover every
+# thread of the process, ended ones included.
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _stat(pid: int | str) -> list[str] | None:
+    """The fields of /proc/<pid>/stat after the command name (state, ppid, ...), None once the
+    process is gone."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The command name may hold spaces and parentheses; the fields after it are plain.
+    return text[text.rindex(")") + 2 :].split()
+
+
+def process_tree(*roots: int) -> list[int]:
+    """The live processes among `roots` and every live process descended from them."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").glob("[0-9]*"):
+        fields = _stat(entry.name)
+        if fields is not None:
+            children.setdefault(int(fields[1]), []).append(int(entry.name))
+    found: list[int] = []
+    pending = [pid for pid in roots if _stat(pid) is not None]
+    while pending:
+        pid = pending.pop()
+        if pid not in found:
+            found.append(pid)
+            pending += children.get(pid, [])
+    return found
+
+
+def cpu_times(pids: Iterable[int]) -> dict[tuple[int, int], float]:
+    """User + system CPU seconds each process has used so far, by (pid, start time in clock
+    ticks since boot): a pid used again by a later process is another key. Children's time
+    (cutime, cstime) is left out: a descendant that counts is named itself."""
+    times = {}
+    for pid in set(pids):
+        fields = _stat(pid)
+        if fields is not None:
+            times[(pid, int(fields[19]))] = (int(fields[11]) + int(fields[12])) / _TICK
+    return times
+
+
+class CpuMeter:
+    """The CPU seconds the processes named by `pids()` use while the meter runs (a `with`
+    block). `pids()` is asked again at each sample, every `every` seconds (None: only at the
+    start and at the end), so that a process that starts meanwhile (a router the fleet starts
+    again) counts from its start; one that ends counts up to its last sample."""
+
+    def __init__(self, pids: Callable[[], Iterable[int]], every: float | None = 1.0) -> None:
+        self.pids = pids
+        self.every = every
+        self._first: dict[tuple[int, int], float] = {}
+        self._last: dict[tuple[int, int], float] = {}
+        self._started_ticks = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _sample(self, first: bool = False) -> None:
+        for key, seconds in cpu_times(self.pids()).items():
+            if key not in self._first:
+                # Started after the meter (its start is counted in whole ticks): all its time
+                # falls in the interval.
+                started_after = not first and key[1] >= self._started_ticks
+                self._first[key] = 0.0 if started_after else seconds
+            self._last[key] = seconds
+
+    def _run(self) -> None:
+        assert self.every is not None
+        while not self._stop.wait(self.every):
+            self._sample()
+
+    def __enter__(self) -> CpuMeter:
+        self._started_ticks = int(time.clock_gettime(time.CLOCK_BOOTTIME) * _TICK)
+        self._sample(first=True)
+        if self.every is not None:
+            self._thread = threading.Thread(target=self._run, name="cpu-meter", daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(
+        self,
+        _type: type[BaseException] | None,
+        _value: BaseException | None,
+        _traceback: TracebackType | None,
+    ) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        self._sample()
+
+    @property
+    def seconds(self) -> float:
+        return sum(self._last[key] - first for key, first in self._first.items())
+
+
+def spark_processes(spark: object) -> Callable[[], list[int]]:
+    """A Spark application's processes in this one: this Python process (the driver's Python
+    side) and the JVM pyspark started (driver and executor in local mode), with the JVM's
+    descendants (Python workers, if any). This process' other children are not counted."""
+    jvm = spark.sparkContext._gateway.proc.pid  # type: ignore[attr-defined]
+    me = os.getpid()
+    return lambda: [me, *process_tree(jvm)]
+
+
+def proxy_processes(settings: Settings) -> Callable[[], list[int]] | None:
+    """The embedded proxy's processes: its launcher (from its pid file) and the server
+    processes it started; None when the proxy is not the embedded stack's."""
+    pid = PidFile(settings.run_dir / "ingest_proxy.pid").running_pid()
+    return None if pid is None else (lambda: process_tree(pid))
+
+
+def per_million(cpu_seconds: float | None, events: int | float) -> float | None:
+    """CPU seconds per million events; None without a measure or without events."""
+    if cpu_seconds is None or not events:
+        return None
+    return cpu_seconds / events * 1_000_000
+
+
+def stream_topics(spec: StreamSpec) -> list[str]:
+    """Every topic a stream's provisioning and router make: its fronting and dead-letter topics
+    and its Kafka outputs' topics."""
+    return [fronting_topic(spec.name), dead_letter_topic(spec.name), *spec.kafka_topics().values()]

@@ -3,32 +3,91 @@ under a sustained load through the proxy, optionally with faults, every acknowle
 audited at every sink; `--write-docs` puts the figures and plots in docs/benchmarks.md.
 
     python -m keystone.loadtest.e2e_bench [--rate 1000] [--duration 300] [--fault kill-router ...]
+                                          [--smoke]
+
+Beside events/s, CPU seconds per million acknowledged events: the CPU time of the demo stream's
+router (its process group: the router and its JVM, one started again by the fleet counted from
+its start) and of the proxy's processes, over the whole run (the load, then the audit until
+every sink holds every event, idle time included); Kafka, Elasticsearch, Hive, control and the
+load generator are not counted. The demo streams are made if missing, and then deleted when the
+run ends, with their topics (whether it ended well or not); streams that were there before stay.
+`--smoke` sends 2,000 events in 5 s and writes its report under the state directory: it checks
+that the benchmark runs, its figures mean nothing.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 
 from keystone.contracts.settings import Settings
-from keystone.control.client import ControlClient
-from keystone.loadtest.bench import DOCS, write_section
-from keystone.loadtest.demo import STREAM, provision
+from keystone.contracts.spec import StreamSpec
+from keystone.control.client import ControlClient, ControlError
+from keystone.control.launcher import Deployment
+from keystone.loadtest.bench import (
+    CPU_COLUMN,
+    DOCS,
+    SMOKE_HELP,
+    CpuMeter,
+    per_million,
+    process_tree,
+    proxy_processes,
+    stream_topics,
+    write_section,
+)
+from keystone.loadtest.demo import ALERTS, STREAM, provision
 from keystone.loadtest.driver import Plan
 from keystone.loadtest.faults import Fault
 from keystone.loadtest.report import delivery_table, faults_table, ingest_table
-from keystone.loadtest.run import Options, run
+from keystone.loadtest.run import Options, await_routers, run
+from keystone.router.topics import delete_topics
 
 IMAGES = DOCS.parent / "img"
 console = Console()
+CPU_COUNTS = (
+    "the demo stream's router (its process group: the router and its JVM) and the proxy's "
+    "processes, over the whole run (the load, then the audit until every sink holds every "
+    "event); not Kafka, Elasticsearch, Hive, control or the load generator"
+)
+STREAMS = [STREAM, ALERTS]  # the demo stream first: it feeds the other
+SMOKE = {"rate": 400.0, "duration": 5.0, "producers": 2, "drain_timeout": 180.0}
+STOP_SECONDS = 120  # how long a deleted stream's router may take to stop
+
+
+def router_processes(settings: Settings) -> Callable[[], list[int]]:
+    """The demo streams' routers, as the fleet records them, with their descendants (the JVM)."""
+
+    def pids() -> list[int]:
+        roots = [d.pid for s in STREAMS if (d := Deployment.load(settings, s)) and d.alive()]
+        return process_tree(*roots) if roots else []
+
+    return pids
+
+
+def cpu_figures(events: int, routers: CpuMeter, proxy: CpuMeter | None) -> dict[str, Any]:
+    total = routers.seconds + (proxy.seconds if proxy is not None else 0.0)
+    return {
+        "cpu_s_per_m_events": per_million(total, events),
+        "router_cpu_s_per_m_events": per_million(routers.seconds, events),
+        "proxy_cpu_s_per_m_events": per_million(proxy.seconds, events) if proxy else None,
+    }
 
 
 def markdown(figures: dict, command: str, images: str) -> str:
     plan = figures["plan"]
+    cpu = figures["cpu"]
+
+    def cell(value: float | None) -> str:
+        return "" if value is None else f"{value:.1f}"
+
     return "\n".join(
         [
             f"Command: `{command}`: {plan['rate']:,.0f} events/s, {plan['event_size']} B on "
@@ -38,6 +97,13 @@ def markdown(figures: dict, command: str, images: str) -> str:
             f"Machine: {figures['machine']}.",
             "",
             *ingest_table(figures),
+            f"{CPU_COLUMN}: the CPU time of {CPU_COUNTS}, per million acknowledged events.",
+            "",
+            f"| {CPU_COLUMN} | of which the router | of which the proxy |",
+            "| ---: | ---: | ---: |",
+            f"| {cell(cpu['cpu_s_per_m_events'])} | {cell(cpu['router_cpu_s_per_m_events'])} "
+            f"| {cell(cpu['proxy_cpu_s_per_m_events'])} |",
+            "",
             *delivery_table(figures),
             *(faults_table(figures) if figures["faults"] else []),
             f"![rates]({images}-rate.png)",
@@ -48,6 +114,30 @@ def markdown(figures: dict, command: str, images: str) -> str:
     )
 
 
+def remove_streams(settings: Settings, control: ControlClient, names: list[str]) -> list[str]:
+    """Deletes the streams (in order: a stream before the one it feeds), waits for their
+    routers to stop, then deletes their topics, which control keeps; returns those topics."""
+    specs: list[StreamSpec] = []
+    for name in names:
+        try:
+            specs.append(control.stream(name).spec)
+            control.delete_stream(name)
+        except ControlError as e:
+            if e.status != 404:
+                raise
+    deadline = time.monotonic() + STOP_SECONDS
+    while any((d := Deployment.load(settings, s.name)) and d.alive() for s in specs):
+        if time.monotonic() > deadline:
+            console.print("[yellow]the routers had not stopped: deleting their topics anyway[/]")
+            break
+        time.sleep(1)
+    topics = [t for s in specs for t in stream_topics(s)]
+    if topics:
+        delete_topics(settings, topics)
+        console.print(f"deleted the streams {', '.join(s.name for s in specs)} and their topics")
+    return topics
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rate", type=float, default=1000)
@@ -56,20 +146,61 @@ def main() -> None:
     parser.add_argument("--fault", action="append", default=[], help="as keystone loadtest's")
     parser.add_argument("--name", default="e2e", help="the docs section and image names")
     parser.add_argument("--write-docs", action="store_true")
+    parser.add_argument("--smoke", action="store_true", help=SMOKE_HELP)
     args = parser.parse_args()
+    if args.smoke and args.write_docs:
+        parser.error("--smoke: its figures mean nothing, never written to the docs")
     settings = Settings()
-    with ControlClient.from_settings(settings) as control:
-        provision(control, console)
+    rate, duration, producers, drain_timeout = args.rate, args.duration, args.producers, 600.0
     report = Path.cwd() / "build" / "bench" / args.name
+    if args.smoke:
+        rate, duration = SMOKE["rate"], SMOKE["duration"]
+        producers, drain_timeout = int(SMOKE["producers"]), SMOKE["drain_timeout"]
+        report = settings.state_dir / "bench" / f"{args.name}-smoke"
     command = "python -m keystone.loadtest.e2e_bench " + " ".join(sys.argv[1:])
     options = Options(
-        plan=Plan(STREAM, args.rate, args.duration, 1024, args.producers),
-        faults=[Fault.parse(f, args.duration) for f in args.fault],
+        plan=Plan(STREAM, rate, duration, 1024, producers),
+        faults=[Fault.parse(f, duration) for f in args.fault],
         report=report,
-        drain_timeout=600,
+        drain_timeout=drain_timeout,
         command=command,
     )
-    figures = run(settings, options, console)
+    with ControlClient.from_settings(settings) as control:
+        existing = {s.spec.name for s in control.streams()}
+        made = [s for s in STREAMS if s not in existing]
+        try:
+            provision(control, console)
+            # The router's start-up is not the load's work: measured once it runs.
+            await_routers(control, [STREAM], console)
+            proxy = proxy_processes(settings)
+            with (
+                CpuMeter(router_processes(settings), every=5.0) as routers,
+                CpuMeter(proxy or list, every=5.0) as proxy_meter,
+            ):
+                figures = run(settings, options, console)
+        finally:
+            topics = remove_streams(settings, control, made)
+    acknowledged = figures["ingest"]["acknowledged"]
+    figures["cpu"] = cpu_figures(acknowledged, routers, proxy_meter if proxy else None)
+    console.print(f"{CPU_COLUMN}: {figures['cpu']['cpu_s_per_m_events'] or 0:.1f} ({CPU_COUNTS})")
+    out = settings.state_dir / "bench" / f"{args.name}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    result = {
+        "name": args.name,
+        "events": acknowledged,
+        "events_per_second": figures["ingest"]["achieved_per_s"],
+        **figures["cpu"],
+        "lossless": figures["audit"]["lossless"],
+        "drained": figures["audit"]["drained"],
+    }
+    summary = {
+        "smoke": args.smoke,
+        "cpu_counts": CPU_COUNTS,
+        "report": str(report),
+        "topics": topics,  # made, and deleted
+        "results": [result],
+    }
+    out.write_text(json.dumps(summary, indent=2))
     if args.write_docs:
         IMAGES.mkdir(exist_ok=True)
         for plot in ("rate", "latency"):

@@ -1,6 +1,6 @@
 """Benchmark of the ingest proxy against its floor, on the running stack.
 
-    python -m keystone.loadtest.proxy_bench [--duration 15] [--write-docs]
+    python -m keystone.loadtest.proxy_bench [--duration 15] [--smoke] [--write-docs]
 
 1. raw: confluent-kafka producing the same 1 KB events (same headers, acks=all, idempotent)
    straight to the broker from one Python process: the limit the proxy is measured against;
@@ -8,12 +8,19 @@
 3. steady: an open-loop generator at half (and a quarter of) the batch-100 peak, latency
    measured from each request's scheduled send time (so a stall cannot hide itself by delaying
    later requests).
+
+Beside events/s, each run's CPU seconds per million events: for the raw producer, this process
+(the producer and its client's threads); for the proxy's runs, the proxy's processes (its
+launcher and server processes, from its pid file, with their descendants), not the load
+generator's, and in neither Kafka's. `--smoke` runs each step for a second, with no pauses
+between them: it checks that the benchmark runs, its figures mean nothing.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import platform
@@ -23,6 +30,7 @@ import subprocess
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -32,19 +40,25 @@ from rich.console import Console
 from rich.table import Table
 
 from keystone.contracts import envelope
-from keystone.contracts.errors import StackError
-from keystone.contracts.names import dead_letter_topic, fronting_topic
+from keystone.contracts.errors import NotFound, StackError
+from keystone.contracts.names import fronting_topic
 from keystone.contracts.settings import Settings
 from keystone.contracts.spec import StreamSpec
 from keystone.control.provisioner import ensure_topics
 from keystone.control.store import Store, audit
 from keystone.control.tenancy import ADMIN
 from keystone.loadtest.bench import (
+    CPU_COLUMN,
     DOCS,
+    SMOKE_HELP,
+    CpuMeter,
     Steadiness,
     cpu_steadiness,
     machine,
     make_event,
+    per_million,
+    proxy_processes,
+    stream_topics,
     write_section,
 )
 from keystone.router.topics import delete_topics
@@ -55,6 +69,12 @@ console = Console()
 # 66k events/s where 16 and 32 gave 80-94k).
 CONNECTIONS = {1: 64, 10: 64, 100: 16}
 COMMAND = "python -m keystone.loadtest.proxy_bench --write-docs"
+CPU_COUNTS = (
+    "for the raw producer, this process (the producer and its client's threads); for the "
+    "proxy's runs, the proxy's processes (its launcher and its server processes), not the load "
+    "generator; Kafka in neither"
+)
+Pids = Callable[[], list[int]]
 
 
 @dataclass
@@ -66,6 +86,8 @@ class Result:
     p99_ms: float | None = None
     server_p99_ms: float | None = None  # the proxy's own histogram: an upper bucket bound
     errors: int = 0
+    events: int = 0
+    cpu_s_per_m_events: float | None = None  # see CPU_COUNTS
 
 
 def raw_producer(settings: Settings, topic: str, duration: int) -> Result:
@@ -87,25 +109,32 @@ def raw_producer(settings: Settings, topic: str, duration: int) -> Result:
             failed.append(err)
 
     events, started = 0, time.perf_counter()
-    while time.perf_counter() - started < duration:
-        events += 1
-        guid = str(uuid.uuid4()).encode()
-        while True:
-            try:
-                producer.produce(
-                    topic,
-                    value,
-                    guid,
-                    headers=envelope.event_headers(guid, common),
-                    on_delivery=delivered,
-                )
-                break
-            except BufferError:
-                producer.poll(0.01)
-        producer.poll(0)
-    producer.flush(60)
+    with CpuMeter(lambda: [os.getpid()], every=None) as meter:
+        while time.perf_counter() - started < duration:
+            events += 1
+            guid = str(uuid.uuid4()).encode()
+            while True:
+                try:
+                    producer.produce(
+                        topic,
+                        value,
+                        guid,
+                        headers=envelope.event_headers(guid, common),
+                        on_delivery=delivered,
+                    )
+                    break
+                except BufferError:
+                    producer.poll(0.01)
+            producer.poll(0)
+        producer.flush(60)
     elapsed = time.perf_counter() - started
-    return Result("raw confluent-kafka, 1 process", events / elapsed, errors=len(failed))
+    return Result(
+        "raw confluent-kafka, 1 process",
+        events / elapsed,
+        errors=len(failed),
+        events=events,
+        cpu_s_per_m_events=per_million(meter.seconds, events),
+    )
 
 
 WRK_SCRIPT = """
@@ -118,30 +147,34 @@ f:close()
 """
 
 
-def wrk_peak(url: str, key: str, batch: int, duration: int, folder: Path) -> Result:
+def wrk_peak(
+    url: str, key: str, batch: int, duration: int, folder: Path, proxy: Pids | None
+) -> Result:
     if shutil.which("wrk") is None:
         raise StackError("wrk is missing: run `make bootstrap` (Debian's wrk)")
     body = folder / f"batch-{batch}.ndjson"
     body.write_bytes(b"\n".join(make_event(i) for i in range(batch)))
     script = folder / f"batch-{batch}.lua"
     script.write_text(WRK_SCRIPT.format(key=key, body=body))
-    out = subprocess.run(
-        [
-            "wrk",
-            "-t1",
-            f"-c{CONNECTIONS[batch]}",
-            f"-d{duration}s",
-            "--latency",
-            "-s",
-            str(script),
-            url,
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=duration + 60,
-    ).stdout
+    with CpuMeter(proxy or list, every=None) as meter:
+        out = subprocess.run(
+            [
+                "wrk",
+                "-t1",
+                f"-c{CONNECTIONS[batch]}",
+                f"-d{duration}s",
+                "--latency",
+                "-s",
+                str(script),
+                url,
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=duration + 60,
+        ).stdout
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
+    events = int(re.search(r"(\d+) requests in", out).group(1)) * batch
     non_2xx = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", out)
     socket_errors = re.search(r"Socket errors:.*", out)
     return Result(
@@ -151,6 +184,8 @@ def wrk_peak(url: str, key: str, batch: int, duration: int, folder: Path) -> Res
         p50_ms=_wrk_ms(out, "50%"),
         p99_ms=_wrk_ms(out, "99%"),
         errors=(int(non_2xx.group(1)) if non_2xx else 0) + (1 if socket_errors else 0),
+        events=events,
+        cpu_s_per_m_events=per_million(meter.seconds, events) if proxy else None,
     )
 
 
@@ -203,6 +238,7 @@ async def steady(url: str, key: str, batch: int, rate_rps: float, duration: int)
         p50_ms=latencies[len(latencies) // 2] * 1000,
         p99_ms=latencies[int(len(latencies) * 0.99)] * 1000,
         errors=errors,
+        events=len(latencies) * batch,
     )
 
 
@@ -219,6 +255,11 @@ def server_p99_ms(before: dict[float, float], after: dict[float, float]) -> floa
     return 1000 * next(le for le in sorted(delta) if delta[le] >= 0.99 * total)
 
 
+def _cpu_cell(result: Result) -> str:
+    value = result.cpu_s_per_m_events
+    return "" if value is None else f"{value:.1f}"
+
+
 def markdown(results: list[Result], command: str, workers: int, cpu: Steadiness) -> str:
     raw = results[0].events_per_second
     rows = "\n".join(
@@ -228,6 +269,7 @@ def markdown(results: list[Result], command: str, workers: int, cpu: Steadiness)
         f"{'' if r.p99_ms is None else f'{r.p99_ms:.1f}'} | "
         f"{'' if r.server_p99_ms is None else f'{r.server_p99_ms:.0f}'} | "
         f"{r.events_per_second / raw:.2f} | "
+        f"{_cpu_cell(r)} | "
         f"{r.errors} |"
         for r in results
     )
@@ -235,32 +277,46 @@ def markdown(results: list[Result], command: str, workers: int, cpu: Steadiness)
         f"Command: `{command}`, {time.strftime('%Y-%m-%d')}, proxy with {workers} server "
         f"processes; Kafka, Redis and the load generator on the same machine.\n"
         f"Machine: {machine()}.\n"
-        f"CPU steadiness, idle, just before the run: {cpu}.\n\n"
-        "| run | events/s | requests/s | p50 ms | p99 ms | server p99 ≤ ms | of raw | errors |\n"
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n" + rows + "\n"
+        f"CPU steadiness, idle, just before the run: {cpu}.\n"
+        f"{CPU_COLUMN}: the CPU time over each run of the processes doing the work: "
+        f"{CPU_COUNTS}.\n\n"
+        "| run | events/s | requests/s | p50 ms | p99 ms | server p99 ≤ ms | of raw | "
+        f"{CPU_COLUMN} | errors |\n"
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n" + rows + "\n"
     )
 
 
-def measure(settings: Settings, spec: StreamSpec, key: str, duration: int) -> list[Result]:
+def measure(
+    settings: Settings, spec: StreamSpec, key: str, duration: int, smoke: bool = False
+) -> list[Result]:
     url = f"{settings.proxy_url}/v1/streams/{spec.name}/events"
+    proxy = proxy_processes(settings)
+    if proxy is None:
+        console.print("[yellow]the proxy is not the embedded one: no CPU figure for it[/]")
     results = []
     with console.status("raw producer…"):
         results.append(raw_producer(settings, fronting_topic(spec.name), duration))
     with tempfile.TemporaryDirectory() as folder:
         for batch in (1, 10, 100):
             with console.status(f"proxy peak at batch {batch} for {duration} s…"):
-                results.append(wrk_peak(url, key, batch, duration, Path(folder)))
+                results.append(wrk_peak(url, key, batch, duration, Path(folder), proxy))
     peak = results[-1].requests_per_second
-    steady_seconds = max(duration, 30)  # long enough for a stable 99th percentile
+    # Long enough for a stable 99th percentile (a smoke run's means nothing anyway).
+    steady_seconds = duration if smoke else max(duration, 30)
     for share in (0.5, 0.25):  # the target is set at half the peak; a quarter shows the floor
         # The peak runs leave gigabytes of the broker's writes in the page cache; written back
         # during a steady run, they would stall it with I/O that its own load never causes.
         os.sync()
-        time.sleep(10)  # let the broker and the proxy settle after running flat out
+        time.sleep(0 if smoke else 10)  # let the broker and the proxy settle after running flat out
         rate = peak * share
         before = server_buckets(settings.proxy_url, spec.name)
-        with console.status(f"proxy steady at {rate:.0f} requests/s for {steady_seconds} s…"):
+        with (
+            console.status(f"proxy steady at {rate:.0f} requests/s for {steady_seconds} s…"),
+            CpuMeter(proxy or list, every=None) as meter,
+        ):
             result = asyncio.run(steady(url, key, 100, rate, steady_seconds))
+        if proxy is not None:
+            result.cpu_s_per_m_events = per_million(meter.seconds, result.events)
         result.server_p99_ms = server_p99_ms(before, server_buckets(settings.proxy_url, spec.name))
         results.append(result)
     return results
@@ -270,29 +326,43 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--duration", type=int, default=15, help="seconds per load run")
     parser.add_argument("--write-docs", action="store_true", help=f"update {DOCS}")
+    parser.add_argument("--smoke", action="store_true", help=SMOKE_HELP)
     args = parser.parse_args()
+    if args.smoke and args.write_docs:
+        parser.error("--smoke: its figures mean nothing, never written to the docs")
+    duration = 1 if args.smoke else args.duration
     settings = Settings()
     # Before anything is provisioned: nothing is left behind if it is interrupted.
-    with console.status("CPU steadiness, idle, for 10 s…"):
-        cpu = cpu_steadiness()
+    seconds = 1.0 if args.smoke else 10.0
+    with console.status(f"CPU steadiness, idle, for {seconds:.0f} s…"):
+        cpu = cpu_steadiness(seconds)
     console.print(f"CPU steadiness: {cpu}")
     store = Store.connect(settings)
     suffix = uuid.uuid4().hex[:6]
     app = f"bench-{suffix}"
-    key = store.create_app(app)
     spec = StreamSpec(name=f"bench_{suffix}", owner="bench", partitions=6, producers=[app])
-    ensure_topics(settings, spec)
-    store.put_stream(spec)
-    time.sleep(settings.registry_refresh_seconds * 2 + 0.5)  # the proxy reloads the registry
     try:
-        results = measure(settings, spec, key, args.duration)
+        key = store.create_app(app)
+        ensure_topics(settings, spec)
+        store.put_stream(spec)
+        time.sleep(settings.registry_refresh_seconds * 2 + 0.5)  # the proxy reloads the registry
+        results = measure(settings, spec, key, duration, args.smoke)
     finally:  # the run's gigabytes of events and its registrations go with it
         store.change_stream(spec.name, lambda _: None)
-        store.delete_app(app, audit("bench", "app.delete", app, owner=ADMIN))
-        delete_topics(settings, [fronting_topic(spec.name), dead_letter_topic(spec.name)])
+        with contextlib.suppress(NotFound):  # not registered if it failed before
+            store.delete_app(app, audit("bench", "app.delete", app, owner=ADMIN))
+        delete_topics(settings, stream_topics(spec))
 
     table = Table(
-        "run", "events/s", "req/s", "p50 ms", "p99 ms", "server p99 ≤ ms", "of raw", "errors"
+        "run",
+        "events/s",
+        "req/s",
+        "p50 ms",
+        "p99 ms",
+        "server p99 ≤ ms",
+        "of raw",
+        CPU_COLUMN,
+        "errors",
     )
     for r in results:
         table.add_row(
@@ -303,14 +373,21 @@ def main() -> None:
             "" if r.p99_ms is None else f"{r.p99_ms:.1f}",
             "" if r.server_p99_ms is None else f"{r.server_p99_ms:.0f}",
             f"{r.events_per_second / results[0].events_per_second:.2f}",
+            _cpu_cell(r),
             str(r.errors),
         )
     console.print(table)
+    console.print(f"{CPU_COLUMN}: {CPU_COUNTS}.")
     out = settings.state_dir / "bench" / "proxy.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(
-        json.dumps({"cpu": asdict(cpu), "results": [asdict(r) for r in results]}, indent=2)
-    )
+    figures = {
+        "smoke": args.smoke,
+        "cpu": asdict(cpu),
+        "cpu_counts": CPU_COUNTS,
+        "topics": stream_topics(spec),  # made, and deleted
+        "results": [asdict(r) for r in results],
+    }
+    out.write_text(json.dumps(figures, indent=2))
     if args.write_docs:
         write_section(
             "proxy-bench",

@@ -1,6 +1,7 @@
 """Benchmark of the router against its floor, on the running stack.
 
-    python -m keystone.loadtest.router_bench [--events 500000] [--seconds 30] [--write-docs]
+    python -m keystone.loadtest.router_bench [--events 500000] [--seconds 30] [--smoke]
+                                             [--write-docs]
 
 1. throughput: 1 KB events preloaded on a fronting topic, read from the start by
    (a) the router's own output query (micro-batch, Kafka sink, a filter keeping half, a
@@ -17,6 +18,14 @@
    interval, 60 s, over 180 s of load so that three checkpoints fall in it, and at 10 s) and in
    1-second micro-batches, each after 10 s of the same load to warm up; latency is the sink
    record's Kafka timestamp minus the event's ingest time (`ks_ts`), p50 and p99.
+
+Beside events/s, CPU seconds per million events read: the CPU time of this Spark application (its
+JVM and this Python process; not the producer's, another process for the latency runs), for a
+throughput run from its query's start to its stop (the median of the rounds), for a latency run
+over the measured load. Every topic the benchmark makes, and every checkpoint it writes, is
+deleted when it ends, whether it ended well or not. `--smoke` reads 5,000 events in one round
+(no warm-up) and runs each delivery mode for a few seconds: it checks that the benchmark runs,
+its figures mean nothing.
 """
 
 from __future__ import annotations
@@ -25,10 +34,12 @@ import argparse
 import json
 import multiprocessing
 import platform
+import shutil
 import statistics
 import time
 import uuid
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 from confluent_kafka import Producer
 from pyspark.sql import DataFrame, SparkSession
@@ -43,12 +54,22 @@ from keystone.contracts.names import fronting_topic, output_topic
 from keystone.contracts.settings import Settings
 from keystone.contracts.spec import DEFAULT_TRIGGERS, Delivery, StreamSpec, load_spec
 from keystone.control.provisioner import ensure_topics
-from keystone.loadtest.bench import machine, make_event, write_section
+from keystone.loadtest.bench import (
+    CPU_COLUMN,
+    SMOKE_HELP,
+    CpuMeter,
+    machine,
+    make_event,
+    per_million,
+    spark_processes,
+    stream_topics,
+    write_section,
+)
 from keystone.loadtest.topics import read_topic
 from keystone.router.job import BATCH_LIMIT, Router, router_master
 from keystone.router.metrics import RouterMetrics
 from keystone.router.spark import spark_session
-from keystone.router.topics import create_topics
+from keystone.router.topics import create_topics, delete_topics
 
 console = Console()
 COMMAND = "python -m keystone.loadtest.router_bench --write-docs"
@@ -56,6 +77,11 @@ FILTER = "variant = 'a'"
 PROJECTION = ["guid", "timestamp", "user.id as user_id", "device.type as device", "title"]
 PARTITIONS = 6
 WARM_UP_SECONDS = 10
+CPU_COUNTS = (
+    "this Spark application's processes (its JVM and this Python process; not the producer's), "
+    "for throughput from each query's start to its stop (the median of the rounds), for latency "
+    "over the measured load; per million events read"
+)
 
 
 @dataclass
@@ -66,6 +92,26 @@ class Result:
     p99_ms: float | None = None
     events: int = 0
     rounds: list[float] = field(default_factory=list)  # events/s of each throughput round
+    cpu_s_per_m_events: float | None = None  # see CPU_COUNTS
+
+
+@dataclass
+class Leftovers:
+    """What a run makes outside this process, all of it removed when it ends."""
+
+    topics: list[str] = field(default_factory=list)
+    folders: list[Path] = field(default_factory=list)  # checkpoints
+
+    def clean(self, settings: Settings) -> None:
+        for folder in self.folders:
+            shutil.rmtree(folder, ignore_errors=True)
+        if self.topics:
+            delete_topics(settings, self.topics)
+            console.print(f"deleted the topics {', '.join(self.topics)}")
+
+
+def handwritten_topic(stream: str) -> str:
+    return f"{stream}.handwritten"
 
 
 def spec(name: str, mode: str, trigger: str) -> StreamSpec:
@@ -131,7 +177,7 @@ def handwritten(
         handwritten_records(source)
         .writeStream.format("kafka")
         .option("kafka.bootstrap.servers", settings.kafka_bootstrap)
-        .option("topic", f"{stream}.handwritten")
+        .option("topic", handwritten_topic(stream))
         .option("checkpointLocation", checkpoint)
         .trigger(processingTime="1 second")
         .start()
@@ -176,41 +222,64 @@ def rate_of(query: StreamingQuery, events: int, progress: Progress, label: str) 
         progress.update(task, completed=sum(p["numInputRows"] for p in seen.values()))
         time.sleep(0.5)
     query.stop()
-    # The first batch also compiles the query's code: steady state is what is compared.
-    batches = [p for p in seen.values() if p["numInputRows"] and p["batchId"] > 0]
+    # The first batch also compiles the query's code: steady state is what is compared (but
+    # when the first batch read everything, as in a smoke run, it is all there is).
+    read = [p for p in seen.values() if p["numInputRows"]]
+    batches = [p for p in read if p["batchId"] > 0] or read
     busy = sum(p["durationMs"]["triggerExecution"] for p in batches) / 1000
     return sum(p["numInputRows"] for p in batches) / busy
 
 
-def throughput(spark: SparkSession, settings: Settings, events: int, rounds: int) -> list[Result]:
+def throughput(
+    spark: SparkSession,
+    settings: Settings,
+    events: int,
+    rounds: int,
+    leftovers: Leftovers,
+    warm_up: bool = True,
+) -> list[Result]:
     name = f"bench_tp_{uuid.uuid4().hex[:6]}"
     stream = spec(name, "microbatch", "1 second")
+    leftovers.topics += [*stream_topics(stream), handwritten_topic(name)]
     ensure_topics(settings, stream)
+    # The broker creates no topic on its own: the router's is made as it starts, this one here.
+    create_topics(settings, {handwritten_topic(name): PARTITIONS})
     with console.status(f"producing {events:,} events of 1 KB…"):
         produce(settings, name, events)
     rates: dict[str, list[float]] = {"router": [], "hand-written": []}
+    cpu: dict[str, list[float]] = {"router": [], "hand-written": []}
+    processes = spark_processes(spark)
     with Progress(console=console) as progress:
         # Round 0 warms the JVM (the JIT compiles the Kafka client's and the JSON parser's code
         # on whichever job runs first) and is left out; then the two take turns going first.
-        for round_ in range(rounds + 1):
+        for round_ in range(0 if warm_up else 1, rounds + 1):
             # A fresh state folder, so fresh checkpoints: each round reads the whole topic.
             fresh = settings.model_copy(
                 update={"state_dir": settings.state_dir / "bench" / uuid.uuid4().hex}
             )
+            leftovers.folders.append(fresh.state_dir)
             order = ("router", "hand-written") if round_ % 2 else ("hand-written", "router")
             for job in order:
-                if job == "router":
-                    query = Router(spark, fresh, stream, RouterMetrics(name)).start_output(
-                        stream.outputs[0]
-                    )
-                else:
-                    query = handwritten(spark, settings, name, str(fresh.checkpoints_dir / job))
-                label = f"{job}, " + (f"round {round_}" if round_ else "warm-up")
-                rate = rate_of(query, events, progress, label)
+                with CpuMeter(processes, every=None) as meter:
+                    if job == "router":
+                        query = Router(spark, fresh, stream, RouterMetrics(name)).start_output(
+                            stream.outputs[0]
+                        )
+                    else:
+                        query = handwritten(spark, settings, name, str(fresh.checkpoints_dir / job))
+                    label = f"{job}, " + (f"round {round_}" if round_ else "warm-up")
+                    rate = rate_of(query, events, progress, label)
                 if round_:
                     rates[job].append(rate)
+                    cpu[job].append(meter.seconds)
     return [
-        Result(label, statistics.median(rates[job]), events=events, rounds=rates[job])
+        Result(
+            label,
+            statistics.median(rates[job]),
+            events=events,
+            rounds=rates[job],
+            cpu_s_per_m_events=per_million(statistics.median(cpu[job]), events),
+        )
         for job, label in (
             ("router", "router, micro-batch: filter ½, 5 fields"),
             ("hand-written", "hand-written Spark job, same work"),
@@ -219,10 +288,21 @@ def throughput(spark: SparkSession, settings: Settings, events: int, rounds: int
 
 
 def latency(
-    spark: SparkSession, settings: Settings, mode: str, trigger: str, rate: int, seconds: int
+    spark: SparkSession,
+    settings: Settings,
+    mode: str,
+    trigger: str,
+    rate: int,
+    seconds: int,
+    leftovers: Leftovers,
+    warm_up: int = WARM_UP_SECONDS,
+    slack: int = 10,
 ) -> Result:
+    """`slack`: seconds waited past the trigger interval for the last events to arrive."""
     name = f"bench_lat_{uuid.uuid4().hex[:6]}"
     stream = spec(name, mode, trigger)
+    leftovers.topics += stream_topics(stream)
+    leftovers.folders.append(settings.checkpoints_dir / name)
     ensure_topics(settings, stream)
     create_topics(settings, {output_topic(name, "out"): PARTITIONS})
     job = Router(spark, settings, stream, RouterMetrics(name))
@@ -241,36 +321,41 @@ def latency(
         producer.join()
         assert producer.exitcode == 0, "the producer failed"
 
-    with console.status(f"{mode}: warming up, {rate:,} events/s for {WARM_UP_SECONDS} s…"):
+    with console.status(f"{mode}: warming up, {rate:,} events/s for {warm_up} s…"):
         # The first events through a new query meet cold code (the JIT, the sink's producer
         # learning the topic): steady state is measured after them.
-        load(rate * WARM_UP_SECONDS)
+        load(rate * warm_up)
     measured_from = int(time.time() * 1000)
     with console.status(f"{mode}: {rate:,} events/s for {seconds} s…"):
-        load(rate * seconds)
-        time.sleep(Delivery(mode=mode, trigger=trigger).seconds + 10)  # the last epoch commits
+        with CpuMeter(spark_processes(spark), every=None) as meter:
+            load(rate * seconds)
+        time.sleep(Delivery(mode=mode, trigger=trigger).seconds + slack)  # the last epoch commits
     query.stop()
     latencies = []
     for message in read_topic(settings.kafka_bootstrap, output_topic(name, "out")):
         record = json.loads(message.value())
         if record["timestamp"] >= measured_from:
             latencies.append(message.timestamp()[1] - record["timestamp"])
+    if not latencies:
+        raise RuntimeError(f"{mode}: no record of the measured load reached {name}'s sink")
     latencies.sort()
     return Result(
         f"latency, {mode} (trigger {trigger}) at {rate:,}/s",
         p50_ms=latencies[len(latencies) // 2],
         p99_ms=latencies[int(len(latencies) * 0.99)],
         events=len(latencies),
+        cpu_s_per_m_events=per_million(meter.seconds, rate * seconds),
     )
 
 
-def markdown(results: list[Result]) -> str:
-    def cell(value: float | None, form: str) -> str:
-        return "" if value is None else format(value, form)
+def cell(value: float | None, form: str) -> str:
+    return "" if value is None else format(value, form)
 
+
+def markdown(results: list[Result]) -> str:
     rows = "\n".join(
         f"| {r.name} | {cell(r.events_per_second, ',.0f')} | {cell(r.p50_ms, '.0f')} | "
-        f"{cell(r.p99_ms, '.0f')} | {r.events:,} |"
+        f"{cell(r.p99_ms, '.0f')} | {r.events:,} | {cell(r.cpu_s_per_m_events, '.1f')} |"
         for r in results
     )
     share = results[0].events_per_second / results[1].events_per_second
@@ -280,8 +365,10 @@ def markdown(results: list[Result]) -> str:
 
     return (
         f"Command: `{COMMAND}`, {time.strftime('%Y-%m-%d')}; Kafka, Spark (`local[8]`) and the "
-        f"producer on the same machine.\nMachine: {machine()}.\n\n"
-        "| run | events/s | p50 ms | p99 ms | events |\n| --- | ---: | ---: | ---: | ---: |\n"
+        f"producer on the same machine.\nMachine: {machine()}.\n"
+        f"{CPU_COLUMN}: the CPU time of {CPU_COUNTS}.\n\n"
+        f"| run | events/s | p50 ms | p99 ms | events | {CPU_COLUMN} |\n"
+        "| --- | ---: | ---: | ---: | ---: | ---: |\n"
         f"{rows}\n\nRouter over hand-written: {share:.2f} (medians of {len(results[0].rounds)} "
         f"rounds after a warm-up round; router {each(results[0])}; hand-written "
         f"{each(results[1])} events/s).\n"
@@ -295,32 +382,57 @@ def main() -> None:
     parser.add_argument("--rate", type=int, default=5_000, help="events/s for latency")
     parser.add_argument("--seconds", type=int, default=30, help="seconds of latency load")
     parser.add_argument("--write-docs", action="store_true")
+    parser.add_argument("--smoke", action="store_true", help=SMOKE_HELP)
     args = parser.parse_args()
+    if args.smoke and args.write_docs:
+        parser.error("--smoke: its figures mean nothing, never written to the docs")
     settings = Settings()
+    # Each checkpoint pauses the output for a moment: the default interval over three of them,
+    # and a short interval, whose more frequent pauses make the tail. A smoke run takes each
+    # mode once, for a few seconds.
+    runs = [
+        ("realtime", DEFAULT_TRIGGERS["realtime"], 180),
+        ("realtime", "10 seconds", args.seconds),
+        ("microbatch", "1 second", args.seconds),
+    ]
+    events, rounds, rate, warm_up, slack = args.events, args.rounds, args.rate, WARM_UP_SECONDS, 10
+    if args.smoke:
+        runs = [("realtime", "5 seconds", 3), ("microbatch", "1 second", 3)]
+        events, rounds, rate, warm_up, slack = 5_000, 1, 500, 2, 3
     master = router_master(settings, spec("bench_sizing", "realtime", "10 seconds"))
     spark = spark_session(settings, "keystone-router-bench", master)
-    results = throughput(spark, settings, args.events, args.rounds)
-    # Each checkpoint pauses the output for a moment: the default interval over three of them,
-    # and a short interval, whose more frequent pauses make the tail.
-    default = DEFAULT_TRIGGERS["realtime"]
-    results.append(latency(spark, settings, "realtime", default, args.rate, 180))
-    results.append(latency(spark, settings, "realtime", "10 seconds", args.rate, args.seconds))
-    results.append(latency(spark, settings, "microbatch", "1 second", args.rate, args.seconds))
-    spark.stop()
+    leftovers = Leftovers()
+    try:
+        results = throughput(spark, settings, events, rounds, leftovers, warm_up=not args.smoke)
+        for mode, trigger, seconds in runs:
+            results.append(
+                latency(spark, settings, mode, trigger, rate, seconds, leftovers, warm_up, slack)
+            )
+    finally:
+        spark.stop()
+        leftovers.clean(settings)
 
-    table = Table("run", "events/s", "p50 ms", "p99 ms", "events")
+    table = Table("run", "events/s", "p50 ms", "p99 ms", "events", CPU_COLUMN)
     for r in results:
         table.add_row(
             r.name,
-            "" if r.events_per_second is None else f"{r.events_per_second:,.0f}",
-            "" if r.p50_ms is None else f"{r.p50_ms:.0f}",
-            "" if r.p99_ms is None else f"{r.p99_ms:.0f}",
+            cell(r.events_per_second, ",.0f"),
+            cell(r.p50_ms, ".0f"),
+            cell(r.p99_ms, ".0f"),
             f"{r.events:,}",
+            cell(r.cpu_s_per_m_events, ".1f"),
         )
     console.print(table)
+    console.print(f"{CPU_COLUMN}: {CPU_COUNTS}.")
     out = settings.state_dir / "bench" / "router.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps([asdict(r) for r in results], indent=2))
+    figures = {
+        "smoke": args.smoke,
+        "cpu_counts": CPU_COUNTS,
+        "topics": leftovers.topics,  # made, and deleted
+        "results": [asdict(r) for r in results],
+    }
+    out.write_text(json.dumps(figures, indent=2))
     if args.write_docs:
         write_section("router-bench", "Router", markdown(results))
         console.print("wrote docs/benchmarks.md")

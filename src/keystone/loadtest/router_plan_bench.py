@@ -1,13 +1,16 @@
 """The router's per-event plan against the hand-written job's, without Kafka in the way.
 
     python -m keystone.loadtest.router_plan_bench [--events 400000] [--rounds 7] [--object-fields N]
-                                         [--jfr FILE] [--write-docs]
+                                         [--jfr FILE] [--smoke] [--write-docs]
 
 Both plans of `loadtest.router_bench` (the router's output query as `router.job.routed` builds
 it, and the hand-written job) run over the same cached batch of 1 KB events with the proxy's
-headers, into Spark's noop sink, in one task thread, taking turns. Each run is charged the JVM's
-CPU time, steadier than wall time on a shared VM (other processes' load and the hypervisor's
-steal do not count); the minimum over the rounds is the plan's cost. Needs no stack. `--jfr`
+headers, into Spark's noop sink, in one task thread, taking turns. Each run is charged the CPU
+time of the Spark application (its JVM and this Python process, which only waits for it),
+steadier than wall time on a shared VM (other processes' load and the hypervisor's steal do not
+count); the minimum over the rounds is the plan's cost, also given per million events. Needs no
+stack, and makes no topic. `--smoke` runs both plans over 5,000 events in one round (after the
+round that compiles them): it checks that the benchmark runs, its figures mean nothing. `--jfr`
 records the whole run with Java Flight Recorder (`jfr print --events jdk.ExecutionSample FILE`
 shows where the router's CPU goes). `--object-fields N` gives the event's two objects N more
 fields each, which neither plan reads (`loadtest.bench.make_event`).
@@ -16,11 +19,11 @@ fields each, which neither plan reads (`loadtest.bench.make_event`).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import time
 import uuid
 from collections.abc import Callable
-from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -30,7 +33,16 @@ from rich.table import Table
 
 from keystone.contracts import envelope
 from keystone.contracts.settings import Settings
-from keystone.loadtest.bench import machine, make_event, write_section
+from keystone.loadtest.bench import (
+    CPU_COLUMN,
+    SMOKE_HELP,
+    CpuMeter,
+    machine,
+    make_event,
+    per_million,
+    spark_processes,
+    write_section,
+)
 from keystone.loadtest.router_bench import handwritten_records, spec
 from keystone.router.job import paths_read_by, routed
 from keystone.router.meter import Meter
@@ -42,6 +54,8 @@ from keystone.router.spark import spark_session
 console = Console()
 COMMAND = "python -m keystone.loadtest.router_plan_bench --write-docs"
 DISTINCT = 20_000  # distinct events, repeated to make up the batch
+CPU_COUNTS = "this Spark application's processes (its JVM and this Python process)"
+SMOKE_EVENTS = 5_000
 
 
 def cached_events(
@@ -50,14 +64,14 @@ def cached_events(
     """About `events` fronting records (the Kafka source's columns) held in memory, and how many
     there are."""
     common = envelope.common_headers(int(time.time() * 1000), "bench", "bench", "bench")
-    stamped = []
-    for seq in range(DISTINCT):
+    stamped, distinct = [], min(DISTINCT, events)
+    for seq in range(distinct):
         guid = str(uuid.uuid4()).encode()
         stamped.append((guid, make_event(seq, object_fields), envelope.event_headers(guid, common)))
     rows = spark.createDataFrame(
         stamped, "key binary, value binary, headers array<struct<key:string,value:binary>>"
     )
-    repeats = spark.range(max(1, events // DISTINCT)).withColumnRenamed("id", "offset")
+    repeats = spark.range(max(1, events // distinct)).withColumnRenamed("id", "offset")
     batch = rows.crossJoin(repeats).select(
         "key",
         "value",
@@ -70,18 +84,14 @@ def cached_events(
     return batch, batch.count()
 
 
-def jvm_cpu_seconds(spark: SparkSession) -> float:
-    pid = spark.sparkContext._gateway.proc.pid  # the JVM pyspark started: driver and executor
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def cost(spark: SparkSession, plan: Callable[[], DataFrame]) -> tuple[float, float]:
     """CPU and wall seconds of one run of the plan into the noop sink."""
     frame = plan()
-    cpu, wall = jvm_cpu_seconds(spark), time.perf_counter()
-    frame.write.format("noop").mode("overwrite").save()
-    return jvm_cpu_seconds(spark) - cpu, time.perf_counter() - wall
+    with CpuMeter(spark_processes(spark), every=None) as meter:
+        wall = time.perf_counter()
+        frame.write.format("noop").mode("overwrite").save()
+        wall = time.perf_counter() - wall
+    return meter.seconds, wall
 
 
 def at_least(minimum: int) -> Callable[[str], int]:
@@ -100,7 +110,12 @@ def main() -> None:
     parser.add_argument("--object-fields", type=at_least(0), default=0, metavar="N")
     parser.add_argument("--jfr", help="record the run with Java Flight Recorder into this file")
     parser.add_argument("--write-docs", action="store_true")
+    parser.add_argument("--smoke", action="store_true", help=SMOKE_HELP)
     args = parser.parse_args()
+    if args.smoke and args.write_docs:
+        parser.error("--smoke: its figures mean nothing, never written to the docs")
+    if args.smoke:
+        args.events, args.rounds = SMOKE_EVENTS, 1
     if args.jfr and any(c.isspace() for c in args.jfr):
         # Spark's launcher scripts split Java options on spaces, quoted or not.
         parser.error(f"--jfr: a path without spaces, not {args.jfr!r}")
@@ -137,23 +152,52 @@ def main() -> None:
     spark.stop()
 
     rows = {name: (min(c for c, _ in r), min(w for _, w in r)) for name, r in runs.items()}
-    table = Table("plan", "CPU s (min)", "wall s (min)", "events per CPU s")
+    table = Table("plan", "CPU s (min)", "wall s (min)", "events per CPU s", CPU_COLUMN)
     for name, (cpu, wall) in rows.items():
-        table.add_row(name, f"{cpu:.2f}", f"{wall:.2f}", f"{events / cpu:,.0f}")
+        table.add_row(
+            name, f"{cpu:.2f}", f"{wall:.2f}", f"{events / cpu:,.0f}", _per_million(cpu, events)
+        )
     console.print(table)
+    console.print(f"CPU: {CPU_COUNTS}.")
     share = rows["hand-written"][0] / rows["router"][0]
     console.print(f"router over hand-written, by CPU: {share:.2f}")
+    marker = "router-plan-bench" + ("-object-fields" if args.object_fields else "")
+    stem = "router_plan" + ("_object_fields" if args.object_fields else "")
+    out = settings.state_dir / "bench" / f"{stem}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    figures = {
+        "smoke": args.smoke,
+        "object_fields": args.object_fields,
+        "cpu_counts": CPU_COUNTS,
+        "topics": [],  # it makes none
+        "results": [
+            {
+                "name": name,
+                "events": events,
+                "cpu_s": cpu,
+                "wall_s": wall,
+                "events_per_second": events / wall,
+                "events_per_cpu_second": events / cpu,
+                "cpu_s_per_m_events": per_million(cpu, events),
+            }
+            for name, (cpu, wall) in rows.items()
+        ],
+    }
+    out.write_text(json.dumps(figures, indent=2))
     if args.write_docs:
-        marker = "router-plan-bench" + ("-object-fields" if args.object_fields else "")
         write_section(marker, "Router", markdown(args, events, rows, share))
         console.print("wrote docs/benchmarks.md")
+
+
+def _per_million(cpu: float, events: int) -> str:
+    return f"{cpu / events * 1_000_000:.2f}"
 
 
 def markdown(
     args: argparse.Namespace, events: int, rows: dict[str, tuple[float, float]], share: float
 ) -> str:
     lines = "\n".join(
-        f"| {name} | {cpu:.2f} | {wall:.2f} | {events / cpu:,.0f} |"
+        f"| {name} | {cpu:.2f} | {wall:.2f} | {events / cpu:,.0f} | {_per_million(cpu, events)} |"
         for name, (cpu, wall) in rows.items()
     )
     command = COMMAND + (f" --object-fields {args.object_fields}" if args.object_fields else "")
@@ -161,8 +205,10 @@ def markdown(
     return (
         f"Command: `{command}`, {time.strftime('%Y-%m-%d')}: {events:,} cached events "
         f"of {size:,} B, "
-        f"one task thread, minimum of {args.rounds} rounds; no stack.\nMachine: {machine()}.\n\n"
-        "| plan | CPU s | wall s | events per CPU s |\n| --- | ---: | ---: | ---: |\n"
+        f"one task thread, minimum of {args.rounds} rounds; no stack.\nMachine: {machine()}.\n"
+        f"CPU: the CPU time of {CPU_COUNTS} over each run of a plan.\n\n"
+        f"| plan | CPU s | wall s | events per CPU s | {CPU_COLUMN} |\n"
+        "| --- | ---: | ---: | ---: | ---: |\n"
         f"{lines}\n\nRouter over hand-written, by CPU: {share:.2f}.\n"
     )
 
