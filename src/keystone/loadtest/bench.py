@@ -4,6 +4,7 @@ deleted when it ends), and the sections of docs/benchmarks.md each benchmark rew
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
@@ -28,6 +29,25 @@ SMOKE_HELP = (
     "a few seconds and a few thousand events through the same code: checks that the benchmark "
     "runs, its figures mean nothing (never with --write-docs)"
 )
+
+
+def parse_arguments(parser: argparse.ArgumentParser) -> argparse.Namespace:
+    """A benchmark's arguments, with the two every benchmark takes: --write-docs and --smoke,
+    never both (a smoke run's figures mean nothing)."""
+    parser.add_argument("--write-docs", action="store_true", help=f"update {DOCS}")
+    parser.add_argument("--smoke", action="store_true", help=SMOKE_HELP)
+    args = parser.parse_args()
+    if args.smoke and args.write_docs:
+        parser.error("--smoke: its figures mean nothing, never written to the docs")
+    return args
+
+
+def save_figures(settings: Settings, name: str, figures: object) -> Path:
+    """The benchmark's figures as JSON, in `<state>/bench/<name>.json` (what tests read)."""
+    out = settings.state_dir / "bench" / f"{name}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(figures, indent=2))
+    return out
 
 
 def make_event(seq: int, object_fields: int = 0) -> bytes:

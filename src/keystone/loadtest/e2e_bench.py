@@ -18,7 +18,6 @@ that the benchmark runs, its figures mean nothing.
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import sys
 import time
@@ -35,11 +34,12 @@ from keystone.control.launcher import Deployment
 from keystone.loadtest.bench import (
     CPU_COLUMN,
     DOCS,
-    SMOKE_HELP,
     CpuMeter,
+    parse_arguments,
     per_million,
     process_tree,
     proxy_processes,
+    save_figures,
     stream_topics,
     write_section,
 )
@@ -145,11 +145,7 @@ def main() -> None:
     parser.add_argument("--producers", type=int, default=4)
     parser.add_argument("--fault", action="append", default=[], help="as keystone loadtest's")
     parser.add_argument("--name", default="e2e", help="the docs section and image names")
-    parser.add_argument("--write-docs", action="store_true")
-    parser.add_argument("--smoke", action="store_true", help=SMOKE_HELP)
-    args = parser.parse_args()
-    if args.smoke and args.write_docs:
-        parser.error("--smoke: its figures mean nothing, never written to the docs")
+    args = parse_arguments(parser)
     settings = Settings()
     rate, duration, producers, drain_timeout = args.rate, args.duration, args.producers, 600.0
     report = Path.cwd() / "build" / "bench" / args.name
@@ -183,8 +179,6 @@ def main() -> None:
     acknowledged = figures["ingest"]["acknowledged"]
     figures["cpu"] = cpu_figures(acknowledged, routers, proxy_meter if proxy else None)
     console.print(f"{CPU_COLUMN}: {figures['cpu']['cpu_s_per_m_events'] or 0:.1f} ({CPU_COUNTS})")
-    out = settings.state_dir / "bench" / f"{args.name}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
     result = {
         "name": args.name,
         "events": acknowledged,
@@ -200,7 +194,7 @@ def main() -> None:
         "topics": topics,  # made, and deleted
         "results": [result],
     }
-    out.write_text(json.dumps(summary, indent=2))
+    save_figures(settings, args.name, summary)
     if args.write_docs:
         IMAGES.mkdir(exist_ok=True)
         for plot in ("rate", "latency"):

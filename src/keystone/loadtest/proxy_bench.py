@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import os
 import platform
 import re
@@ -50,14 +49,15 @@ from keystone.control.tenancy import ADMIN
 from keystone.loadtest.bench import (
     CPU_COLUMN,
     DOCS,
-    SMOKE_HELP,
     CpuMeter,
     Steadiness,
     cpu_steadiness,
     machine,
     make_event,
+    parse_arguments,
     per_million,
     proxy_processes,
+    save_figures,
     stream_topics,
     write_section,
 )
@@ -325,11 +325,7 @@ def measure(
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--duration", type=int, default=15, help="seconds per load run")
-    parser.add_argument("--write-docs", action="store_true", help=f"update {DOCS}")
-    parser.add_argument("--smoke", action="store_true", help=SMOKE_HELP)
-    args = parser.parse_args()
-    if args.smoke and args.write_docs:
-        parser.error("--smoke: its figures mean nothing, never written to the docs")
+    args = parse_arguments(parser)
     duration = 1 if args.smoke else args.duration
     settings = Settings()
     # Before anything is provisioned: nothing is left behind if it is interrupted.
@@ -378,8 +374,6 @@ def main() -> None:
         )
     console.print(table)
     console.print(f"{CPU_COLUMN}: {CPU_COUNTS}.")
-    out = settings.state_dir / "bench" / "proxy.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
     figures = {
         "smoke": args.smoke,
         "cpu": asdict(cpu),
@@ -387,7 +381,7 @@ def main() -> None:
         "topics": stream_topics(spec),  # made, and deleted
         "results": [asdict(r) for r in results],
     }
-    out.write_text(json.dumps(figures, indent=2))
+    save_figures(settings, "proxy", figures)
     if args.write_docs:
         write_section(
             "proxy-bench",

@@ -56,11 +56,12 @@ from keystone.contracts.spec import DEFAULT_TRIGGERS, Delivery, StreamSpec, load
 from keystone.control.provisioner import ensure_topics
 from keystone.loadtest.bench import (
     CPU_COLUMN,
-    SMOKE_HELP,
     CpuMeter,
     machine,
     make_event,
+    parse_arguments,
     per_million,
+    save_figures,
     spark_processes,
     stream_topics,
     write_section,
@@ -381,11 +382,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="throughput runs of each job")
     parser.add_argument("--rate", type=int, default=5_000, help="events/s for latency")
     parser.add_argument("--seconds", type=int, default=30, help="seconds of latency load")
-    parser.add_argument("--write-docs", action="store_true")
-    parser.add_argument("--smoke", action="store_true", help=SMOKE_HELP)
-    args = parser.parse_args()
-    if args.smoke and args.write_docs:
-        parser.error("--smoke: its figures mean nothing, never written to the docs")
+    args = parse_arguments(parser)
     settings = Settings()
     # Each checkpoint pauses the output for a moment: the default interval over three of them,
     # and a short interval, whose more frequent pauses make the tail. A smoke run takes each
@@ -424,15 +421,13 @@ def main() -> None:
         )
     console.print(table)
     console.print(f"{CPU_COLUMN}: {CPU_COUNTS}.")
-    out = settings.state_dir / "bench" / "router.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
     figures = {
         "smoke": args.smoke,
         "cpu_counts": CPU_COUNTS,
         "topics": leftovers.topics,  # made, and deleted
         "results": [asdict(r) for r in results],
     }
-    out.write_text(json.dumps(figures, indent=2))
+    save_figures(settings, "router", figures)
     if args.write_docs:
         write_section("router-bench", "Router", markdown(results))
         console.print("wrote docs/benchmarks.md")

@@ -19,7 +19,6 @@ fields each, which neither plan reads (`loadtest.bench.make_event`).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import time
 import uuid
@@ -35,11 +34,12 @@ from keystone.contracts import envelope
 from keystone.contracts.settings import Settings
 from keystone.loadtest.bench import (
     CPU_COLUMN,
-    SMOKE_HELP,
     CpuMeter,
     machine,
     make_event,
+    parse_arguments,
     per_million,
+    save_figures,
     spark_processes,
     write_section,
 )
@@ -109,11 +109,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=at_least(1), default=7)
     parser.add_argument("--object-fields", type=at_least(0), default=0, metavar="N")
     parser.add_argument("--jfr", help="record the run with Java Flight Recorder into this file")
-    parser.add_argument("--write-docs", action="store_true")
-    parser.add_argument("--smoke", action="store_true", help=SMOKE_HELP)
-    args = parser.parse_args()
-    if args.smoke and args.write_docs:
-        parser.error("--smoke: its figures mean nothing, never written to the docs")
+    args = parse_arguments(parser)
     if args.smoke:
         args.events, args.rounds = SMOKE_EVENTS, 1
     if args.jfr and any(c.isspace() for c in args.jfr):
@@ -163,8 +159,6 @@ def main() -> None:
     console.print(f"router over hand-written, by CPU: {share:.2f}")
     marker = "router-plan-bench" + ("-object-fields" if args.object_fields else "")
     stem = "router_plan" + ("_object_fields" if args.object_fields else "")
-    out = settings.state_dir / "bench" / f"{stem}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
     figures = {
         "smoke": args.smoke,
         "object_fields": args.object_fields,
@@ -183,7 +177,7 @@ def main() -> None:
             for name, (cpu, wall) in rows.items()
         ],
     }
-    out.write_text(json.dumps(figures, indent=2))
+    save_figures(settings, stem, figures)
     if args.write_docs:
         write_section(marker, "Router", markdown(args, events, rows, share))
         console.print("wrote docs/benchmarks.md")
