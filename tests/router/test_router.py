@@ -6,8 +6,9 @@ for a while; and a stream deleted, which stops its router gracefully.
 
 The stream is created through control, whose fleet runs its router, as in production. The tests
 share one router and one growing set of events, in any order: the fixture produces the first
-1,500 events and waits until every output has them; the tests that check them look only at those
-(`Routed.loaded`), the fault tests count from what they find, and the deletion has its own stream.
+1,500 events, waits until every output has them and reads every output then (`Routed.at_load`,
+what the first three tests check, before any fault can add to it); the fault tests count from
+what they find, and the deletion has its own stream.
 """
 
 from __future__ import annotations
@@ -185,16 +186,29 @@ class Tables:
         self.log.close()
 
 
+@dataclass(frozen=True)
+class Outputs:
+    """What each output held, read at one moment."""
+
+    kafka: list[tuple[str, dict]]
+    keystone: list[tuple[str, dict, dict]]
+    es: dict[str, dict]
+    hive: list[tuple[str, dict]]
+    dead_letters: list[dict]
+    metrics: str
+
+
 @dataclass
 class Routed:
     stack: Stack
     fronting: Fronting
     tables: Tables
     producer: DirectProducer | None = None
-    # The first 1,500 events, and the router's metrics once every output had them (a restart,
-    # as the SIGKILL test makes, starts its counts again; the fault tests add events).
+    # The first 1,500 events, and every output as it stood once it held them: the fault tests
+    # add events, a replay after the SIGKILL test's crash may repeat some in the Kafka outputs
+    # and the dead letters, and a restart starts the router's counts again.
     loaded: Fronting = field(default_factory=Fronting)
-    loaded_metrics: str = ""
+    at_load: Outputs | None = None
 
     @property
     def bootstrap(self) -> str:
@@ -339,7 +353,14 @@ def routed(stack: Stack) -> Iterator[Routed]:
     wait_for("hive", lambda: len(handle.hive_output()) >= 1500, timeout=120)
     wait_for("dead letters", lambda: len(handle.dead_letters()) >= letters, timeout=60)
     time.sleep(5)  # the router counts what its outputs did each second, a batch's as it ends
-    handle.loaded_metrics = handle.metrics()
+    handle.at_load = Outputs(
+        kafka=handle.kafka_output(),
+        keystone=handle.keystone_output(),
+        es=handle.es_output(),
+        hive=handle.hive_output(),
+        dead_letters=handle.dead_letters(),
+        metrics=handle.metrics(),
+    )
     yield handle
     handle.tables.close()
     for stream in (STREAM, TARGET):  # no router left running for the modules after this one
@@ -347,42 +368,28 @@ def routed(stack: Stack) -> Iterator[Routed]:
 
 
 def test_four_outputs_hold_exactly_what_the_python_evaluator_expects(routed: Routed) -> None:
-    loaded = routed.loaded  # the fixture's events: a fault test may have added more
+    loaded, held = routed.loaded, routed.at_load
     assert len(loaded.events) == 1500
-    wait_for("realtime outputs", lambda: realtime_outputs_caught_up(routed), timeout=240)
-    wait_for("hive", lambda: len(routed.hive_output()) >= 1500, timeout=120)
 
-    def of_the_load(records: list) -> list:
-        return [r for r in records if r[0] in loaded.events]
-
-    produced = set(routed.fronting.events)  # every event of the stream, loaded or later
     clicks = loaded.expected("clicks")
     assert 0 < len(clicks) < 1500
-    assert {g for g, _ in routed.kafka_output()} <= produced
-    assert dict(of_the_load(routed.kafka_output())) == clicks
-    assert Counter(g for g, _ in of_the_load(routed.kafka_output())).most_common(1)[0][1] == 1
+    assert dict(held.kafka) == clicks
+    assert Counter(g for g, _ in held.kafka).most_common(1)[0][1] == 1
 
-    assert {g for g, _ in routed.hive_output()} <= produced
-    hive = of_the_load(routed.hive_output())
+    hive = held.hive
     assert dict(hive) == {g: payload for g, (payload, _) in loaded.events.items()}
     assert len(hive) == 1500  # no row twice
 
     search = loaded.expected("search")
     refused = {g for g in search if _text_amount(routed, g)}
     assert refused and len(search) > len(refused)
-    indexed = routed.es_output()
-    assert set(indexed) <= produced
-    assert {g: r for g, r in indexed.items() if g in loaded.events} == {
-        g: r for g, r in search.items() if g not in refused
-    }
+    assert held.es == {g: r for g, r in search.items() if g not in refused}
 
     errors = fitting(loaded.expected("errors"))
     assert len(errors) == len(loaded.expected("errors")) - 1  # OVERSIZE's
-    every = routed.keystone_output()
-    assert {g for g, _, _ in every} <= produced
-    forwarded = of_the_load(every)
+    forwarded = held.keystone
     assert {g: r for g, r, _ in forwarded} == errors and len(forwarded) == len(errors)
-    assert {(h["ks_hops"], h["ks_stream"], h["ks_app"]) for _, _, h in every} == {
+    assert {(h["ks_hops"], h["ks_stream"], h["ks_app"]) for _, _, h in forwarded} == {
         ("1", TARGET, "rt_app")
     }
 
@@ -390,22 +397,10 @@ def test_four_outputs_hold_exactly_what_the_python_evaluator_expects(routed: Rou
 def test_unreadable_events_and_refused_documents_reach_the_dead_letter_topic(
     routed: Routed,
 ) -> None:
-    loaded = routed.loaded  # the fixture's events: a fault test may have added more
-
-    def of_the_load() -> list[dict]:
-        """The stream's own dead letters (only the fixture's are malformed) and the outputs'
-        of its events."""
-        return [
-            d
-            for d in routed.dead_letters()
-            if "ks_dlq_output" not in d["headers"] or d["headers"].get("ks_guid") in loaded.events
-        ]
-
+    loaded, letters = routed.loaded, routed.at_load.dead_letters
     search = loaded.expected("search")
     refused = {g for g in search if _text_amount(routed, g)}
     wanted = len(MALFORMED) + len(refused) + 1  # and OVERSIZE's record from `errors`
-    wait_for("dead letters", lambda: len(of_the_load()) >= wanted, timeout=60)
-    letters = of_the_load()
     stream_level = [d for d in letters if "ks_dlq_output" not in d["headers"]]
     assert len(stream_level) == len(MALFORMED)
     for letter, (value, _, reason) in zip(
@@ -417,10 +412,10 @@ def test_unreadable_events_and_refused_documents_reach_the_dead_letter_topic(
     assert {d["headers"]["ks_guid"] for d in from_search} == refused
     for letter in from_search:
         assert "mapper_parsing_exception" in letter["headers"]["ks_dlq_reason"]
-        payload, _ = routed.fronting.events[letter["headers"]["ks_guid"]]
+        payload, _ = loaded.events[letter["headers"]["ks_guid"]]
         assert json.loads(letter["value"]) == payload  # the original bytes, not the record
     [oversize] = [d for d in letters if d["headers"].get("ks_dlq_output") == "errors"]
-    payload, _ = routed.fronting.events[oversize["headers"]["ks_guid"]]
+    payload, _ = loaded.events[oversize["headers"]["ks_guid"]]
     assert payload["n"] == OVERSIZE and json.loads(oversize["value"]) == payload
     size = len(json.dumps(loaded.expected("errors")[oversize["headers"]["ks_guid"]]))
     reason = oversize["headers"]["ks_dlq_reason"]
@@ -430,9 +425,7 @@ def test_unreadable_events_and_refused_documents_reach_the_dead_letter_topic(
 
 
 def test_metrics_count_every_stage_of_every_output(routed: Routed) -> None:
-    # As they stood once every output had the fixture's events: the SIGKILL test's restart
-    # starts the router's counts again, and the fault tests add events.
-    text = routed.loaded_metrics
+    text = routed.at_load.metrics
     expected = routed.loaded.expected
 
     def value(output: str, stage: str) -> float:

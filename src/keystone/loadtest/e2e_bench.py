@@ -48,7 +48,7 @@ from keystone.loadtest.driver import Plan
 from keystone.loadtest.faults import Fault
 from keystone.loadtest.report import delivery_table, faults_table, ingest_table
 from keystone.loadtest.run import Options, await_routers, run
-from keystone.router.topics import delete_topics
+from keystone.router.topics import all_topics, delete_topics
 
 IMAGES = DOCS.parent / "img"
 console = Console()
@@ -114,9 +114,13 @@ def markdown(figures: dict, command: str, images: str) -> str:
     )
 
 
-def remove_streams(settings: Settings, control: ControlClient, names: list[str]) -> list[str]:
+def remove_streams(
+    settings: Settings, control: ControlClient, names: list[str], kept: set[str]
+) -> list[str]:
     """Deletes the streams (in order: a stream before the one it feeds), waits for their
-    routers to stop, then deletes their topics, which control keeps; returns those topics."""
+    routers to stop, then deletes their topics, which control keeps, but those in `kept` (there
+    before the benchmark: a stream of that name deleted earlier keeps its data); returns the
+    topics it deleted."""
     specs: list[StreamSpec] = []
     for name in names:
         try:
@@ -131,7 +135,7 @@ def remove_streams(settings: Settings, control: ControlClient, names: list[str])
             console.print("[yellow]the routers had not stopped: deleting their topics anyway[/]")
             break
         time.sleep(1)
-    topics = [t for s in specs for t in stream_topics(s)]
+    topics = [t for s in specs for t in stream_topics(s) if t not in kept]
     if topics:
         delete_topics(settings, topics)
         console.print(f"deleted the streams {', '.join(s.name for s in specs)} and their topics")
@@ -164,6 +168,7 @@ def main() -> None:
     with ControlClient.from_settings(settings) as control:
         existing = {s.spec.name for s in control.streams()}
         made = [s for s in STREAMS if s not in existing]
+        topics_before = set(all_topics(settings))
         try:
             provision(control, console)
             # The router's start-up is not the load's work: measured once it runs.
@@ -175,7 +180,7 @@ def main() -> None:
             ):
                 figures = run(settings, options, console)
         finally:
-            topics = remove_streams(settings, control, made)
+            topics = remove_streams(settings, control, made, topics_before)
     acknowledged = figures["ingest"]["acknowledged"]
     figures["cpu"] = cpu_figures(acknowledged, routers, proxy_meter if proxy else None)
     console.print(f"{CPU_COLUMN}: {figures['cpu']['cpu_s_per_m_events'] or 0:.1f} ({CPU_COUNTS})")

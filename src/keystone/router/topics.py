@@ -41,9 +41,13 @@ def delete_topics(settings: Settings, topics: list[str]) -> None:
 
 
 def missing_topics(settings: Settings, topics: list[str]) -> list[str]:
+    existing = set(all_topics(settings))
+    return [t for t in topics if t not in existing]
+
+
+def all_topics(settings: Settings) -> list[str]:
     admin = AdminClient({"bootstrap.servers": settings.kafka_bootstrap})
     try:
-        existing = admin.list_topics(timeout=15).topics
+        return list(admin.list_topics(timeout=15).topics)
     except KafkaException as e:
         raise Unavailable(f"Kafka at {settings.kafka_bootstrap} did not answer: {e}", 5) from e
-    return [t for t in topics if t not in existing]
