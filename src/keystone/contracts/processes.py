@@ -48,15 +48,21 @@ class PidFile:
         self.path.unlink(missing_ok=True)
 
 
-def process_start_time(pid: int) -> int | None:
-    """The process' start time in clock ticks since boot (field 22 of /proc/<pid>/stat)."""
+def stat_fields(pid: int | str) -> list[str] | None:
+    """The fields of /proc/<pid>/stat after the command name (state, ppid, ...: field 3 of
+    proc(5) is index 0), None once the process is gone."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
-    # The command name (field 2) may hold spaces; the fields after it are plain.
-    fields = stat[stat.rindex(")") + 2 :].split()
-    if fields[0] == "Z":  # a zombie has exited; it only waits for its parent to reap it
+    # The command name (field 2) may hold spaces and parentheses; the fields after it are plain.
+    return stat[stat.rindex(")") + 2 :].split()
+
+
+def process_start_time(pid: int) -> int | None:
+    """The process' start time in clock ticks since boot (field 22 of /proc/<pid>/stat)."""
+    fields = stat_fields(pid)
+    if fields is None or fields[0] == "Z":  # a zombie has exited; its parent has yet to reap it
         return None
     return int(fields[19])
 

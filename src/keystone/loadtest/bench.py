@@ -17,7 +17,7 @@ from pathlib import Path
 from types import TracebackType
 
 from keystone.contracts.names import dead_letter_topic, fronting_topic
-from keystone.contracts.processes import PidFile
+from keystone.contracts.processes import PidFile, stat_fields
 from keystone.contracts.settings import Settings
 from keystone.contracts.spec import StreamSpec
 
@@ -158,26 +158,15 @@ def write_section(marker: str, heading: str, section: str) -> None:
 _TICK = os.sysconf("SC_CLK_TCK")
 
 
-def _stat(pid: int | str) -> list[str] | None:
-    """The fields of /proc/<pid>/stat after the command name (state, ppid, ...), None once the
-    process is gone."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    # The command name may hold spaces and parentheses; the fields after it are plain.
-    return text[text.rindex(")") + 2 :].split()
-
-
 def process_tree(*roots: int) -> list[int]:
     """The live processes among `roots` and every live process descended from them."""
     children: dict[int, list[int]] = {}
     for entry in Path("/proc").glob("[0-9]*"):
-        fields = _stat(entry.name)
+        fields = stat_fields(entry.name)
         if fields is not None:
             children.setdefault(int(fields[1]), []).append(int(entry.name))
     found: list[int] = []
-    pending = [pid for pid in roots if _stat(pid) is not None]
+    pending = [pid for pid in roots if stat_fields(pid) is not None]
     while pending:
         pid = pending.pop()
         if pid not in found:
@@ -192,7 +181,7 @@ def cpu_times(pids: Iterable[int]) -> dict[tuple[int, int], float]:
     (cutime, cstime) is left out: a descendant that counts is named itself."""
     times = {}
     for pid in set(pids):
-        fields = _stat(pid)
+        fields = stat_fields(pid)
         if fields is not None:
             times[(pid, int(fields[19]))] = (int(fields[11]) + int(fields[12])) / _TICK
     return times
