@@ -150,12 +150,25 @@ class FakeDashboards:
 
 
 @dataclass
+class FakeRecovery:
+    stepped: list[str] = field(default_factory=list)
+    forgotten: list[tuple[str, str | None]] = field(default_factory=list)
+
+    def step(self, spec: StreamSpec) -> None:
+        self.stepped.append(spec.name)
+
+    def forget(self, stream: str, output: str | None = None) -> None:
+        self.forgotten.append((stream, output))
+
+
+@dataclass
 class World:
     fleet: Fleet
     launcher: FakeLauncher
     store: FakeStore
     dashboards: FakeDashboards
     clock: Clock
+    recovery: FakeRecovery
 
     def state(self, stream: str = "alpha") -> RouterState:
         return self.store.states[stream]
@@ -172,13 +185,22 @@ class World:
 def world(tmp_path: Path) -> World:
     settings = Settings(state_dir=tmp_path, router_stop_timeout_seconds=STOP_TIMEOUT)
     launcher, store, dashboards, clock = FakeLauncher(), FakeStore(), FakeDashboards(), Clock()
-    fleet = Fleet(settings, store, launcher=launcher, dashboards=dashboards, clock=clock)  # type: ignore[arg-type]
-    return World(fleet, launcher, store, dashboards, clock)
+    recovery = FakeRecovery()
+    fleet = Fleet(
+        settings,
+        store,  # type: ignore[arg-type]
+        launcher=launcher,
+        dashboards=dashboards,
+        recovery=recovery,
+        clock=clock,
+    )
+    return World(fleet, launcher, store, dashboards, clock, recovery)
 
 
 def test_a_new_stream_with_outputs_is_started_and_runs_once_it_is_up(world: World) -> None:
     world.store.specs["alpha"] = spec()
     world.fleet.reconcile()
+    assert world.recovery.stepped == ["alpha"]  # its restore points and rewinds kept each pass
     assert world.launcher.actions() == [("start", "alpha", 0)]  # no port yet: any free one
     state = world.state()
     deployed = world.launcher.records["alpha"]
@@ -351,6 +373,7 @@ def test_an_output_whose_sink_changed_starts_afresh(world: World) -> None:
         ("remove_checkpoints", "alpha", "o1"),
         ("start", "alpha", world.state().port),
     ]
+    assert world.recovery.forgotten == [("alpha", "o1")]  # its restore points and rewind too
 
 
 def test_a_router_that_does_not_stop_in_time_is_killed(world: World) -> None:
@@ -405,6 +428,7 @@ def test_a_deleted_streams_router_is_stopped_then_undeployed(world: World, gone:
         ("remove_target", "alpha"),
         ("remove_checkpoints", "alpha", None),
     ]
+    assert world.recovery.forgotten == [("alpha", None)]
     assert world.store.states == {}
     assert world.launcher.records == {}
 

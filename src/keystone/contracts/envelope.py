@@ -10,6 +10,8 @@ HOST = "ks_host"  # the proxy's host name
 APP = "ks_app"  # the authenticated producing app
 STREAM = "ks_stream"
 HOPS = "ks_hops"  # Keystone sinks passed; absent means 0
+# On a record a rewind wrote again to a Kafka or Keystone output: the rewind's id.
+REPLAY = "ks_replay"
 
 # Added to a record in the dead-letter topic: why it is there and which output sent it
 # (absent when the stream itself could not read the event).

@@ -91,6 +91,19 @@ class Conflict(KeystoneError):
     status = 409
 
 
+class Unprocessable(KeystoneError):
+    """A well-formed request for what cannot be done as asked (a rewind to a time in the
+    future, or before what the topic keeps); `details` say what can."""
+
+    status = 422
+
+
+class Gone(KeystoneError):
+    """What was asked for existed once and no longer does (a restore point thinned away)."""
+
+    status = 410
+
+
 class LimitExceeded(KeystoneError):
     """A request over one of the service's limits (`contracts.limits`): the body names the
     setting that holds the limit, the limit, and the field or part of the request over it."""

@@ -65,6 +65,19 @@ class Limits(BaseModel):
         "admin may give none (rate 0).",
     )
 
+    # Recovery.
+    max_recovery_keep_hours: int = Field(
+        7 * 24,
+        ge=1,
+        description="The longest a stream may keep its outputs' restore points (recovery.keep, "
+        "422); the fronting topic's retention bounds a rewind anyway.",
+    )
+    max_replay_events_per_second: int = Field(
+        100_000,
+        ge=1,
+        description="The fastest a rewind may replay (recovery.max_events_per_second, 422).",
+    )
+
     # The routing language.
     max_filter_chars: int = Field(4096, ge=16, description="One filter's text (422).")
     max_projection_fields: int = Field(256, ge=1, description="Fields one projection lists.")

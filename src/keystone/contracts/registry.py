@@ -20,6 +20,10 @@ that WATCHes it knows nobody changed anything between its checks and its write.
     keystone:topic_names        hash: the same topics' names as made, kept for good
     keystone:version            incremented on every registry change
     keystone:router:<stream>    hash: the fleet's view of the stream's router (RouterState)
+    keystone:rewinds:<stream>   hash: per output, its latest rewind (contracts.recovery.Rewind)
+    keystone:restore_points:<stream>:<output>
+                                sorted set: the output's restore points by time (RestorePoint)
+    keystone:harvested:<stream> hash: per output, the last batch collected ('<generation>:<batch>')
     keystone:audit              stream of changes: who, action, target, owner, detail
     keystone:audit:<owner>      the same entries on what was the owner's, kept per owner
     keystone:session:<sha256>   a web session's token hash, expiring
@@ -41,6 +45,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from keystone.contracts.errors import Conflict, InvalidName, NotFound, Unavailable
 from keystone.contracts.names import check_stream_name, valid_name
+from keystone.contracts.recovery import RestorePoint, Rewind
 from keystone.contracts.settings import Settings
 from keystone.contracts.spec import Principal, StreamSpec
 
@@ -273,6 +278,33 @@ class RegistryReader:
         states = {name: _router_state(name, raw) for name, raw in zip(streams, raws, strict=True)}
         return {name: state for name, state in states.items() if state is not None}
 
+    # Recovery (not part of the registry's version either).
+
+    def rewinds(self, stream: str) -> dict[str, Rewind]:
+        """Each output's latest rewind; a record that does not read is skipped and logged."""
+        raw = self._call(self.redis.hgetall, key("rewinds", check_stream_name(stream)))
+        found = {}
+        for output, data in raw.items():
+            try:
+                rewind = Rewind.model_validate_json(data)
+            except ValidationError as e:
+                log.warning("skipping a rewind record of %s: %s", stream, e.errors()[:1])
+                continue
+            if rewind.output == output.decode(errors="replace") and valid_name(rewind.output):
+                found[rewind.output] = rewind
+        return found
+
+    def restore_points(self, stream: str, output: str) -> list[RestorePoint]:
+        """The output's restore points, newest first."""
+        raw = self._call(self.redis.zrevrange, restore_points_key(stream, output), 0, -1)
+        points = []
+        for data in raw:
+            try:
+                points.append(RestorePoint.model_validate_json(data))
+            except ValidationError:
+                log.warning("skipping a restore point of %s.%s", stream, output)
+        return points
+
     @staticmethod
     def _call(fn, *args, **kwargs):
         try:
@@ -281,6 +313,10 @@ class RegistryReader:
             raise
         except redis.RedisError as e:
             raise Unavailable(f"the registry (Redis) is unreachable: {e}", retry_after=2) from e
+
+
+def restore_points_key(stream: str, output: str) -> str:
+    return key("restore_points", check_stream_name(stream), output)
 
 
 def _router_state(stream: str, raw: dict[bytes, bytes]) -> RouterState | None:

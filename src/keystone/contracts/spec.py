@@ -31,6 +31,8 @@ Name = Annotated[str, AfterValidator(check_name)]
 # Apps and owners are labels and headers, never topic names: dashes are fine.
 Principal = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_-]{1,62}$")]
 _TRIGGER = re.compile(r"^[1-9][0-9]* (second|seconds|minute|minutes)$")
+_DURATION = re.compile(r"^([1-9][0-9]*) (second|minute|hour|day)s?$")
+_UNIT_SECONDS = {"second": 1, "minute": 60, "hour": 3600, "day": 86400}
 # Spark's spark.sql.streaming.realTimeMode.minBatchDuration.
 REALTIME_MIN_SECONDS = 5
 DEFAULT_TRIGGERS = {"realtime": "60 seconds", "microbatch": "10 seconds"}
@@ -114,6 +116,35 @@ class Objectives(_Strict):
     )
 
 
+class Recovery(_Strict):
+    """How far back the stream's outputs can be rewound, and how fast a rewind replays."""
+
+    keep: str = Field(
+        "24 hours",
+        description="How long each output's restore points are kept: '24 hours', '3 days'. "
+        "The fronting topic's retention bounds a rewind too.",
+    )
+    max_events_per_second: int = Field(
+        5000,
+        ge=1,
+        description="A rewind's replay rate, so that it cannot starve the router's live outputs "
+        "(a rewind may ask for another).",
+    )
+
+    @field_validator("keep")
+    @classmethod
+    def _duration(cls, keep: str) -> str:
+        if not _DURATION.fullmatch(keep):
+            raise ValueError("a duration like '24 hours', '90 minutes' or '7 days'")
+        return keep
+
+    @property
+    def keep_seconds(self) -> int:
+        match = _DURATION.fullmatch(self.keep)
+        assert match is not None, "checked when the spec was read"
+        return int(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+
+
 class StreamSpec(_Strict):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
@@ -126,6 +157,7 @@ class StreamSpec(_Strict):
     )
     outputs: list[OutputSpec] = Field(default_factory=list)
     objectives: Objectives = Field(default_factory=Objectives)
+    recovery: Recovery = Field(default_factory=Recovery)
 
     @field_validator("avro_schema")
     @classmethod

@@ -19,11 +19,15 @@ from keystone.control.models import (
     OwnerToken,
     PreviewPublic,
     PreviewRequest,
+    RestorePointPublic,
+    RewindPublic,
+    RewindRequest,
     StatusPublic,
     StreamPublic,
 )
 from keystone.control.plane import Plane
 from keystone.control.preview import preview
+from keystone.control.rewinds import progress
 from keystone.control.status import stream_status
 from keystone.control.streams import Applied
 from keystone.control.tenancy import Caller
@@ -130,7 +134,13 @@ def status(stream: str, plane: PlaneDep, who: CallerDep) -> StatusPublic:
     """The router's state (running, restarting, failed with the last error...) and per output
     its rates (events/s over the last minute), lag and p99 delivery latency."""
     spec = plane.streams.get(who, stream)
-    return stream_status(plane.settings, spec, plane.store.router_state(stream))
+    status = stream_status(plane.settings, spec, plane.store.router_state(stream))
+    rewinds = plane.store.rewinds(stream)
+    for output in status.outputs:
+        rewind = rewinds.get(output.name)
+        if rewind is not None:
+            output.rewind = RewindPublic.of_progress(stream, progress(plane.settings, spec, rewind))
+    return status
 
 
 @router.get("/streams/{stream}/dashboard", tags=["streams"])
@@ -159,6 +169,55 @@ def preview_output(
     limits = plane.settings if drafted else None
     result = preview(plane.settings, spec, filter_text or None, projection, body.limit, limits)
     return PreviewPublic(**result.__dict__)
+
+
+# Recovery
+
+
+@router.get(
+    "/streams/{stream}/outputs/{output}/restore-points",
+    response_model=list[RestorePointPublic],
+    tags=["recovery"],
+)
+def restore_points(
+    stream: str, output: str, plane: PlaneDep, who: CallerDep
+) -> list[RestorePointPublic]:
+    """The positions the output has committed, newest first: every one of the last hour, then
+    one per five minutes, for the stream's recovery.keep."""
+    points = plane.rewinds.restore_points(who, stream, output)
+    return [RestorePointPublic.of(p) for p in points]
+
+
+@router.post(
+    "/streams/{stream}/outputs/{output}/rewind",
+    response_model=RewindPublic,
+    status_code=202,
+    tags=["recovery"],
+)
+def rewind(
+    stream: str,
+    output: str,
+    body: RewindRequest,
+    plane: PlaneDep,
+    who: CallerDep,
+    response: Response,
+) -> RewindPublic:
+    """Takes this output (only) back to a restore point, a time or offsets: its router replays
+    from there at the stream's recovery rate. With dry_run, only says what it would do, per
+    sink (200)."""
+    args = (who, stream, output, body.target(), body.max_events_per_second)
+    if body.dry_run:
+        response.status_code = 200
+        return RewindPublic.of_plan(stream, plane.rewinds.plan(*args), started=False)
+    return RewindPublic.of_plan(stream, plane.rewinds.start(*args), started=True)
+
+
+@router.get(
+    "/streams/{stream}/outputs/{output}/rewind", response_model=RewindPublic, tags=["recovery"]
+)
+def rewind_progress(stream: str, output: str, plane: PlaneDep, who: CallerDep) -> RewindPublic:
+    """The output's latest rewind: replaying (events replayed of all, ETA) or caught up."""
+    return RewindPublic.of_progress(stream, plane.rewinds.progress(who, stream, output))
 
 
 # Apps

@@ -13,7 +13,8 @@ slow stop never delays another stream's restart.
 
 `Fleet` is the state machine only: the routers' processes, records, targets and checkpoints
 are its launcher's (`keystone.control.launcher`), the time its clock's, the dashboards its
-publisher's, and what it knows of each router the store's; each can be given to it.
+publisher's, restore points and rewinds its recovery's (`keystone.control.recovery`), and what
+it knows of each router the store's; each can be given to it.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from keystone.contracts.registry import RouterPhase, RouterState
 from keystone.contracts.settings import Settings
 from keystone.contracts.spec import StreamSpec
 from keystone.control.launcher import Deployment, Launcher, ProcessLauncher
+from keystone.control.recovery import Recovery
 from keystone.control.store import Store
 from keystone.dashboards.publish import Publisher
 
@@ -50,9 +52,11 @@ MAX_BACKOFF = 300.0
 
 
 def fingerprint(spec: StreamSpec) -> str:
-    """What the router runs: the spec without its producers, which only the proxy reads."""
+    """What the router runs: the spec without its producers, which only the proxy reads, and
+    its recovery settings, which only control reads."""
     data = json.loads(spec.to_json())
     data.pop("producers", None)
+    data.pop("recovery", None)
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -60,6 +64,14 @@ class Dashboards(Protocol):
     """What the fleet asks of the dashboards' publisher (`keystone.dashboards.publish`)."""
 
     def sync(self, specs: list[StreamSpec], keep: set[str] | None = None) -> list[str]: ...
+
+
+class Keeper(Protocol):
+    """What the fleet asks of recovery (`keystone.control.recovery.Recovery`)."""
+
+    def step(self, spec: StreamSpec) -> None: ...
+
+    def forget(self, stream: str, output: str | None = None) -> None: ...
 
 
 class Fleet:
@@ -76,6 +88,7 @@ class Fleet:
         *,
         launcher: Launcher | None = None,
         dashboards: Dashboards | None = None,
+        recovery: Keeper | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.settings = settings
@@ -83,6 +96,9 @@ class Fleet:
         self.launcher: Launcher = launcher if launcher is not None else ProcessLauncher(settings)
         self.dashboards: Dashboards = dashboards if dashboards is not None else Publisher(settings)
         self.clock = clock
+        self.recovery: Keeper = (
+            recovery if recovery is not None else Recovery(settings, store, clock)
+        )
         self.holder = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.leading = False
         self._unreadable: dict[str, str] = {}  # stream -> why, as last said
@@ -134,6 +150,8 @@ class Fleet:
             state = states.get(stream) or RouterState()
             try:
                 self._step(stream, desired.get(stream), running.get(stream), state)
+                if stream in desired:
+                    self.recovery.step(desired[stream])
             except KeystoneError as e:
                 log.warning("router %s: %s", stream, e)
             except Exception:  # one stream's trouble must not hold back the others
@@ -236,12 +254,14 @@ class Fleet:
             # A name read from Redis: only a valid output name may become a path.
             if now.get(output) != sink and valid_name(output):
                 self.launcher.remove_checkpoints(spec.name, output)
+                self.recovery.forget(spec.name, output)
 
     def _undeploy(self, stream: str) -> None:
         """The stream (or its last output) is gone and so is its router: its target and
         checkpoints go too, so a stream made again later starts afresh."""
         self.launcher.remove_target(stream)
         self.launcher.remove_checkpoints(stream)
+        self.recovery.forget(stream)
         self.store.delete_router_state(stream)
         log.info("router %s undeployed", stream)
 

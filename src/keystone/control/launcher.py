@@ -25,6 +25,7 @@ from typing import Protocol
 import httpx
 
 from keystone.contracts import metrics as names
+from keystone.contracts.checkpoints import remove_generations
 from keystone.contracts.processes import PidFile, port_in_use, process_start_time, reap, spawn
 from keystone.contracts.settings import Settings
 from keystone.contracts.spec import StreamSpec
@@ -200,8 +201,10 @@ class ProcessLauncher:
         remove_target(self.settings, f"router-{stream}")
 
     def remove_checkpoints(self, stream: str, output: str | None = None) -> None:
-        folder = self.settings.checkpoints_dir / stream
-        shutil.rmtree(folder if output is None else folder / output, ignore_errors=True)
+        if output is None:
+            shutil.rmtree(self.settings.checkpoints_dir / stream, ignore_errors=True)
+        else:
+            remove_generations(self.settings, stream, output)
 
 
 def router_log(settings: Settings, stream: str) -> Path:

@@ -4,12 +4,15 @@ The stream spec itself is the shared contract (`contracts.spec`)."""
 from __future__ import annotations
 
 import time
+from datetime import UTC, datetime
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, NonNegativeInt, model_validator
 
+from keystone.contracts.recovery import RestorePoint, Rewind
 from keystone.contracts.registry import App, RouterPhase, RouterState
 from keystone.contracts.spec import Principal, StreamSpec
+from keystone.control.rewinds import Plan, Progress, Target
 from keystone.control.store import AuditEntry
 from keystone.control.tenancy import Caller
 
@@ -71,6 +74,142 @@ class OutputStatusPublic(BaseModel):
     )
     lag: float | None = Field(None, description="Records behind the fronting topic's end.")
     latency_p99: float | None = Field(None, description="Delivery latency's p99, seconds.")
+    rewind: RewindPublic | None = Field(None, description="Its latest rewind, if any.")
+
+
+class RestorePointPublic(BaseModel):
+    id: str = Field(description="What a rewind names it by.")
+    time: datetime = Field(description="When the output had delivered every event before it.")
+    generation: int = Field(description="The output's checkpoint generation (one per rewind).")
+    batch: int = Field(
+        description="The batch (or epoch) that committed it; -1 for where the generation started."
+    )
+    offsets: dict[int, int] = Field(description="Per fronting partition, the next offset.")
+
+    @classmethod
+    def of(cls, point: RestorePoint) -> RestorePointPublic:
+        return cls(
+            id=point.id,
+            time=datetime.fromtimestamp(point.time, UTC),
+            generation=point.generation,
+            batch=point.batch,
+            offsets=point.offsets,
+        )
+
+
+class RewindRequest(BaseModel):
+    """Where to take the output back to: one of a restore point, a time and offsets."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    restore_point: str | None = Field(None, description="A restore point's id.")
+    to: AwareDatetime | None = Field(
+        None,
+        description="A time with its zone ('2026-11-25T10:00Z'): per partition, the first "
+        "event at or after it (Kafka's offsets-for-times).",
+    )
+    offsets: dict[int, NonNegativeInt] | None = Field(
+        None, description="Per fronting partition, the offset to replay from."
+    )
+    max_events_per_second: int | None = Field(
+        None, ge=1, description="The replay's rate; default the stream's recovery setting."
+    )
+    dry_run: bool = Field(False, description="Only say what the rewind would do.")
+
+    @model_validator(mode="after")
+    def _one_target(self) -> RewindRequest:
+        given = [n for n in ("restore_point", "to", "offsets") if getattr(self, n) is not None]
+        if len(given) != 1:
+            raise ValueError("give exactly one of restore_point, to and offsets")
+        return self
+
+    def target(self) -> Target:
+        return Target(restore_point=self.restore_point, to=self.to, offsets=self.offsets)
+
+
+class SinkReplayPublic(BaseModel):
+    kind: str = Field(description="idempotent, resettable or append-only")
+    effect: str | None = Field(None, description="What the rewind does to this output's sink.")
+    records_in_period: int | None = Field(
+        None,
+        description="Append-only sinks: records the output's topic took since the "
+        "rewind's start (about as many are written again).",
+    )
+
+
+class RewindPublic(BaseModel):
+    id: str
+    stream: str
+    output: str
+    state: str = Field(description="planned (a dry run), replaying or caught_up")
+    target: str = Field(description="What was asked.")
+    restore_point: str | None = Field(None, description="The restore point it starts at.")
+    start: dict[int, int] = Field(description="Per fronting partition, where the replay starts.")
+    until: dict[int, int] = Field(
+        description="Where the topic ended when it was asked: records before are replays."
+    )
+    committed: dict[int, int] | None = Field(
+        None, description="Where the output is (for a plan: where it was)."
+    )
+    events: int = Field(description="Events of the fronting topic the replay reads.")
+    replayed: int = Field(description="Of those, how many the output has committed.")
+    rate: int = Field(description="Events per second the replay reads at most.")
+    eta_seconds: float | None = Field(None, description="Until it has caught up, at its pace.")
+    requested_at: datetime
+    by: str
+    finished_at: datetime | None = None
+    sink: SinkReplayPublic
+
+    @classmethod
+    def of_plan(cls, stream: str, plan: Plan, started: bool) -> RewindPublic:
+        rewind = plan.rewind
+        return cls(
+            **_rewind_fields(stream, rewind),
+            state="replaying" if started else "planned",
+            committed=plan.position.offsets if plan.position is not None else None,
+            replayed=0,
+            eta_seconds=round(rewind.total / rewind.rate, 1),
+            sink=SinkReplayPublic(
+                kind=plan.replay, effect=plan.effect, records_in_period=plan.period_records
+            ),
+        )
+
+    @classmethod
+    def of_progress(cls, stream: str, progress: Progress) -> RewindPublic:
+        rewind = progress.rewind
+        remaining = rewind.total - progress.replayed
+        eta = None
+        if rewind.replaying:
+            elapsed = max(1.0, time.time() - rewind.requested_at)
+            pace = min(rewind.rate, progress.replayed / elapsed) or rewind.rate
+            eta = round(remaining / pace, 1)
+        return cls(
+            **_rewind_fields(stream, rewind),
+            state=rewind.phase,
+            committed=progress.position.offsets if progress.position is not None else None,
+            replayed=progress.replayed,
+            eta_seconds=eta,
+            finished_at=(
+                datetime.fromtimestamp(rewind.finished_at, UTC) if rewind.finished_at else None
+            ),
+            sink=SinkReplayPublic(kind=progress.replay),
+        )
+
+
+def _rewind_fields(stream: str, rewind: Rewind) -> dict[str, Any]:
+    return {
+        "id": rewind.id,
+        "stream": stream,
+        "output": rewind.output,
+        "target": rewind.target,
+        "restore_point": rewind.restore_point,
+        "start": rewind.start,
+        "until": rewind.until,
+        "events": rewind.total,
+        "rate": rewind.rate,
+        "requested_at": datetime.fromtimestamp(rewind.requested_at, UTC),
+        "by": rewind.by,
+    }
 
 
 class StatusPublic(BaseModel):

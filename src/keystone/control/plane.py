@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from keystone.contracts.settings import Settings
 from keystone.control.accounts import Accounts
 from keystone.control.fleet import Fleet
+from keystone.control.rewinds import Rewinds
 from keystone.control.store import Store
 from keystone.control.streams import Streams
 from keystone.control.tenancy import Authenticator
@@ -19,16 +20,19 @@ class Plane:
     auth: Authenticator
     streams: Streams
     accounts: Accounts
+    rewinds: Rewinds
     fleet: Fleet
 
     @classmethod
     def build(cls, settings: Settings) -> Plane:
         store = Store.connect(settings)
+        streams = Streams(settings, store)
         return cls(
             settings=settings,
             store=store,
             auth=Authenticator(settings, store),
-            streams=Streams(settings, store),
+            streams=streams,
             accounts=Accounts(store, settings),
+            rewinds=Rewinds(settings, store, streams),
             fleet=Fleet(settings, store),
         )

@@ -17,6 +17,7 @@ from pydantic import ValidationError
 
 from keystone.contracts.errors import Conflict, InvalidName, InvalidSpec, NotFound
 from keystone.contracts.names import check_stream_name, topic_key, valid_name
+from keystone.contracts.recovery import RestorePoint, Rewind
 from keystone.contracts.registry import (
     AUDIT,
     RETIRED,
@@ -32,6 +33,7 @@ from keystone.contracts.registry import (
     hash_key,
     key,
     read_spec,
+    restore_points_key,
 )
 from keystone.contracts.spec import StreamSpec, field_errors
 
@@ -382,6 +384,114 @@ class Store(RegistryReader):
             key(name),
             holder,
         )
+
+    # Recovery: restore points and rewinds (not part of the registry's version).
+
+    def start_rewind(
+        self, stream: str, rewind: Rewind, dropped: list[RestorePoint], audit: dict[str, Any]
+    ) -> None:
+        """Records the output's rewind, unless one is replaying (409) or the output is gone
+        (404); its restore points after the rewind's start (`dropped`) go in the same step,
+        with the audit entry."""
+        rewinds = key("rewinds", stream)
+
+        def write(tx: redis.client.Pipeline) -> None:
+            tx.watch(rewinds)
+            raw = tx.get(key("stream", stream))
+            if raw is None or read_spec(stream, raw).output(rewind.output) is None:
+                raise NotFound(f"stream {stream!r} has no output {rewind.output!r}")
+            current = tx.hget(rewinds, rewind.output)
+            if current is not None:
+                running = Rewind.model_validate_json(current)
+                if running.replaying:
+                    raise Conflict(
+                        f"output {rewind.output!r} is replaying rewind {running.id}: one rewind "
+                        "per output at a time",
+                        rewind=running.id,
+                    )
+            tx.multi()
+            tx.hset(rewinds, rewind.output, rewind.model_dump_json())
+            if dropped:
+                tx.zrem(
+                    restore_points_key(stream, rewind.output),
+                    *(p.model_dump_json() for p in dropped),
+                )
+
+        self._transact(write, audit)
+
+    def finish_rewind(self, stream: str, rewind: Rewind) -> bool:
+        """Replaces the output's rewind record with `rewind` (the fleet's: caught up) if it is
+        still the same rewind; whether it was."""
+        rewinds = key("rewinds", stream)
+        with self.redis.pipeline() as tx:
+            try:
+                self._call(tx.watch, rewinds)
+                current = tx.hget(rewinds, rewind.output)
+                if current is None or Rewind.model_validate_json(current).id != rewind.id:
+                    return False
+                tx.multi()
+                tx.hset(rewinds, rewind.output, rewind.model_dump_json())
+                self._call(tx.execute)
+                return True
+            except redis.WatchError:
+                return False
+            finally:
+                tx.reset()
+
+    def harvested(self, stream: str) -> dict[str, tuple[int, int]]:
+        """Per output, the generation and batch of its last restore point collected."""
+        raw = self._call(self.redis.hgetall, key("harvested", stream))
+        found = {}
+        for output, mark in raw.items():
+            generation, _, batch = mark.decode(errors="replace").partition(":")
+            try:
+                found[output.decode(errors="replace")] = (int(generation), int(batch))
+            except ValueError:
+                log.warning("ignoring the harvest mark %r of %s", mark, stream)
+        return found
+
+    def add_restore_points(
+        self, stream: str, output: str, points: list[RestorePoint], mark: tuple[int, int]
+    ) -> None:
+        with self.redis.pipeline(transaction=True) as tx:
+            if points:
+                tx.zadd(
+                    restore_points_key(stream, output),
+                    {p.model_dump_json(): p.time for p in points},
+                )
+            tx.hset(key("harvested", stream), output, f"{mark[0]}:{mark[1]}")
+            self._call(tx.execute)
+
+    def drop_restore_points(self, stream: str, output: str, points: list[RestorePoint]) -> None:
+        if points:
+            self._call(
+                self.redis.zrem,
+                restore_points_key(stream, output),
+                *(p.model_dump_json() for p in points),
+            )
+
+    def forget_recovery(self, stream: str, output: str | None = None) -> None:
+        """The output's (or every output's) restore points, rewind and harvest mark: its
+        checkpoints went, so its history did."""
+        outputs = (
+            [output]
+            if output is not None
+            else [
+                o.decode(errors="replace")
+                for o in self._call(self.redis.hkeys, key("harvested", stream))
+            ]
+            + [
+                o.decode(errors="replace")
+                for o in self._call(self.redis.hkeys, key("rewinds", stream))
+            ]
+        )
+        with self.redis.pipeline(transaction=True) as tx:
+            for name in set(outputs):
+                if valid_name(name):
+                    tx.delete(restore_points_key(stream, name))
+                tx.hdel(key("harvested", stream), name)
+                tx.hdel(key("rewinds", stream), name)
+            self._call(tx.execute)
 
     # Web sessions: a random id in the browser's cookie, the token's hash here, for a while.
 

@@ -15,6 +15,7 @@ def check_spec(spec: StreamSpec, limits: Limits, old: StreamSpec | None = None) 
     """`limits`: what a spec may ask of the router (`Settings` are `Limits`); `old`, the spec
     as stored, if it is."""
     problems = language_problems(spec, limits, old) + sink_problems(spec)
+    problems += recovery_problems(spec, limits)
     if problems:
         raise InvalidSpec("the stream spec is not valid", problems=problems)
 
@@ -37,6 +38,33 @@ def language_problems(
                 parse(text, limits=None if unchanged else limits)
             except ExpressionError as e:
                 problems.append(expression_problem(f"outputs.{index}.{field}", e))
+    return problems
+
+
+def recovery_problems(spec: StreamSpec, limits: Limits) -> list[dict]:
+    """The recovery section against the limits, naming the setting and the limit."""
+    problems = []
+    keep_hours = spec.recovery.keep_seconds / 3600
+    if keep_hours > limits.max_recovery_keep_hours:
+        problems.append(
+            {
+                "field": "recovery.keep",
+                "message": f"{spec.recovery.keep} is over the limit of "
+                f"{limits.max_recovery_keep_hours} hours (max_recovery_keep_hours)",
+                "setting": "max_recovery_keep_hours",
+                "limit": limits.max_recovery_keep_hours,
+            }
+        )
+    if spec.recovery.max_events_per_second > limits.max_replay_events_per_second:
+        problems.append(
+            {
+                "field": "recovery.max_events_per_second",
+                "message": f"over the limit of {limits.max_replay_events_per_second} "
+                "(max_replay_events_per_second)",
+                "setting": "max_replay_events_per_second",
+                "limit": limits.max_replay_events_per_second,
+            }
+        )
     return problems
 
 

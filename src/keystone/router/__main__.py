@@ -37,10 +37,9 @@ def main(argv: list[str] | None = None) -> int:
     for chatty in ("py4j", "py4j.clientserver", "py4j.java_gateway"):  # a line per callback
         logging.getLogger(chatty).setLevel(logging.WARNING)
     settings = Settings()
+    registry = RegistryReader.connect(settings)  # the spec now, the outputs' rewinds later
     try:
-        store = RegistryReader.connect(settings)
-        spec = store.get_stream(args.stream)
-        store.close()
+        spec = registry.get_stream(args.stream)
     except KeystoneError as e:
         log.error("%s", e.message)
         return 2
@@ -55,8 +54,9 @@ def main(argv: list[str] | None = None) -> int:
     port = metrics.serve(settings, args.metrics_port)
     log.info("router for %s on %s; metrics on port %d", spec.name, master, port)
     try:
-        Router(spark, settings, spec, metrics).run(stop)
+        Router(spark, settings, spec, metrics, registry).run(stop)
     finally:
+        registry.close()
         metrics.close()
         spark.stop()
     log.info("router for %s stopped", spec.name)

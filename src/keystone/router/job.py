@@ -6,10 +6,17 @@ to its sink, with its own checkpoint under the state directory, so a slow or fai
 holds back another. One more query, `<stream>._stream`, writes the events no output can read to
 the dead-letter topic. `Router.run` supervises them: a query that fails is logged and started
 again after a backoff, while the others go on.
+
+An output that control rewinds (`contracts.recovery.Rewind`, read from the registry every
+second) has its query started again, alone, in the rewind's checkpoint generation: from the
+rewind's start, in micro-batches of at most its rate's worth of events per second until it has
+caught up, then as usual. What it writes of events before the rewind's `until` is a replay
+(the `replay` column: Kafka records get the `ks_replay` header, latencies leave them out).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -17,11 +24,14 @@ import threading
 import time
 from collections.abc import Callable
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
-from keystone.contracts.names import dead_letter_topic
+from keystone.contracts.errors import KeystoneError
+from keystone.contracts.names import dead_letter_topic, fronting_topic
+from keystone.contracts.recovery import Rewind
+from keystone.contracts.registry import RegistryReader
 from keystone.contracts.schema import parse_schema
 from keystone.contracts.settings import Settings
 from keystone.contracts.spec import OutputSpec, StreamSpec
@@ -76,10 +86,22 @@ def router_master(settings: Settings, spec: StreamSpec) -> str:
     return f"local[{max(threads, realtime + 2)}]"
 
 
-def routed(source: DataFrame, output: OutputSpec, meter: Meter | None) -> DataFrame:
+def replay_column(rewind: Rewind | None) -> Column:
+    """The rewind's id for an event it writes again (before its `until`), else null."""
+    if rewind is None:
+        return F.lit(None).cast("string")
+    until = F.create_map(*(F.lit(x) for p, o in sorted(rewind.until.items()) for x in (p, o)))
+    return F.when(F.col("offset") < until[F.col("partition")], F.lit(rewind.id))
+
+
+def routed(
+    source: DataFrame, output: OutputSpec, meter: Meter | None, rewind: Rewind | None = None
+) -> DataFrame:
     """The output's events from the source's columns, as the columns of `ROUTED`: those its
-    filter matches, the record projected. Counted on the way by the output's meter if it has
-    one, else observed per batch as `read` (in) and `matched`."""
+    filter matches, the record projected, a replay marked. Counted on the way by the output's
+    meter if it has one (a replayed event's latency left out), else observed per batch as
+    `read` (in) and `matched`."""
+    source = source.withColumn("replay", replay_column(rewind))
     metadata = {name: F.col(name) for name in ("guid", "timestamp", "host", "app")}
     condition = compile_filter(
         parse_filter(output.filter) if output.filter else None, F.col("payload"), metadata
@@ -94,7 +116,8 @@ def routed(source: DataFrame, output: OutputSpec, meter: Meter | None) -> DataFr
     if meter is not None:
         # Counted in a column, then filtered: a filter's condition is pushed below the source's
         # projection, with the parse inlined (and run again) for each field it reads.
-        counted = meter.counted(keep, F.col("timestamp"))
+        live = F.when(F.col("replay").isNull(), F.col("timestamp"))
+        counted = meter.counted(keep, live)
         matched = source.withColumn("kept", counted).where(F.col("kept"))
     else:
         matched = (
@@ -107,12 +130,22 @@ def routed(source: DataFrame, output: OutputSpec, meter: Meter | None) -> DataFr
 
 class Router:
     def __init__(
-        self, spark: SparkSession, settings: Settings, spec: StreamSpec, metrics: RouterMetrics
+        self,
+        spark: SparkSession,
+        settings: Settings,
+        spec: StreamSpec,
+        metrics: RouterMetrics,
+        registry: RegistryReader | None = None,
     ) -> None:
+        """`registry`: where control keeps the outputs' rewinds (none: never rewound)."""
         self.spark = spark
         self.settings = settings
         self.spec = spec
         self.metrics = metrics
+        self.registry = registry
+        self.rewinds: dict[str, Rewind] = {}
+        self._registry_error = ""
+        self.read_rewinds()
         metrics.declare([o.name for o in spec.outputs])
         # Spark's Kafka sink reports only as an epoch ends, a Real-time Mode checkpoint interval
         # apart: its outputs are metered as they run (delivered, or dead-lettered when too
@@ -131,28 +164,62 @@ class Router:
             starts[output.name] = lambda o=output: self.start_output(o)
         return starts
 
-    def _source(self, starting: str, limited: bool, paths: frozenset[tuple[str, ...]]) -> DataFrame:
+    def read_rewinds(self) -> None:
+        """The outputs' rewinds as control last wrote them; kept as they were while the
+        registry is away (said once)."""
+        if self.registry is None:
+            return
+        try:
+            self.rewinds = self.registry.rewinds(self.spec.name)
+            self._registry_error = ""
+        except KeystoneError as e:
+            if e.message != self._registry_error:
+                log.warning("rewinds not read (kept as they were): %s", e.message)
+            self._registry_error = e.message
+
+    def plan(self, name: str) -> tuple[int, bool] | None:
+        """What a query runs as: its checkpoint generation and whether it replays (a change
+        starts it again)."""
+        rewind = self.rewinds.get(name)
+        return None if rewind is None else (rewind.generation, rewind.replaying)
+
+    def _source(
+        self, starting: str, max_per_trigger: int | None, paths: frozenset[tuple[str, ...]]
+    ) -> DataFrame:
         schema = self.spec.avro_schema
         return fronting(
             self.spark,
             self.settings,
             self.spec.name,
             starting=starting,
-            max_per_trigger=BATCH_LIMIT if limited else None,
+            max_per_trigger=max_per_trigger,
             schema=parse_schema(schema) if schema is not None else None,
             paths=paths,
         )
 
     def start_output(self, output: OutputSpec) -> StreamingQuery:
         meter = self.meters.get(output.name)
-        route = Route(self.settings, self.spec, output)
+        rewind = self.rewinds.get(output.name)
+        route = Route(self.settings, self.spec, output, rewind)
         writer = writer_for(route, meter)
         writer.prepare(self.spark)
         realtime = runs_realtime(output)
-        source = self._source(output.start, limited=not realtime, paths=paths_read_by([output]))
-        frame = writer.frame(routed(source, output, meter))
+        starting: str = output.start
+        if rewind is not None:  # read by a new checkpoint only: a started one goes on from its own
+            offsets = {str(p): o for p, o in sorted(rewind.start.items())}
+            starting = json.dumps({fronting_topic(self.spec.name): offsets})
+        interval = output.delivery.seconds if output.delivery.mode == "microbatch" else 1
+        if rewind is not None and rewind.replaying:
+            # Rate limited in micro-batches, whatever the output's mode, until it has caught up.
+            limit = min(BATCH_LIMIT, max(1, rewind.rate * interval))
+        else:
+            limit = None if realtime else BATCH_LIMIT
+        source = self._source(starting, limit, paths=paths_read_by([output]))
+        frame = writer.frame(routed(source, output, meter, rewind))
         stream_writer = self._writer(frame, route.name, route.checkpoint.as_posix())
-        if realtime:
+        if rewind is not None and rewind.replaying:
+            stream_writer = stream_writer.trigger(processingTime=f"{interval} seconds")
+        elif realtime:
             stream_writer = stream_writer.trigger(realTime=output.delivery.trigger)
         elif output.delivery.mode == "realtime":
             stream_writer = stream_writer.trigger(processingTime="0 seconds")
@@ -167,7 +234,7 @@ class Router:
         # then a dead letter, never just skipped.
         source = self._source(
             "earliest" if "earliest" in starts else "latest",
-            limited=True,
+            BATCH_LIMIT,
             paths=dead_letter_paths(self.spec.outputs),
         )
         frame = source.where(F.col("problem").isNotNull()).select(
@@ -191,17 +258,23 @@ class Router:
     def run(self, stop: threading.Event) -> None:
         """Starts every query and keeps them running until `stop` is set, then stops them."""
         starts = self.queries()
-        running: dict[str, tuple[StreamingQuery, float]] = {}
+        running: dict[str, tuple[StreamingQuery, float, tuple[int, bool] | None]] = {}
         retry_at = dict.fromkeys(starts, 0.0)
         backoff = dict.fromkeys(starts, 1.0)
         while not stop.is_set():
+            self.read_rewinds()
             now = time.monotonic()
             for name, start in starts.items():
                 if name in running:
-                    query, started = running[name]
-                    if query.isActive:
+                    query, started, plan = running[name]
+                    if query.isActive and plan == self.plan(name):
                         continue
                     del running[name]
+                    if query.isActive:  # rewound, or caught up: started again at once
+                        log.info("query %s restarting for its rewind: %s", name, self.plan(name))
+                        query.stop()
+                        retry_at[name] = now
+                        continue
                     error = query.exception()
                     why = str(error).strip().splitlines()[0] if error else "no error"
                     log.error("query %s stopped: %s", name, why)
@@ -212,7 +285,7 @@ class Router:
                 if now < retry_at[name]:
                     continue
                 try:
-                    running[name] = (start(), now)
+                    running[name] = (start(), now, self.plan(name))
                     log.info("query %s running", name)
                 except Exception as e:  # the supervisor's boundary: log, back off, try again
                     log.error("query %s could not start: %s: %s", name, type(e).__name__, e)
@@ -222,6 +295,6 @@ class Router:
             for name, meter in self.meters.items():
                 self.metrics.metered(name, meter.take())
             stop.wait(1)
-        for name, (query, _) in running.items():
+        for name, (query, _, _) in running.items():
             log.info("stopping query %s", name)
             query.stop()

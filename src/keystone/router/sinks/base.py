@@ -12,7 +12,8 @@ streaming writer at the sink. Two families:
 
 The routed frame every writer receives has the columns of `ROUTED`: the fronting record's `key`,
 `value` and `headers` (for dead letters and for carrying headers on), the event's `guid`,
-`timestamp` (ingest, epoch ms) and `hops`, and `record`, the projected output as JSON text.
+`timestamp` (ingest, epoch ms) and `hops`, `replay` (the rewind's id when a rewind writes the
+event again, else null) and `record`, the projected output as JSON text.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import DataStreamWriter
 
+from keystone.contracts import envelope
 from keystone.contracts.names import dead_letter_topic
 from keystone.contracts.settings import Settings
 from keystone.router.counts import Outcome
@@ -33,7 +35,7 @@ from keystone.router.meter import Meter
 from keystone.router.sinks.registry import SINKS, provisioner_for
 from keystone.router.sinks.route import Route
 
-ROUTED = ("key", "value", "headers", "guid", "timestamp", "hops", "record")
+ROUTED = ("key", "value", "headers", "guid", "timestamp", "hops", "replay", "record")
 
 
 class Writer(ABC):
@@ -85,6 +87,15 @@ class RecordWriter(Writer):
         assert meter is not None, "the router gives a record writer its meter"
         checked = routed.withColumn("fits", meter.sent(size <= limit))
         key, headers = self.carried()
+        # A record a rewind writes again says so, with the rewind's id.
+        replay = F.col("replay")
+        labelled = F.concat(
+            F.filter(headers, lambda h: h["key"] != envelope.REPLAY),
+            F.array(
+                F.struct(F.lit(envelope.REPLAY).alias("key"), replay.cast("binary").alias("value"))
+            ),
+        )
+        headers = F.when(replay.isNull(), headers).otherwise(labelled)
         reason = F.format_string(f"the output record is %d bytes, over the limit of {limit}", size)
         fits = F.col("fits")
         return checked.select(

@@ -1,10 +1,11 @@
 """`elasticsearch`: bulk index requests, `_id` = guid, one index per day of ingest time.
 
-A replayed batch overwrites the same documents, so a crash leaves no duplicates. Spark tasks do
-the writes (`BulkWriter` is what each task runs): a request that fails as a whole (Elasticsearch
-unreachable, 429, 5xx) and each document answered 429 or 5xx are retried with backoff, for as
-long as it takes; a document Elasticsearch refuses for good (a mapping conflict, any other 4xx)
-goes to the dead-letter topic with Elasticsearch's reason. Nothing is given up silently.
+A replayed batch overwrites the same documents, so a crash (or a rewind) leaves no duplicates.
+Spark tasks do the writes (`BulkWriter` is what each task runs): a request that fails as a
+whole (Elasticsearch unreachable, 429, 5xx) and each document answered 429 or 5xx are retried
+with backoff, for as long as it takes; a document Elasticsearch refuses for good (a mapping
+conflict, any other 4xx) goes to the dead-letter topic with Elasticsearch's reason. Nothing is
+given up silently.
 """
 
 from __future__ import annotations
@@ -129,7 +130,9 @@ class BulkWriter:
             for doc, item in zip(pending, response.json()["items"], strict=True):
                 result = item["index"]
                 if result["status"] < 300:
-                    delivered.append(now - doc.row.timestamp / 1000)
+                    # A replayed event's latency is the replay's, not delivery's: left out.
+                    replayed = doc.row.replay is not None
+                    delivered.append(None if replayed else now - doc.row.timestamp / 1000)
                 elif self.policy.retries(result["status"]):
                     retry.append(doc)
                 else:
@@ -138,10 +141,11 @@ class BulkWriter:
             if pending:
                 self._wait(delays, f"{len(pending)} documents answered 429 or 5xx")
         self.dead_letters.send([(r.key, r.value, r.headers, reason) for r, reason in refused])
+        latencies = [seconds for seconds in delivered if seconds is not None]
         return {
             "delivered": len(delivered),
             "dead_lettered": len(refused),
-            **latency_counts(delivered),
+            **latency_counts(latencies),
         }
 
     @staticmethod
@@ -168,7 +172,7 @@ class ElasticsearchWriter(BatchWriter):
                 route.settings.max_record_bytes,
             ),
         )
-        rows = frame.select("key", "value", "headers", "guid", "timestamp", "record")
+        rows = frame.select("key", "value", "headers", "guid", "timestamp", "replay", "record")
         summary: dict = {"delivered": 0, "dead_lettered": 0}
         for part in rows.rdd.mapPartitions(writer).collect():
             merge_counts(summary, part)

@@ -8,6 +8,7 @@ imported only when the router asks for it, so that nothing else loads Spark.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 from importlib import import_module
 
 from keystone.router.sinks.provision import (
@@ -20,10 +21,19 @@ from keystone.router.sinks.provision import (
 from keystone.router.sinks.route import Route
 
 
+class Replay(StrEnum):
+    """What a sink does with records written again (a rewind's replay)."""
+
+    IDEMPOTENT = "idempotent"  # the same record overwrites itself (by guid)
+    RESETTABLE = "resettable"  # the replayed batches' earlier rows are removed, then rewritten
+    APPEND_ONLY = "append-only"  # written again beside the first copies, labelled `ks_replay`
+
+
 @dataclass(frozen=True)
 class SinkType:
     provisioner: type[Provisioner]
     writer: str  # "module:Class" of its Spark writer
+    replay: Replay
 
     def writer_class(self) -> type:
         """The writer's class (a `keystone.router.sinks.base.Writer`), imported now."""
@@ -32,11 +42,17 @@ class SinkType:
 
 
 SINKS: dict[str, SinkType] = {
-    "kafka": SinkType(KafkaProvisioner, "keystone.router.sinks.kafka:KafkaWriter"),
-    "keystone": SinkType(KeystoneProvisioner, "keystone.router.sinks.keystone:KeystoneWriter"),
-    "hive": SinkType(HiveProvisioner, "keystone.router.sinks.hive:HiveWriter"),
+    "kafka": SinkType(
+        KafkaProvisioner, "keystone.router.sinks.kafka:KafkaWriter", Replay.APPEND_ONLY
+    ),
+    "keystone": SinkType(
+        KeystoneProvisioner, "keystone.router.sinks.keystone:KeystoneWriter", Replay.APPEND_ONLY
+    ),
+    "hive": SinkType(HiveProvisioner, "keystone.router.sinks.hive:HiveWriter", Replay.RESETTABLE),
     "elasticsearch": SinkType(
-        ElasticsearchProvisioner, "keystone.router.sinks.elasticsearch:ElasticsearchWriter"
+        ElasticsearchProvisioner,
+        "keystone.router.sinks.elasticsearch:ElasticsearchWriter",
+        Replay.IDEMPOTENT,
     ),
 }
 

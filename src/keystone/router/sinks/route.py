@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from keystone.contracts.checkpoints import checkpoint_dir
+from keystone.contracts.recovery import Rewind
 from keystone.contracts.settings import Settings
 from keystone.contracts.spec import OutputSpec, StreamSpec
 
@@ -14,11 +16,16 @@ class Route:
     settings: Settings
     stream: StreamSpec
     output: OutputSpec
+    rewind: Rewind | None = None  # the output's latest: its checkpoint generation and replay
 
     @property
     def name(self) -> str:
         return f"{self.stream.name}.{self.output.name}"
 
     @property
+    def generation(self) -> int:
+        return self.rewind.generation if self.rewind is not None else 0
+
+    @property
     def checkpoint(self) -> Path:
-        return self.settings.checkpoints_dir / self.stream.name / self.output.name
+        return checkpoint_dir(self.settings, self.stream.name, self.output.name, self.generation)

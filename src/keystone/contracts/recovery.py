@@ -1,0 +1,105 @@
+"""Restore points and rewinds, as control keeps them in the registry and the router reads them.
+
+A **restore point** is a position an output committed (`contracts.checkpoints.Commit`) with the
+generation and query it belongs to; control collects them from the output's checkpoint and thins
+old ones (`thin`). A **rewind** takes one output back to a position: the router starts the
+output's next checkpoint generation there, replays at a bounded rate until it reaches `until`
+(where the fronting topic ended when the rewind was asked), labels what it writes again to Kafka
+with `ks_replay`, and has a Hive output replace the batches the rewind undoes (`replaced`).
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from keystone.contracts.checkpoints import Offsets
+
+DENSE_SECONDS = 3600.0  # every restore point of the last hour is kept
+SPARSE_SECONDS = 300.0  # older ones: the last of every five minutes
+
+
+class _Record(BaseModel):
+    # Read back from Redis, which anyone who can write there could have written: checked.
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+class RestorePoint(_Record):
+    id: str = Field(description="'<generation>-<batch>', stable while the point is kept.")
+    time: float = Field(description="When the output had delivered everything before it.")
+    generation: int = Field(ge=0)
+    batch: int = Field(ge=-1, description="-1: where the generation started.")
+    query: str = Field("", description="The streaming query that committed it.")
+    offsets: Offsets
+
+    @staticmethod
+    def make_id(generation: int, batch: int) -> str:
+        return f"{generation}-{batch}"
+
+    def before(self, offsets: Offsets) -> bool:
+        """Whether this point is at or before `offsets` in every partition."""
+        return all(offsets.get(p, 0) >= o for p, o in self.offsets.items())
+
+
+class RewindPhase(StrEnum):
+    REPLAYING = "replaying"  # rate limited, until it reaches `until`
+    CAUGHT_UP = "caught_up"  # running as usual again
+
+
+class Replaced(_Record):
+    """Batches a rewind undoes: the query's batches after `after` (-1: all of them)."""
+
+    query: str
+    after: int = Field(ge=-1)
+
+
+class Rewind(_Record):
+    """One output's latest rewind; `generation` is the checkpoint generation it started."""
+
+    id: str = Field(pattern=r"^rw-[0-9a-f]{12}$")
+    output: str
+    generation: int = Field(ge=1)
+    start: Offsets
+    until: Offsets
+    rate: int = Field(ge=1, description="Events per second the replay reads at most.")
+    replaced: list[Replaced] = Field(default_factory=list)
+    phase: RewindPhase = RewindPhase.REPLAYING
+    requested_at: float
+    by: str
+    target: str = Field(description="What was asked: a restore point, a time or offsets.")
+    restore_point: str | None = None
+    total: int = Field(ge=0, description="Records of the fronting topic the replay reads.")
+    finished_at: float = 0.0
+
+    @property
+    def replaying(self) -> bool:
+        return self.phase is RewindPhase.REPLAYING
+
+    def replayed(self, committed: Offsets) -> int:
+        """Records of the replay the output has committed, given its committed offsets."""
+        return sum(
+            max(0, min(committed.get(p, start), self.until.get(p, start)) - start)
+            for p, start in self.start.items()
+        )
+
+    def caught_up(self, committed: Offsets) -> bool:
+        return all(committed.get(p, self.start.get(p, 0)) >= u for p, u in self.until.items())
+
+
+def thin(points: list[RestorePoint], now: float, keep_seconds: float) -> list[RestorePoint]:
+    """The points to drop: those older than `keep_seconds`, and of those older than an hour all
+    but the newest in each five minutes."""
+    drop = []
+    newest_in: dict[int, RestorePoint] = {}
+    for point in sorted(points, key=lambda p: p.time):
+        age = now - point.time
+        if age > keep_seconds:
+            drop.append(point)
+        elif age > DENSE_SECONDS:
+            bucket = int(point.time // SPARSE_SECONDS)
+            earlier = newest_in.get(bucket)
+            if earlier is not None:
+                drop.append(earlier)
+            newest_in[bucket] = point
+    return drop

@@ -1,0 +1,140 @@
+"""The fleet's side of recovery, one stream at a time (`Recovery.step`, every pass):
+
+- each output's **restore points**, collected from its current checkpoint generation (every
+  batch Spark committed since the last pass, with its end offsets and when it committed), kept
+  for the stream's `recovery.keep` and thinned past an hour (`contracts.recovery.thin`), since
+  Spark itself keeps only its last hundred batches;
+- each **rewind** brought along: caught up once the new generation has committed `until`, and
+  the earlier generations' checkpoints deleted once the new one has committed a batch (until
+  then a crash could still need them).
+
+The router does the rest: it sees the rewind in the registry and restarts the output's query.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from keystone.contracts.checkpoints import (
+    START,
+    Commit,
+    checkpoint_dir,
+    commits,
+    generations,
+    latest,
+    query_id,
+    remove_generations,
+)
+from keystone.contracts.names import fronting_topic
+from keystone.contracts.recovery import RestorePoint, Rewind, RewindPhase, thin
+from keystone.contracts.settings import Settings
+from keystone.contracts.spec import StreamSpec
+from keystone.control.store import Store
+
+log = logging.getLogger(__name__)
+
+THIN_EVERY_SECONDS = 60.0
+
+
+def generation_of(rewind: Rewind | None) -> int:
+    return rewind.generation if rewind is not None else 0
+
+
+def committed(settings: Settings, stream: str, output: str, rewind: Rewind | None) -> Commit | None:
+    """The output's newest committed position, in its current generation."""
+    path = checkpoint_dir(settings, stream, output, generation_of(rewind))
+    return latest(path, fronting_topic(stream))
+
+
+class Recovery:
+    def __init__(
+        self, settings: Settings, store: Store, clock: Callable[[], float] = time.time
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.clock = clock
+        self._thinned: dict[tuple[str, str], float] = {}
+
+    def step(self, spec: StreamSpec) -> None:
+        rewinds = self.store.rewinds(spec.name)
+        marks = self.store.harvested(spec.name)
+        now = self.clock()
+        for output in spec.outputs:
+            rewind = rewinds.get(output.name)
+            generation = generation_of(rewind)
+            path = checkpoint_dir(self.settings, spec.name, output.name, generation)
+            added = self._harvest(spec.name, output.name, path, generation, marks, now)
+            self._thin(spec, output.name, now, force=added)
+            if rewind is not None:
+                self._advance(spec.name, rewind, path, now)
+
+    def forget(self, stream: str, output: str | None = None) -> None:
+        self.store.forget_recovery(stream, output)
+        for known in list(self._thinned):
+            if known[0] == stream and output in (None, known[1]):
+                del self._thinned[known]
+
+    def _harvest(
+        self,
+        stream: str,
+        output: str,
+        path: Path,
+        generation: int,
+        marks: dict[str, tuple[int, int]],
+        now: float,
+    ) -> bool:
+        mark = marks.get(output)
+        after = mark[1] if mark is not None and mark[0] == generation else START - 1
+        found = commits(path, fronting_topic(stream), after)
+        if not found:
+            return False
+        query = query_id(path) or ""
+        points = [
+            RestorePoint(
+                id=RestorePoint.make_id(generation, c.batch),
+                time=c.time or now,
+                generation=generation,
+                batch=c.batch,
+                query=query,
+                offsets=c.offsets,
+            )
+            for c in found
+        ]
+        self.store.add_restore_points(stream, output, points, (generation, found[-1].batch))
+        return True
+
+    def _thin(self, spec: StreamSpec, output: str, now: float, force: bool) -> None:
+        last = self._thinned.get((spec.name, output), 0.0)
+        if not force and now - last < THIN_EVERY_SECONDS:
+            return
+        self._thinned[(spec.name, output)] = now
+        points = self.store.restore_points(spec.name, output)
+        self.store.drop_restore_points(
+            spec.name, output, thin(points, now, spec.recovery.keep_seconds)
+        )
+
+    def _advance(self, stream: str, rewind: Rewind, path: Path, now: float) -> None:
+        position = latest(path, fronting_topic(stream))
+        if position is not None and position.batch != START:
+            older = [
+                g
+                for g in generations(self.settings, stream, rewind.output)
+                if g < rewind.generation
+            ]
+            if older:
+                log.info("rewind %s committed: deleting checkpoints %s", rewind.id, older)
+                remove_generations(self.settings, stream, rewind.output, below=rewind.generation)
+        if not rewind.replaying:
+            return
+        done = rewind.total == 0 or (
+            position is not None and position.batch != START and rewind.caught_up(position.offsets)
+        )
+        if done:
+            finished = rewind.model_copy(
+                update={"phase": RewindPhase.CAUGHT_UP, "finished_at": now}
+            )
+            if self.store.finish_rewind(stream, finished):
+                log.info("rewind %s of %s.%s caught up", rewind.id, stream, rewind.output)

@@ -1,0 +1,327 @@
+"""Rewinds as owners ask for them: an output taken back to a restore point, a time or offsets.
+
+`plan` works out, without changing anything, where the replay starts and stops, how many events
+it reads, and what each sink will do with them; `start` records it (one per output at a time,
+in the audit log), after which the router restarts the output's query in a new checkpoint
+generation and the fleet follows it to the end (`keystone.control.recovery`).
+
+Where a replay starts: at the restore point, at the first offset at or after the time per
+partition (Kafka's offsets-for-times), or at the offsets given. A Hive output starts at a
+restore point (the newest at or before the asked position) whatever was asked, since its table
+is reset by whole batches: the replay removes the batches committed after that point, hour by
+hour as it reaches them, and writes their events again.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from keystone.contracts.checkpoints import Commit, Offsets, checkpoint_dir, query_id
+from keystone.contracts.errors import Conflict, Gone, KeystoneError, NotFound, Unprocessable
+from keystone.contracts.limits import check_limit
+from keystone.contracts.names import fronting_topic
+from keystone.contracts.recovery import Replaced, RestorePoint, Rewind
+from keystone.contracts.settings import Settings
+from keystone.contracts.spec import OutputSpec, StreamSpec
+from keystone.control.positions import Positions
+from keystone.control.recovery import committed, generation_of
+from keystone.control.store import Store, audit
+from keystone.control.streams import Streams
+from keystone.control.tenancy import Caller
+from keystone.router.sinks.registry import SINKS, Replay
+
+
+@dataclass(frozen=True)
+class Target:
+    """What an owner asks to rewind to: exactly one of the three."""
+
+    restore_point: str | None = None
+    to: datetime | None = None
+    offsets: Offsets | None = None
+
+
+@dataclass(frozen=True)
+class Plan:
+    rewind: Rewind
+    position: Commit | None  # where the output was when it was asked
+    replay: Replay  # what the sink does with records written again
+    effect: str  # that, in words, for this output
+    period_records: int | None  # append-only sinks: records written since the start's time
+    dropped: list[RestorePoint]  # restore points after the start, forgotten by the rewind
+
+
+@dataclass(frozen=True)
+class Progress:
+    rewind: Rewind
+    replayed: int
+    position: Commit | None  # where the output is
+    replay: Replay
+
+
+def output_topic(spec: StreamSpec, output: OutputSpec) -> str | None:
+    """Where an append-only output writes."""
+    if output.sink.type == "kafka":
+        return spec.kafka_topics()[output.name]
+    if output.sink.type == "keystone":
+        return fronting_topic(output.sink.stream)
+    return None
+
+
+class Rewinds:
+    def __init__(
+        self,
+        settings: Settings,
+        store: Store,
+        streams: Streams,
+        positions: Positions | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.streams = streams
+        self.positions = positions if positions is not None else Positions(settings)
+        self.clock = clock
+
+    def restore_points(self, caller: Caller, stream: str, output: str) -> list[RestorePoint]:
+        self._output(caller, stream, output)
+        return self.store.restore_points(stream, output)
+
+    def progress(self, caller: Caller, stream: str, output: str) -> Progress:
+        """The output's latest rewind and how far its replay has come (404 if it has none)."""
+        spec, _ = self._output(caller, stream, output)
+        rewind = self.store.rewinds(stream).get(output)
+        if rewind is None:
+            raise NotFound(f"output {stream}.{output} has not been rewound")
+        return progress(self.settings, spec, rewind)
+
+    def start(
+        self, caller: Caller, stream: str, output: str, target: Target, rate: int | None
+    ) -> Plan:
+        plan = self.plan(caller, stream, output, target, rate)
+        rewind = plan.rewind
+        position = plan.position.offsets if plan.position is not None else None
+        entry = audit(
+            caller.name,
+            "output.rewind",
+            stream,
+            owner=self.streams.get(caller, stream).owner,
+            output=output,
+            rewind=rewind.id,
+            target=rewind.target,
+            restore_point=rewind.restore_point,
+            **{"from": position, "to": rewind.start},
+            until=rewind.until,
+            events=rewind.total,
+            rate=rewind.rate,
+        )
+        self.store.start_rewind(stream, rewind, plan.dropped, entry)
+        return plan
+
+    def plan(
+        self, caller: Caller, stream: str, output: str, target: Target, rate: int | None
+    ) -> Plan:
+        spec, out = self._output(caller, stream, output)
+        current = self.store.rewinds(stream).get(output)
+        if current is not None and current.replaying:
+            raise Conflict(
+                f"output {stream}.{output} is replaying rewind {current.id}: one rewind per "
+                "output at a time",
+                rewind=current.id,
+            )
+        if rate is not None:
+            check_limit(
+                self.settings,
+                "max_replay_events_per_second",
+                rate,
+                "events per second",
+                "max_events_per_second",
+            )
+        topic = fronting_topic(stream)
+        extent = self.positions.extent(topic)
+        points = self.store.restore_points(stream, output)  # newest first
+        point, start, asked = self._start(topic, target, points, extent.end)
+        for p, earliest in extent.earliest.items():
+            start.setdefault(p, earliest)
+        before = {p: o for p, o in start.items() if o < extent.earliest.get(p, 0)}
+        if target.to is not None and not before:
+            # Offsets-for-times answers a partition's earliest record for a time before it:
+            # a time before the records the topic has dropped is before its retention.
+            edge = {p: o for p, o in start.items() if o == extent.earliest.get(p) and o > 0}
+            first = self.positions.first_timestamp(topic, edge) if edge else None
+            if first is not None and first > target.to.timestamp():
+                before = edge
+        if before:
+            raise Unprocessable(
+                f"{asked} is before what the fronting topic {topic} still holds (its "
+                "retention): the earliest position is "
+                + _describe(
+                    extent.earliest, self.positions.first_timestamp(topic, extent.earliest)
+                ),
+                earliest=extent.earliest,
+            )
+        replay = SINKS[out.sink.type].replay
+        replaced: list[Replaced] = []
+        if replay is Replay.RESETTABLE:
+            point, replaced = self._reset_from(spec.name, out, point, start, points, current)
+            start = {**start, **point.offsets}
+        until = {p: max(end, start.get(p, 0)) for p, end in extent.end.items()}
+        rewind = Rewind(
+            id=f"rw-{secrets.token_hex(6)}",
+            output=output,
+            generation=generation_of(current) + 1,
+            start=start,
+            until=until,
+            rate=rate or spec.recovery.max_events_per_second,
+            replaced=replaced,
+            requested_at=self.clock(),
+            by=caller.name,
+            target=asked,
+            restore_point=point.id if point is not None else None,
+            total=sum(max(0, until[p] - start.get(p, 0)) for p in until),
+        )
+        since = point.time if point is not None else None
+        if target.to is not None and point is None:
+            since = target.to.timestamp()
+        period, effect = self._effect(spec, out, rewind, replay, since)
+        dropped = [
+            p for p in points if not p.before(start) or (point is not None and p.time > point.time)
+        ]
+        return Plan(
+            rewind=rewind,
+            position=committed(self.settings, stream, output, current),
+            replay=replay,
+            effect=effect,
+            period_records=period,
+            dropped=dropped,
+        )
+
+    def _start(
+        self, topic: str, target: Target, points: list[RestorePoint], end: Offsets
+    ) -> tuple[RestorePoint | None, Offsets, str]:
+        """The restore point (if one was asked for), the start offsets and what was asked."""
+        if target.restore_point is not None:
+            point = next((p for p in points if p.id == target.restore_point), None)
+            if point is None:
+                raise Gone(
+                    f"restore point {target.restore_point} no longer exists (points are kept "
+                    "for the stream's recovery.keep, one per five minutes past an hour)",
+                    oldest=points[-1].id if points else None,
+                )
+            return point, dict(point.offsets), f"restore point {point.id}"
+        if target.to is not None:
+            when = target.to if target.to.tzinfo else target.to.replace(tzinfo=UTC)
+            if when.timestamp() > self.clock():
+                raise Unprocessable(f"{when.isoformat()} is in the future")
+            asked = when.isoformat().replace("+00:00", "Z")
+            return None, self.positions.at_time(topic, int(when.timestamp() * 1000)), asked
+        assert target.offsets is not None, "a target is one of the three"
+        unknown = sorted(set(target.offsets) - set(end))
+        if unknown:
+            raise Unprocessable(
+                f"the fronting topic has no partition {unknown[0]}: it has {sorted(end)}"
+            )
+        past = {p: o for p, o in target.offsets.items() if o > end[p]}
+        if past:
+            raise Unprocessable(f"offsets past the topic's end: {past} (the end is {end})")
+        return None, dict(target.offsets), "offsets " + _offsets_text(target.offsets)
+
+    def _reset_from(
+        self,
+        stream: str,
+        output: OutputSpec,
+        point: RestorePoint | None,
+        start: Offsets,
+        points: list[RestorePoint],
+        current: Rewind | None,
+    ) -> tuple[RestorePoint, list[Replaced]]:
+        """A resettable output's restore point at or before `start`, and the batches its replay
+        replaces: that point's query's later batches, and every later generation's."""
+        if point is None:
+            point = next((p for p in points if p.before(start)), None)
+            if point is None:
+                raise Unprocessable(
+                    f"no restore point of {stream}.{output.name} at or before that position: a "
+                    "Hive output starts a replay at one",
+                    earliest=points[-1].id if points else None,
+                )
+        if not point.query:
+            raise Unprocessable(f"restore point {point.id} does not name its query")
+        later = {p.query for p in points if p.generation > point.generation and p.query}
+        generation = generation_of(current)
+        if generation > point.generation:
+            running = query_id(checkpoint_dir(self.settings, stream, output.name, generation))
+            if running:
+                later.add(running)
+        replaced = [Replaced(query=point.query, after=point.batch)]
+        replaced += [Replaced(query=q, after=-1) for q in sorted(later - {point.query})]
+        return point, replaced
+
+    def _effect(
+        self,
+        spec: StreamSpec,
+        output: OutputSpec,
+        rewind: Rewind,
+        replay: Replay,
+        since: float | None,
+    ) -> tuple[int | None, str]:
+        events = f"{rewind.total:,} events of the fronting topic"
+        if replay is Replay.IDEMPOTENT:
+            return None, (
+                f"{events} are routed again; Elasticsearch documents are written again under "
+                "their guids, replacing the earlier ones in place: nothing is added twice"
+            )
+        if replay is Replay.RESETTABLE:
+            return None, (
+                f"{events} are routed again; the Hive table's rows of the batches after restore "
+                f"point {rewind.restore_point} are removed hour by hour as the replay reaches "
+                "each hour, and written again: an hour being replayed is partly filled"
+            )
+        topic = output_topic(spec, output)
+        assert topic is not None, "an append-only sink writes to a topic"
+        try:
+            if since is None:
+                since = self.positions.first_timestamp(fronting_topic(spec.name), rewind.start)
+            records = None
+            if since is not None:
+                end = self.positions.extent(topic).end
+                at = self.positions.at_time(topic, int(since * 1000))
+                records = sum(max(0, end[p] - at.get(p, end[p])) for p in end)
+        except KeystoneError:
+            records = None
+        held = f"about {records:,} records" if records is not None else "the records"
+        return records, (
+            f"{events} are routed again; {held} topic {topic} took since then are written "
+            f"again beside the first copies, each with the header ks_replay={rewind.id}"
+        )
+
+    def _output(self, caller: Caller, stream: str, output: str) -> tuple[StreamSpec, OutputSpec]:
+        spec = self.streams.get(caller, stream)
+        found = spec.output(output)
+        if found is None:
+            raise NotFound(f"stream {stream!r} has no output {output!r}")
+        return spec, found
+
+
+def progress(settings: Settings, spec: StreamSpec, rewind: Rewind) -> Progress:
+    """How far the output's replay has come (an output the rewind names that the spec no
+    longer has is not asked for)."""
+    output = spec.output(rewind.output)
+    assert output is not None, "a rewind of an output the stream has"
+    position = committed(settings, spec.name, rewind.output, rewind)
+    replayed = rewind.total if not rewind.replaying else 0
+    if rewind.replaying and position is not None:
+        replayed = rewind.replayed(position.offsets)
+    return Progress(rewind, replayed, position, SINKS[output.sink.type].replay)
+
+
+def _offsets_text(offsets: Offsets) -> str:
+    return ", ".join(f"{p}:{o}" for p, o in sorted(offsets.items()))
+
+
+def _describe(offsets: Offsets, stamp: float | None) -> str:
+    when = datetime.fromtimestamp(stamp, UTC).isoformat() if stamp is not None else "unknown"
+    return f"offsets {_offsets_text(offsets)} (from {when})"
