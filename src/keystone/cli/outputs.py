@@ -1,4 +1,5 @@
-"""`keystone output set | delete`, and `keystone preview` of an output or a draft of one."""
+"""`keystone output set | delete | restore-points | rewind`, and `keystone preview` of an output
+or a draft of one."""
 
 from __future__ import annotations
 
@@ -9,12 +10,15 @@ from typing import Annotated
 import typer
 import yaml
 from pydantic import ValidationError
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 from rich.text import Text
 
 from keystone.cli.common import JsonOption, SpecFile, console, control, done, emit
-from keystone.contracts.errors import InvalidSpec
+from keystone.contracts.errors import InvalidSpec, KeystoneError
 from keystone.contracts.spec import OutputSpec, field_errors
+from keystone.control.client import ControlClient
+from keystone.control.models import RewindPublic
 
 app = typer.Typer(help="A stream's outputs: filter, projection, sink.", no_args_is_help=True)
 
@@ -74,3 +78,117 @@ def preview(
         f"{result.matched} of the last {result.scanned} events match"
         + (f"; {result.unreadable} unreadable (dead letters)" if result.unreadable else "")
     )
+
+
+@app.command("restore-points")
+def restore_points(
+    ctx: typer.Context, stream: str, output: str, as_json: JsonOption = False
+) -> None:
+    """The positions an output has committed, newest first: what it can be rewound to."""
+    with control(ctx) as client:
+        points = client.restore_points(stream, output)
+    if as_json:
+        emit(points)
+        return
+    table = Table("id", "time (UTC)", "offsets per partition")
+    for point in points:
+        offsets = ", ".join(f"{p}:{o}" for p, o in sorted(point.offsets.items()))
+        table.add_row(point.id, point.time.strftime("%Y-%m-%d %H:%M:%S"), offsets)
+    console.print(table)
+    console.print(f"{len(points)} restore points of {stream}.{output}")
+
+
+def _offsets(text: str) -> dict[int, int]:
+    try:
+        pairs = [item.split(":") for item in text.split(",")]
+        return {int(p): int(o) for p, o in pairs}
+    except ValueError as e:
+        raise typer.BadParameter("partition:offset pairs, like 0:120,1:98") from e
+
+
+@app.command("rewind")
+def rewind(
+    ctx: typer.Context,
+    stream: str,
+    output: str,
+    to: Annotated[
+        str | None, typer.Option("--to", help="A time with its zone: 2026-11-25T10:00Z.")
+    ] = None,
+    restore_point: Annotated[
+        str | None, typer.Option("--restore-point", help="A restore point's id.")
+    ] = None,
+    offsets: Annotated[
+        str | None, typer.Option("--offsets", help="Per partition: 0:120,1:98.")
+    ] = None,
+    rate: Annotated[
+        int | None, typer.Option("--rate", min=1, help="Events per second of the replay.")
+    ] = None,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask to confirm.")] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Only say what it would do.")] = False,
+    wait: Annotated[
+        bool, typer.Option("--wait/--no-wait", help="Follow the replay until it has caught up.")
+    ] = True,
+    as_json: JsonOption = False,
+) -> None:
+    """Take one output back to a restore point, a time or offsets; its router replays from
+    there (its other outputs go on). Says first what each sink will see, and asks."""
+    request: dict = {"max_events_per_second": rate}
+    if to is not None:
+        request["to"] = to
+    if restore_point is not None:
+        request["restore_point"] = restore_point
+    if offsets is not None:
+        request["offsets"] = _offsets(offsets)
+    with control(ctx) as client:
+        plan = client.rewind(stream, output, {**request, "dry_run": True})
+        if dry_run:
+            if as_json:
+                emit(plan)
+            else:
+                _say(plan)
+            return
+        if not yes and not as_json:
+            _say(plan)
+            typer.confirm("Rewind?", abort=True)
+        started = client.rewind(stream, output, request)
+        if as_json:
+            emit(started)
+            return
+        console.print(f"rewind [bold]{started.id}[/] of {stream}.{output} started")
+        if wait:
+            _follow(client, stream, output, started)
+
+
+def _say(plan: RewindPublic) -> None:
+    where = f"restore point {plan.restore_point}" if plan.restore_point else plan.target
+    console.print(
+        f"{plan.stream}.{plan.output} goes back to {where}: {plan.events:,} events replayed at "
+        f"up to {plan.rate:,}/s (about {plan.eta_seconds or 0:.0f} s)."
+    )
+    console.print(f"[bold]{plan.sink.kind}[/]: {plan.sink.effect}")
+
+
+def _follow(client: ControlClient, stream: str, output: str, started: RewindPublic) -> None:
+    """A progress bar of the replay until it has caught up (Ctrl-C leaves it running)."""
+    columns = (
+        TextColumn("replaying"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeRemainingColumn(),
+    )
+    with Progress(*columns, console=console) as bar:
+        task = bar.add_task("replay", total=max(1, started.events))
+        while True:
+            try:
+                now = client.rewind_progress(stream, output)
+            except KeystoneError as e:  # control away for a moment: the replay goes on
+                console.print(f"[yellow]{e.message}[/]")
+                time.sleep(2)
+                continue
+            if now.id != started.id:
+                raise KeystoneError(f"rewind {now.id} replaced {started.id}")
+            bar.update(task, completed=now.replayed)
+            if now.state != "replaying":
+                break
+            time.sleep(1)
+    console.print(f"{stream}.{output} caught up: {started.events:,} events replayed")

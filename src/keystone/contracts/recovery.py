@@ -26,7 +26,10 @@ class _Record(BaseModel):
 
 
 class RestorePoint(_Record):
-    id: str = Field(description="'<generation>-<batch>', stable while the point is kept.")
+    id: str = Field(
+        description="'<generation>-<batch>' ('<generation>-start' where it began), stable while "
+        "the point is kept."
+    )
     time: float = Field(description="When the output had delivered everything before it.")
     generation: int = Field(ge=0)
     batch: int = Field(ge=-1, description="-1: where the generation started.")
@@ -35,7 +38,7 @@ class RestorePoint(_Record):
 
     @staticmethod
     def make_id(generation: int, batch: int) -> str:
-        return f"{generation}-{batch}"
+        return f"{generation}-{batch if batch >= 0 else 'start'}"
 
     def before(self, offsets: Offsets) -> bool:
         """Whether this point is at or before `offsets` in every partition."""

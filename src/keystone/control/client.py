@@ -18,6 +18,8 @@ from keystone.control.models import (
     AuditPublic,
     OwnerToken,
     PreviewPublic,
+    RestorePointPublic,
+    RewindPublic,
     StatusPublic,
     StreamPublic,
 )
@@ -34,6 +36,8 @@ _APPS = TypeAdapter(list[AppPublic])
 _OWNER_TOKEN = TypeAdapter(OwnerToken)
 _OWNERS = TypeAdapter(list[str])
 _AUDIT = TypeAdapter(list[AuditPublic])
+_POINTS = TypeAdapter(list[RestorePointPublic])
+_REWIND = TypeAdapter(RewindPublic)
 
 
 class ControlError(KeystoneError):
@@ -140,6 +144,18 @@ class ControlClient:
 
     def preview(self, stream: str, output: str, **draft: Any) -> PreviewPublic:
         return self._read(_PREVIEW, "POST", f"/v1/streams/{stream}/outputs/{output}/preview", draft)
+
+    # Recovery
+
+    def restore_points(self, stream: str, output: str) -> list[RestorePointPublic]:
+        return self._read(_POINTS, "GET", f"/v1/streams/{stream}/outputs/{output}/restore-points")
+
+    def rewind(self, stream: str, output: str, request: dict[str, Any]) -> RewindPublic:
+        """`request`: a `RewindRequest`'s fields (restore_point, to or offsets; dry_run...)."""
+        return self._read(_REWIND, "POST", f"/v1/streams/{stream}/outputs/{output}/rewind", request)
+
+    def rewind_progress(self, stream: str, output: str) -> RewindPublic:
+        return self._read(_REWIND, "GET", f"/v1/streams/{stream}/outputs/{output}/rewind")
 
     # Apps and owners
 

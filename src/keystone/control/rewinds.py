@@ -111,7 +111,7 @@ class Rewinds:
             owner=self.streams.get(caller, stream).owner,
             output=output,
             rewind=rewind.id,
-            target=rewind.target,
+            asked=rewind.target,
             restore_point=rewind.restore_point,
             **{"from": position, "to": rewind.start},
             until=rewind.until,
