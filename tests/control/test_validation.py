@@ -1,8 +1,10 @@
 import pytest
+from pydantic import ValidationError
 
 from keystone.contracts.errors import InvalidSpec
 from keystone.contracts.limits import Limits
 from keystone.contracts.spec import StreamSpec, load_spec
+from keystone.control.models import RewindRequest
 from keystone.control.validation import (
     check_spec,
     kafka_name_problems,
@@ -233,3 +235,29 @@ def test_a_cycle_stored_elsewhere_does_not_blind_the_one_route_rule() -> None:
     }
     [problem] = route_twice_problems(stream("aa", "team-a", "bb", "dd"), stored)
     assert "'aa' would reach stream 'dd' by 2 routes" in problem["message"]
+
+
+def test_recovery_over_its_limits_names_the_setting_and_the_limit() -> None:
+    data = spec() | {"recovery": {"keep": "8 days", "max_events_per_second": 200_000}}
+    with pytest.raises(InvalidSpec) as refused:
+        check_spec(load_spec(data), Limits())
+    problems = {p["field"]: p for p in refused.value.details["problems"]}
+    assert problems["recovery.keep"]["setting"] == "max_recovery_keep_hours"
+    assert problems["recovery.keep"]["limit"] == 168
+    assert problems["recovery.max_events_per_second"]["setting"] == "max_replay_events_per_second"
+    check_spec(load_spec(spec() | {"recovery": {"keep": "7 days"}}), Limits())  # at the limit
+
+
+def test_a_rewind_asks_for_exactly_one_target() -> None:
+    assert RewindRequest(restore_point="0-3").target().restore_point == "0-3"
+    assert RewindRequest.model_validate({"offsets": {"0": 5}}).offsets == {0: 5}
+    for bad in (
+        {},
+        {"restore_point": "0-3", "offsets": {"0": 1}},
+        {"to": "2026-11-25T10:00:00"},  # no zone
+        {"offsets": {"0": -1}},
+        {"restore_point": "0-3", "max_events_per_second": 0},
+        {"restore_point": "0-3", "by": "someone"},
+    ):
+        with pytest.raises(ValidationError):
+            RewindRequest.model_validate(bad)

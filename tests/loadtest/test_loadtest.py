@@ -119,3 +119,54 @@ def test_a_minute_of_load_with_a_router_killed_loses_nothing(
     for name in ("report.md", "figures.json", "rate.png", "latency.png"):
         assert (report / name).stat().st_size > 1000, name
     assert "No loss" in (report / "report.md").read_text()
+
+
+def test_a_minute_of_load_with_outputs_rewound_loses_nothing_and_flags_the_replays(
+    stack: Stack, streams: None, tmp_path
+) -> None:
+    """Issue 30: the first Kafka output (chosen by default), the Hive output and the Keystone
+    output each rewound 20 s during the run; every event delivered, Elasticsearch and Hive
+    hold each once, and the Kafka copies written again are counted as replays, in the target
+    stream's Kafka output too (it carries the fronting record's ks_replay on)."""
+    result = checked(
+        stack.keystone(
+            "loadtest",
+            "--stream",
+            STREAM,
+            "--rate",
+            "100",
+            "--duration",
+            "60",
+            "--producers",
+            "2",
+            "--event-size",
+            "700",
+            "--fault",
+            "rewind-output@25+20",
+            "--fault",
+            "rewind-output:archive@30+20",
+            "--fault",
+            "rewind-output:onwards@35+20",
+            "--report",
+            str(tmp_path / "report"),
+            "--json",
+            timeout=1200,
+        )
+    )
+    figures = json.loads(result.stdout)
+    audit = figures["audit"]
+    assert audit["drained"] and audit["lossless"], audit
+    by_output = {o["output"]: o for o in audit["outputs"]}
+    for o in audit["outputs"]:
+        assert 0 < o["expected"] == o["delivered"] and o["unexpected"] == 0, o
+    for idempotent in ("search", "archive"):
+        assert by_output[f"{STREAM}.{idempotent}"]["duplicates"] == 0
+        assert by_output[f"{STREAM}.{idempotent}"]["replays"] == 0
+    assert by_output[f"{STREAM}.archive"]["expected"] == figures["ingest"]["acknowledged"]
+    for replayed in (f"{STREAM}.picked", f"{STREAM}.onwards", f"{SIDE}.plays"):
+        assert by_output[replayed]["replays"] > 0, by_output[replayed]
+    rewound = {f["output"]: f for f in figures["faults"]}
+    assert set(rewound) == {"picked", "archive", "onwards"}
+    for fault in rewound.values():
+        assert fault["fault"] == "rewind-output" and fault["began_s"] is not None, fault
+        assert "caught_up after" in fault["notes"][-1], fault

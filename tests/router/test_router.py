@@ -23,7 +23,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
@@ -39,6 +38,7 @@ from keystone.router.lang.parser import parse_filter, parse_projection
 from tests.support.kafka import produce
 from tests.support.processes import alive, groups_alive
 from tests.support.stack import Stack, checked
+from tests.support.tables import Tables
 
 STREAM, TARGET = "rt_main", "rt_copy"
 CHECKPOINT_SECONDS = 5  # the Kafka output's Real-time Mode checkpoint interval
@@ -159,31 +159,6 @@ class Fronting:
             for guid, (payload, meta) in self.events.items()
             if matches(expr, payload, meta)
         }
-
-
-class Tables:
-    """Hive tables read through the metastore by one Spark application kept for the module
-    (`tests.router.spark_jobs read-tables`): a `keystone sql` a read would start one each time."""
-
-    def __init__(self, stack: Stack) -> None:
-        self.log = (stack.state_dir / "read-tables.log").open("w")
-        self.job = stack.python("-m", "tests.router.spark_jobs", "read-tables", stderr=self.log)
-        assert self._answer() == "ready"
-
-    def _answer(self) -> Any:
-        line = self.job.stdout.readline()
-        assert line, f"the table reader ended; see {self.log.name}"
-        return json.loads(line)
-
-    def read(self, table: str) -> list[dict]:
-        self.job.stdin.write(f"{table}\n")
-        self.job.stdin.flush()
-        return self._answer()
-
-    def close(self) -> None:
-        self.job.stdin.close()
-        self.job.wait(timeout=60)
-        self.log.close()
 
 
 @dataclass(frozen=True)

@@ -39,8 +39,10 @@ def loadtest(
     fault: Annotated[
         list[str] | None,
         typer.Option(
-            help="NAME\\[@AT]\\[+FOR]: kill-router, restart-kafka, stop-elasticsearch, "
-            "stop-control; at AT s (default a third in), for FOR s. Repeatable."
+            help="NAME\\[:OUTPUT]\\[@AT]\\[+FOR]: kill-router, restart-kafka, "
+            "stop-elasticsearch, stop-control, rewind-output; at AT s (default a third in), for "
+            "FOR s. rewind-output rewinds OUTPUT (default the first Kafka output, else the "
+            "first) FOR s back (default 30) and waits for its replay. Repeatable."
         ),
     ] = None,
     report: Annotated[Path | None, typer.Option(help="Report folder.")] = None,

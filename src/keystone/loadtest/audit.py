@@ -1,7 +1,12 @@
 """The delivery audit: for every output of a stream (and, through Keystone sinks, of the streams
 it routes into), which acknowledged events should have arrived, computed with the Python
 evaluator from the events as the fronting topic holds them, and what every sink holds: per
-output delivered, lost, duplicated and unexpected, and the delivery rate.
+output delivered, lost, duplicated, replayed and unexpected, and the delivery rate.
+
+A rewind writes the events of its period again: Elasticsearch in place and Hive after removing
+them, so a second copy there is a duplicate whatever caused it; Kafka and Keystone outputs beside
+the first copies, each labelled with the rewind's id (`ks_replay`). Those are replays, counted
+apart: a duplicate is a second copy from the same delivery (the first, or one rewind's).
 
 It reads the fronting topic rather than trusting what was sent: an acknowledged event missing
 there is lost at ingest, and the router routes exactly the bytes and headers it holds.
@@ -11,6 +16,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -48,7 +54,8 @@ class OutputAudit:
     expected: int
     delivered: int
     lost: int
-    duplicates: int  # copies beyond the first of expected events
+    duplicates: int  # copies beyond the first of expected events, per delivery
+    replays: int  # expected events a rewind wrote again, once per rewind (Kafka, Keystone)
     unexpected: int  # events of this run that the output should not have delivered
     lost_sample: list[str]
 
@@ -133,7 +140,15 @@ def expect(settings: Settings, spec: StreamSpec, audited: list[Route], acked: se
 
 
 def check(route: Route, reader: SinkReader, acked: set[str]) -> OutputAudit:
-    copies = reader.copies()
+    """What the output holds of what it should: an event is delivered by any copy, the first or
+    a replay (a rewind may deliver what the first delivery had not yet)."""
+    copies: Counter[str] = Counter()
+    duplicates = replays = 0
+    for (guid, rewind), n in reader.deliveries().items():
+        copies[guid] += n
+        if guid in route.expected:
+            duplicates += n - 1
+            replays += 1 if rewind is not None else 0
     found = {g for g in route.expected if copies[g] > 0}
     lost = route.expected - found
     return OutputAudit(
@@ -143,7 +158,8 @@ def check(route: Route, reader: SinkReader, acked: set[str]) -> OutputAudit:
         expected=len(route.expected),
         delivered=len(found),
         lost=len(lost),
-        duplicates=sum(copies[g] - 1 for g in found),
+        duplicates=duplicates,
+        replays=replays,
         unexpected=sum(1 for g in copies if g in acked and g not in route.expected),
         lost_sample=sorted(lost)[:10],
     )

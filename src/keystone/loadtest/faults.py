@@ -1,7 +1,15 @@
-"""Faults a load test injects into the embedded stack, each bounded in time and undone: a router
-killed (the fleet restarts it), Kafka restarted, Elasticsearch or the control service stopped for
-a while. `--fault NAME[@AT][+FOR]`: at AT seconds into the run (default a third of it), for FOR
-seconds (each fault has its default)."""
+"""Faults a load test injects, each bounded in time: into the embedded stack, undone afterwards, a
+router killed (the fleet restarts it), Kafka restarted, Elasticsearch or the control service
+stopped for a while; through the control API, on any cluster, one output rewound.
+`--fault NAME[:OUTPUT][@AT][+FOR]`: at AT seconds into the run (default a third of it), for FOR
+seconds (each fault has its default).
+
+`rewind-output[:OUTPUT][@AT][+BACK]` rewinds one output of the stream to BACK seconds before AT
+(default 30), and holds until its replay has caught up: the audit then shows that a rewind loses
+nothing, adds nothing to Elasticsearch or Hive, and that Kafka's extra copies are replays. The
+output is OUTPUT if given, else the stream's first Kafka output (where replays are visible as
+copies), else its first output.
+"""
 
 from __future__ import annotations
 
@@ -11,13 +19,26 @@ import re
 import signal
 import time
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import ClassVar
 
-from keystone.contracts.errors import BadRequest, StackError
+from keystone.contracts.errors import BadRequest, KeystoneError, StackError
+from keystone.contracts.names import valid_name
 from keystone.contracts.processes import PidFile, stop
 from keystone.contracts.settings import Settings
+from keystone.contracts.spec import StreamSpec
+from keystone.control.client import ControlClient
 from keystone.control.launcher import Deployment
 from keystone.stack import lifecycle
+
+REWIND = "rewind-output"
+# How long a rewind may take to catch up, beyond its own estimate, before the fault gives up
+# waiting (the audit still runs: a replay that has not caught up shows as lost events).
+REWIND_WAIT_SECONDS = 300.0
+_SYNTAX = re.compile(
+    r"(?P<name>[a-z-]+)(?::(?P<output>[a-z0-9_]+))?"
+    r"(?:@(?P<at>\d+(?:\.\d+)?))?(?:\+(?P<for>\d+(?:\.\d+)?))?"
+)
 
 
 @dataclass
@@ -26,7 +47,8 @@ class Fault:
 
     name: str
     at: float
-    hold: float
+    hold: float  # seconds it lasts; for rewind-output, seconds back the output is rewound
+    output: str | None = None  # rewind-output: the output (None: chosen from the stream)
     began: float | None = None
     ended: float | None = None
     notes: list[str] = field(default_factory=list)
@@ -37,23 +59,36 @@ class Fault:
         "restart-kafka": ("Kafka stopped, then started again", 20.0),
         "stop-elasticsearch": ("Elasticsearch stopped, then started again", 60.0),
         "stop-control": ("the control service stopped, then started again", 30.0),
+        REWIND: ("one output rewound FOR seconds back, until its replay caught up", 30.0),
     }
 
     @classmethod
     def parse(cls, text: str, duration: float) -> Fault:
-        found = re.fullmatch(r"([a-z-]+)(?:@(\d+(?:\.\d+)?))?(?:\+(\d+(?:\.\d+)?))?", text)
-        if found is None or found[1] not in cls.kinds:
+        """`NAME[:OUTPUT][@AT][+FOR]`; only rewind-output names an OUTPUT, and its FOR is how
+        many seconds back it rewinds."""
+        found = _SYNTAX.fullmatch(text)
+        if found is None or found["name"] not in cls.kinds:
             raise BadRequest(
-                f"--fault {text!r}: expected NAME[@AT][+FOR], NAME one of {', '.join(cls.kinds)}"
+                f"--fault {text!r}: expected NAME[:OUTPUT][@AT][+FOR], NAME one of "
+                f"{', '.join(cls.kinds)}"
             )
-        at = float(found[2]) if found[2] else duration / 3
-        hold = float(found[3]) if found[3] else cls.kinds[found[1]][1]
+        name, output = found["name"], found["output"]
+        if output is not None and name != REWIND:
+            raise BadRequest(f"--fault {text!r}: only {REWIND} names an output")
+        if output is not None and not valid_name(output):
+            raise BadRequest(f"--fault {text!r}: {output!r} is not an output's name")
+        at = float(found["at"]) if found["at"] else duration / 3
+        hold = float(found["for"]) if found["for"] else cls.kinds[name][1]
         if at >= duration:
             raise BadRequest(f"--fault {text!r}: at {at:.0f} s, after the run ({duration:.0f} s)")
-        return cls(found[1], at, hold)
+        if name == REWIND and hold <= 0:
+            raise BadRequest(f"--fault {text!r}: a rewind goes back more than 0 seconds")
+        return cls(name, at, hold, output)
 
     @property
     def what(self) -> str:
+        if self.name == REWIND:
+            return f"output {self.output or '?'} rewound {self.hold:g} s back, until caught up"
         return self.kinds[self.name][0]
 
 
@@ -65,17 +100,38 @@ SERVICE = {
 
 
 def check(settings: Settings, faults: list[Fault]) -> None:
-    """Faults are injected into the embedded stack only: a cluster of one's own is not ours to
-    break."""
+    """Faults that stop a service are injected into the embedded stack only: a cluster of one's
+    own is not ours to break (a rewind goes through its control API, as an owner's would)."""
     for fault in faults:
         service = SERVICE.get(fault.name)
         if service is not None and not settings.is_embedded(service):
             raise BadRequest(f"--fault {fault.name}: {service} is not the embedded one")
 
 
+def choose_outputs(spec: StreamSpec, faults: list[Fault]) -> None:
+    """Names the output of each rewind-output fault, before the run: the one asked for (which
+    the stream must have), else the first Kafka output (its replays show as extra copies), else
+    the first output."""
+    names = [o.name for o in spec.outputs]
+    for fault in faults:
+        if fault.name != REWIND:
+            continue
+        if fault.output is None and names:
+            kafka = [o.name for o in spec.outputs if o.sink.type == "kafka"]
+            fault.output = (kafka or names)[0]
+        if fault.output not in names:
+            raise BadRequest(
+                f"--fault {REWIND}: stream {spec.name!r} has no output {fault.output!r}: "
+                f"it has {', '.join(names) or 'none'}"
+            )
+
+
 def inject(settings: Settings, stream: str, fault: Fault, started: float) -> None:
     """Runs one fault to its end: begin, hold, undo (blocking; a load test runs it in a
     thread beside the producers)."""
+    if fault.name == REWIND:
+        rewind(settings, stream, fault, started)
+        return
     if fault.name == "kill-router":
         deployed = Deployment.load(settings, stream)
         if deployed is None or not deployed.alive():
@@ -114,3 +170,54 @@ def inject(settings: Settings, stream: str, fault: Fault, started: float) -> Non
 def restart(settings: Settings) -> None:
     """Starts whatever of the stack is stopped, and waits until all of it is healthy."""
     lifecycle.up(settings, lambda _service, _state: None)
+
+
+def rewind(settings: Settings, stream: str, fault: Fault, started: float) -> None:
+    """Rewinds the output `fault.hold` seconds back through the control API, then waits until
+    its replay has caught up (or `REWIND_WAIT_SECONDS` past its own estimate). A rewind control
+    refuses is noted and not begun: the report says why."""
+    with ControlClient.from_settings(settings) as control:
+        if fault.output is None:
+            choose_outputs(control.stream(stream).spec, [fault])
+        output = fault.output
+        assert output is not None, "choose_outputs names one or refuses"
+        to = datetime.fromtimestamp(time.time() - fault.hold, UTC).isoformat()
+        try:
+            plan = control.rewind(stream, output, {"to": to})
+        except KeystoneError as e:
+            fault.notes.append(f"control refused to rewind {output} to {to}: {e}")
+            return
+        fault.began = time.time() - started
+        held = plan.sink.records_in_period
+        fault.notes.append(
+            f"{output} rewound to {to} ({fault.hold:g} s back) at {fault.began:.1f} s: rewind "
+            f"{plan.id}, {plan.events:,} events to replay ({plan.sink.kind}"
+            + (f", about {held:,} records written again" if held is not None else "")
+            + ")"
+        )
+        deadline = time.monotonic() + REWIND_WAIT_SECONDS + (plan.eta_seconds or 0)
+        state, replayed, trouble = plan.state, 0, ""
+        try:
+            while time.monotonic() < deadline:
+                try:
+                    now = control.rewind_progress(stream, output)
+                except KeystoneError as e:
+                    trouble = str(e)  # control stopped by another fault, say: ask again
+                else:
+                    if now.id != plan.id:
+                        fault.notes.append(f"rewind {now.id} replaced {plan.id}")
+                        return
+                    state, replayed = now.state, now.replayed
+                    if state != "replaying":
+                        break
+                time.sleep(1)
+        finally:
+            fault.ended = time.time() - started
+        took = fault.ended - fault.began
+        if state == "replaying":
+            fault.notes.append(
+                f"still replaying after {took:.0f} s: {replayed:,} of {plan.events:,} events"
+                + (f" (last error: {trouble})" if trouble else "")
+            )
+        else:
+            fault.notes.append(f"{state} after {took:.1f} s: {replayed:,} events replayed")

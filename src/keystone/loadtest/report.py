@@ -111,8 +111,9 @@ def fault_effects(run: Run, producers: dict[str, list], sinks: dict[str, Any]) -
     effects = []
     acked, p99 = producers["acked"], producers["request_p99_ms"]
     for fault in run.faults:
+        named = {"output": fault.output} if fault.output is not None else {}
         if fault.began is None:
-            effects.append({"fault": fault.name, "notes": fault.notes})
+            effects.append({"fault": fault.name, **named, "notes": fault.notes})
             continue
         begin, end = int(fault.began), int(max(fault.ended or 0, fault.began + 10))
         outputs = {}
@@ -134,6 +135,7 @@ def fault_effects(run: Run, producers: dict[str, list], sinks: dict[str, Any]) -
         effects.append(
             {
                 "fault": fault.name,
+                **named,
                 "what": fault.what,
                 "began_s": round(fault.began, 1),
                 "ended_s": round(fault.ended, 1) if fault.ended is not None else None,
@@ -303,7 +305,10 @@ def markdown(f: dict[str, Any]) -> str:
         "",
         *delivery_table(f),
         "Duplicates are expected only in Kafka and Keystone outputs after a crash "
-        "(at least once); Elasticsearch and Hive writes are idempotent.",
+        "(at least once); Elasticsearch and Hive writes are idempotent, and a rewind rewrites "
+        "them in place or resets them first. Replays are the events a rewind wrote again to a "
+        "Kafka or Keystone output, labelled `ks_replay` with its id, counted apart: a "
+        "duplicate is a second copy from the same delivery (the first, or one rewind's).",
         "",
     ]
     if f["faults"]:
@@ -337,16 +342,17 @@ def delivery_table(f: dict[str, Any]) -> list[str]:
         f"Waited {audit['waited_seconds']} s after the load for the pipeline to drain: "
         + ("it drained." if audit["drained"] else "**it did not drain in time**."),
         "",
-        "| output | sink | where | expected | delivered | lost | duplicates | unexpected "
-        "| delivery rate | latency p50 s | latency p99 s |",
-        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| output | sink | where | expected | delivered | lost | duplicates | replays "
+        "| unexpected | delivery rate | latency p50 s | latency p99 s |",
+        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     latency = f["sinks"].get("outputs", {})
     for o in audit["outputs"]:
         own = latency.get(o["output"], {})
         lines.append(
             f"| {o['output']} | {o['sink']} | {o['where']} | {o['expected']:,} "
-            f"| {o['delivered']:,} | {o['lost']:,} | {o['duplicates']:,} | {o['unexpected']:,} "
+            f"| {o['delivered']:,} | {o['lost']:,} | {o['duplicates']:,} "
+            f"| {o['replays']:,} | {o['unexpected']:,} "
             f"| {o['delivery_rate']:.6f} | {_fmt(own.get('run_p50_s'))} "
             f"| {_fmt(own.get('run_p99_s'))} |"
         )
@@ -394,7 +400,15 @@ def summary(figures: dict[str, Any], console: Console) -> None:
         f"missing at ingest: {audit['missing_at_ingest']:,}"
     )
     table = Table(
-        "output", "sink", "expected", "delivered", "lost", "dups", "unexpected", "delivery rate"
+        "output",
+        "sink",
+        "expected",
+        "delivered",
+        "lost",
+        "dups",
+        "replays",
+        "unexpected",
+        "delivery rate",
     )
     for o in audit["outputs"]:
         style = "green" if o["lost"] == 0 else "red"
@@ -405,6 +419,7 @@ def summary(figures: dict[str, Any], console: Console) -> None:
             f"{o['delivered']:,}",
             f"[{style}]{o['lost']:,}[/]",
             f"{o['duplicates']:,}",
+            f"{o['replays']:,}",
             f"{o['unexpected']:,}",
             f"[{style}]{o['delivery_rate']:.6f}[/]",
         )

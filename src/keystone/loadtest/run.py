@@ -2,7 +2,7 @@
 acknowledged guid at every sink, and report.
 
     keystone loadtest --stream S --rate R --duration D [--event-size B] [--producers N]
-                      [--direct APP] [--fault NAME[@AT][+FOR] ...] [--report DIR]
+                      [--direct APP] [--fault NAME[:OUTPUT][@AT][+FOR] ...] [--report DIR]
 """
 
 from __future__ import annotations
@@ -123,6 +123,7 @@ def run(settings: Settings, options: Options, console: Console) -> dict[str, Any
         spec = control.stream(plan.stream).spec
         if not spec.outputs:
             raise BadRequest(f"stream {plan.stream!r} has no outputs: nothing to audit")
+        faulting.choose_outputs(spec, options.faults)
         streams = streams_reached(control, spec)
         key = options.key
         if options.direct is None and key is None:

@@ -5,11 +5,17 @@ audit and the demo compare with what should have arrived.
     keystone        the target stream's fronting topic, by its ks_guid header
     elasticsearch   the output's daily indices, by document _id (the guid)
     hive            the output's table, by its guid column (through Spark SQL)
+
+Each copy is counted by which delivery wrote it: the first (None), or a rewind's replay (its
+id, from the `ks_replay` header; Kafka topics only, the others are rewritten in place or reset
+and so never hold a replay beside the first copy).
 """
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections import Counter
+from collections.abc import Iterable
 from typing import Protocol
 
 import httpx
@@ -21,44 +27,78 @@ from keystone.contracts.settings import Settings
 from keystone.contracts.spec import OutputSpec, StreamSpec
 from keystone.loadtest.topics import read_topic
 
+# A copy of an event: its guid, and the rewind that wrote it again (None: the first delivery).
+Copy = tuple[str, str | None]
+
 
 class SinkReader(Protocol):
     where: str  # for people: the topic, index or table
 
     def copies(self) -> Counter[str]:
-        """How many times each guid is in the sink now."""
+        """How many times each guid is in the sink now, replays included."""
+        ...
+
+    def deliveries(self) -> Counter[Copy]:
+        """How many times each guid is in the sink now, per delivery that wrote it."""
         ...
 
 
-class KafkaReader:
+class _Counted(ABC):
+    """`copies` from `deliveries`, for readers that only count the latter."""
+
+    @abstractmethod
+    def deliveries(self) -> Counter[Copy]: ...
+
+    def copies(self) -> Counter[str]:
+        found: Counter[str] = Counter()
+        for (guid, _), n in self.deliveries().items():
+            found[guid] += n
+        return found
+
+
+class _Message(Protocol):
+    """What counting needs of a confluent-kafka message."""
+
+    def key(self) -> bytes | None: ...
+
+    def headers(self) -> list[tuple[str, bytes | None]] | None: ...
+
+
+def count_records(messages: Iterable[_Message], by_header: bool = False) -> Counter[Copy]:
+    """Each record's guid (its key, or its ks_guid header) and its ks_replay header, if any. A
+    Keystone output's target stream carries the fronting record's headers on, so a replay
+    reaches its Kafka outputs still labelled."""
+    found: Counter[Copy] = Counter()
+    for message in messages:
+        headers = dict(message.headers() or [])
+        raw = headers.get(envelope.GUID) if by_header else message.key()
+        if raw is None:
+            continue
+        replay = headers.get(envelope.REPLAY)
+        found[raw.decode(), replay.decode() if replay is not None else None] += 1
+    return found
+
+
+class KafkaReader(_Counted):
     def __init__(self, settings: Settings, topic: str, by_header: bool = False) -> None:
         self.settings, self.topic, self.by_header = settings, topic, by_header
         self.where = f"topic {topic}"
 
-    def copies(self) -> Counter[str]:
-        found: Counter[str] = Counter()
-        for message in read_topic(self.settings.kafka_bootstrap, self.topic):
-            if self.by_header:
-                headers = dict(message.headers() or [])
-                guid = headers.get(envelope.GUID)
-                if guid is not None:
-                    found[guid.decode()] += 1
-            elif message.key() is not None:
-                found[message.key().decode()] += 1
-        return found
+    def deliveries(self) -> Counter[Copy]:
+        return count_records(read_topic(self.settings.kafka_bootstrap, self.topic), self.by_header)
 
 
-class ElasticsearchReader:
+class ElasticsearchReader(_Counted):
     PAGE = 5000
 
     def __init__(self, settings: Settings, prefix: str) -> None:
         self.url, self.pattern = settings.elasticsearch_url, f"{prefix}*"
         self.where = f"index {self.pattern}"
 
-    def copies(self) -> Counter[str]:
+    def deliveries(self) -> Counter[Copy]:
         """Every document id, through the scroll API (an id is unique within an index, and an
         event's index is fixed by its ingest day, so a copy is a duplicate)."""
-        found: Counter[str] = Counter()
+        found: Counter[Copy] = Counter()
         with httpx.Client(base_url=self.url, timeout=60) as es:
             es.post(f"/{self.pattern}/_refresh")
             page = es.post(
@@ -67,7 +107,7 @@ class ElasticsearchReader:
                 json={"size": self.PAGE, "_source": False, "sort": ["_doc"]},
             ).json()
             while page.get("hits", {}).get("hits"):
-                found.update(hit["_id"] for hit in page["hits"]["hits"])
+                found.update((hit["_id"], None) for hit in page["hits"]["hits"])
                 page = es.post(
                     "/_search/scroll", json={"scroll": "1m", "scroll_id": page["_scroll_id"]}
                 ).json()
@@ -76,17 +116,17 @@ class ElasticsearchReader:
         return found
 
 
-class HiveReader:
+class HiveReader(_Counted):
     def __init__(self, spark: SparkSession, table: str) -> None:
         self.spark, self.table = spark, f"`{HIVE_DATABASE}`.`{table}`"
         self.where = f"table {HIVE_DATABASE}.{table}"
 
-    def copies(self) -> Counter[str]:
+    def deliveries(self) -> Counter[Copy]:
         if not self.spark.catalog.tableExists(self.table.replace("`", "")):
             return Counter()  # the router has not made it yet
         self.spark.catalog.refreshTable(self.table)  # partitions added by the router meanwhile
         rows = self.spark.sql(f"SELECT guid, count(*) AS n FROM {self.table} GROUP BY guid")
-        return Counter({row.guid: row.n for row in rows.collect()})
+        return Counter({(row.guid, None): row.n for row in rows.collect()})
 
 
 def reader_for(

@@ -1,0 +1,175 @@
+"""Restore points and rewinds as records: which old points are thinned away, where a replay
+stands, and the Spark checkpoint logs they are read from (files written here in Spark's
+format)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from keystone.contracts.checkpoints import (
+    START,
+    checkpoint_dir,
+    commits,
+    generations,
+    latest,
+    query_id,
+    remove_generations,
+)
+from keystone.contracts.errors import InvalidSpec
+from keystone.contracts.recovery import (
+    DENSE_SECONDS,
+    SPARSE_SECONDS,
+    RestorePoint,
+    Rewind,
+    RewindPhase,
+    thin,
+)
+from keystone.contracts.settings import Settings
+from keystone.contracts.spec import load_spec
+
+NOW = 1_800_000_000.0
+TOPIC = "keystone.plays"
+
+
+def point(age: float, batch: int = 0) -> RestorePoint:
+    return RestorePoint(
+        id=RestorePoint.make_id(0, batch),
+        time=NOW - age,
+        generation=0,
+        batch=batch,
+        query="q",
+        offsets={0: batch},
+    )
+
+
+def rewind(**changes: object) -> Rewind:
+    fields = {
+        "id": "rw-0123456789ab",
+        "output": "search",
+        "generation": 1,
+        "start": {0: 10, 1: 20},
+        "until": {0: 110, 1: 70},
+        "rate": 100,
+        "requested_at": NOW,
+        "by": "team-a",
+        "target": "restore point 0-3",
+        "total": 150,
+    }
+    return Rewind.model_validate(fields | changes)
+
+
+def test_points_of_the_last_hour_are_all_kept() -> None:
+    points = [point(age, batch) for batch, age in enumerate(range(0, int(DENSE_SECONDS), 10))]
+    assert thin(points, NOW, keep_seconds=86400) == []
+
+
+def test_older_points_keep_the_newest_of_each_five_minutes_and_none_past_retention() -> None:
+    ages = [DENSE_SECONDS + 10 * i for i in range(120)] + [86400 + 1, 86400 + 600]
+    points = [point(age, batch) for batch, age in enumerate(ages)]
+    dropped = thin(points, NOW, keep_seconds=86400)
+    kept = [p for p in points if p not in dropped]
+    assert all(NOW - p.time <= 86400 for p in kept)  # retention
+    buckets = [int(p.time // SPARSE_SECONDS) for p in kept if NOW - p.time > DENSE_SECONDS]
+    assert len(buckets) == len(set(buckets))  # one per five minutes
+    for p in dropped:  # each thinned point has a newer one kept in its five minutes
+        if NOW - p.time <= 86400:
+            assert any(
+                int(k.time // SPARSE_SECONDS) == int(p.time // SPARSE_SECONDS) and k.time > p.time
+                for k in kept
+            )
+    assert thin(kept, NOW, keep_seconds=86400) == []  # thinning twice changes nothing
+
+
+def test_a_point_is_before_offsets_only_in_every_partition() -> None:
+    at = RestorePoint(id="0-1", time=NOW, generation=0, batch=1, offsets={0: 5, 1: 9})
+    assert at.before({0: 5, 1: 9}) and at.before({0: 6, 1: 10})
+    assert not at.before({0: 4, 1: 100})
+    assert RestorePoint.make_id(2, START) == "2-start"
+
+
+def test_a_replay_counts_only_what_lies_between_its_start_and_until() -> None:
+    replay = rewind()
+    assert replay.replayed({0: 10, 1: 20}) == 0
+    assert replay.replayed({0: 60, 1: 30}) == 60
+    assert replay.replayed({0: 500, 1: 500}) == 150  # live records past `until` are not replays
+    assert not replay.caught_up({0: 110, 1: 69})
+    assert replay.caught_up({0: 110, 1: 70})
+    assert replay.replaying and not rewind(phase=RewindPhase.CAUGHT_UP).replaying
+
+
+def test_a_rewind_record_is_checked_as_it_is_read_back() -> None:
+    with pytest.raises(ValidationError):
+        rewind(id="rw-../../etc")
+    with pytest.raises(ValidationError):
+        rewind(generation=0)  # generation 0 is the output's first checkpoint, never a rewind's
+    again = Rewind.model_validate_json(rewind().model_dump_json())
+    assert again == rewind() and again.start == {0: 10, 1: 20}  # partitions back as numbers
+
+
+def test_the_recovery_section_takes_durations_and_its_limits_are_checked() -> None:
+    base = {"name": "plays", "owner": "team-a"}
+    assert load_spec(base).recovery.keep_seconds == 86400
+    spec = load_spec(base | {"recovery": {"keep": "90 minutes", "max_events_per_second": 10}})
+    assert spec.recovery.keep_seconds == 5400
+    for bad in ("forever", "0 hours", "1 week", "-1 days"):
+        with pytest.raises(InvalidSpec):
+            load_spec(base | {"recovery": {"keep": bad}})
+
+
+def write_log(path: Path, line: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("v1\n" + json.dumps(line) + "\n")
+
+
+def spark_checkpoint(
+    path: Path, batches: dict[int, dict[str, int]], committed: int, topic: str = TOPIC
+) -> None:
+    """A checkpoint as Spark leaves it: a query id, where it started, each batch's end offsets,
+    and commits for the batches up to `committed` (a later batch is planned, not delivered)."""
+    path.mkdir(parents=True)
+    (path / "metadata").write_text(json.dumps({"id": "5a0c"}))
+    write_log(path / "sources" / "0" / "0", {topic: {"0": 0, "1": 0}})
+    for batch, offsets in batches.items():
+        metadata = {"batchWatermarkMs": 0, "batchTimestampMs": 1, "conf": {}}
+        (path / "offsets").mkdir(exist_ok=True)
+        (path / "offsets" / str(batch)).write_text(
+            "v1\n" + json.dumps(metadata) + "\n" + json.dumps({topic: offsets})
+        )
+        (path / "offsets" / f".{batch}.crc").write_text("x")
+        if batch <= committed:
+            write_log(path / "commits" / str(batch), {"nextBatchWatermarkMs": 0})
+
+
+def test_commits_are_read_from_sparks_logs_with_where_the_query_started(tmp_path: Path) -> None:
+    settings = Settings(state_dir=tmp_path)
+    path = checkpoint_dir(settings, "plays", "search")
+    spark_checkpoint(path, {0: {"0": 5, "1": 7}, 1: {"0": 9, "1": 7}, 2: {"0": 12, "1": 8}}, 1)
+    found = commits(path, TOPIC)
+    assert [(c.batch, c.offsets) for c in found] == [
+        (START, {0: 0, 1: 0}),
+        (0, {0: 5, 1: 7}),
+        (1, {0: 9, 1: 7}),
+    ]  # batch 2 is not committed
+    assert [c.batch for c in commits(path, TOPIC, after=0)] == [1]
+    assert latest(path, TOPIC).batch == 1  # type: ignore[union-attr]
+    assert query_id(path) == "5a0c"
+    assert commits(path, "another.topic") == []
+    assert latest(tmp_path / "none", TOPIC) is None
+
+
+def test_generations_are_found_and_removed_by_number(tmp_path: Path) -> None:
+    settings = Settings(state_dir=tmp_path)
+    for generation in (0, 1, 3):
+        checkpoint_dir(settings, "plays", "search", generation).mkdir(parents=True)
+    checkpoint_dir(settings, "plays", "search_two", 0).mkdir(parents=True)
+    (settings.checkpoints_dir / "plays" / "search.x").mkdir()
+    assert set(generations(settings, "plays", "search")) == {0, 1, 3}
+    remove_generations(settings, "plays", "search", below=3)
+    assert set(generations(settings, "plays", "search")) == {3}
+    remove_generations(settings, "plays", "search")
+    assert generations(settings, "plays", "search") == {}
+    assert set(generations(settings, "plays", "search_two")) == {0}  # another output's
