@@ -203,3 +203,13 @@ def test_the_end_to_end_benchmark_smoke(stack: Stack) -> None:
     assert row["lossless"] and row["drained"], row
     assert row["router_cpu_s_per_m_events"] > 0 and row["proxy_cpu_s_per_m_events"] > 0
     assert (stack.state_dir / "bench" / "e2e-smoke" / "report.md").exists()
+
+
+@pytest.mark.timeout(420)
+def test_the_rewind_benchmark_smoke(stack: Stack) -> None:
+    figures = _smoke(stack, "rewind_bench", "rewind.json", timeout=360)
+    rows = _measured(figures)
+    assert [r["name"] for r in rows] == ["kafka", "elasticsearch", "hive"]
+    for row in rows:  # the loaded events, and the live ones until it was asked
+        assert row["events"] >= 3000 and row["live_records"] > 0, row
+    assert len(figures["topics"]) == 4  # fronting, dead letters, and its two Kafka outputs

@@ -1,0 +1,285 @@
+"""The rewind benchmark: how fast a rewind replays into each sink type, and what the replay costs
+the same router's live output meanwhile.
+
+    python -m keystone.loadtest.rewind_bench [--events 1000000] [--live-rate 200] [--smoke]
+
+The stream `rewind_bench` (4 partitions) is loaded with N events of 1 KB straight to Kafka;
+then its outputs are made: a Kafka, an Elasticsearch and a Kafka `live` output at the topic's
+end, a Hive output from its start (a Hive output replays from a restore point, so it routes the
+N events once first, to have one there). While a steady live load of the `live` rate goes
+through the stream, each of the first three is rewound in turn to the topic's start (Hive: to
+its restore point there) at the highest rate allowed (`max_replay_events_per_second`): the
+sink's own pace, the worst case for the live output. Per sink: the replay's events/s (its
+events over the time from the request until the fleet saw it caught up, the query's restart
+included), the router's CPU seconds per million replayed events (its process group), and the
+live output's p99 latency during the replay beside the same before any replay (its records'
+Kafka timestamps minus their ingest time). The stream is deleted when the run ends, with its
+topics and indices (its Hive table stays). `--smoke` does the same with 3,000 events.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+from rich.console import Console
+
+from keystone.contracts import envelope
+from keystone.contracts.names import index_prefix
+from keystone.contracts.settings import Settings
+from keystone.control.client import ControlClient, ControlError
+from keystone.control.launcher import Deployment
+from keystone.ingest_proxy.client import DirectProducer
+from keystone.loadtest.bench import (
+    CPU_COLUMN,
+    CpuMeter,
+    machine,
+    make_event,
+    parse_arguments,
+    per_million,
+    process_tree,
+    save_figures,
+    stream_topics,
+    write_section,
+)
+from keystone.loadtest.run import await_routers
+from keystone.loadtest.topics import iter_topic
+from keystone.router.topics import delete_topics
+
+console = Console()
+STREAM, APP = "rewind_bench", "rewind-bench"
+PARTITIONS = 4
+REPLAYED = ("kafka", "elasticsearch", "hive")  # each rewound in turn, in this order
+BASELINE_SECONDS = 30.0
+SMOKE_EVENTS = 3000
+LOAD_BATCH = 2000
+CATCH_UP_SECONDS = 1800.0  # a replay's longest wait before the run gives up
+
+
+def spec() -> dict:
+    realtime = {"mode": "realtime", "trigger": "60 seconds"}
+    return {
+        "name": STREAM,
+        "owner": "bench",
+        "partitions": PARTITIONS,
+        "outputs": [
+            {"name": "kafka", "sink": {"type": "kafka"}, "delivery": realtime},
+            {"name": "elasticsearch", "sink": {"type": "elasticsearch"}},
+            {
+                "name": "hive",
+                "sink": {"type": "hive"},
+                "delivery": {"mode": "microbatch", "trigger": "10 seconds"},
+                "start": "earliest",
+            },
+            {"name": "live", "sink": {"type": "kafka"}, "delivery": realtime},
+        ],
+    }
+
+
+def load(settings: Settings, events: int) -> float:
+    """The events, straight to the fronting topic; events/s it took."""
+    producer = DirectProducer(settings.kafka_bootstrap, APP)
+    started = time.monotonic()
+    for first in range(0, events, LOAD_BATCH):
+        batch = [make_event(n) for n in range(first, min(events, first + LOAD_BATCH))]
+        producer.send(STREAM, batch)  # raises unless Kafka has every event
+    return events / (time.monotonic() - started)
+
+
+class LiveLoad:
+    """A steady trickle of events through the stream while the rewinds run."""
+
+    def __init__(self, settings: Settings, rate: float) -> None:
+        self.producer = DirectProducer(settings.kafka_bootstrap, APP)
+        self.rate = rate
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="live-load", daemon=True)
+
+    def _run(self) -> None:
+        tick, n = 0.1, 0
+        per_tick = max(1, round(self.rate * tick))
+        next_at = time.monotonic()
+        while not self._stop.is_set():
+            self.producer.send(STREAM, [make_event(n + i) for i in range(per_tick)])
+            n += per_tick
+            next_at += tick
+            self._stop.wait(max(0.0, next_at - time.monotonic()))
+
+    def __enter__(self) -> LiveLoad:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def live_p99_ms(settings: Settings, since: float, until: float) -> tuple[float | None, int]:
+    """The live output's p99 delivery latency (record's Kafka timestamp minus its ingest time)
+    of the records it wrote between `since` and `until` (epoch seconds), and their count."""
+    latencies = []
+    for message in iter_topic(settings.kafka_bootstrap, f"{STREAM}.live", timeout=30):
+        written = message.timestamp()[1] / 1000
+        if not since <= written <= until:
+            continue
+        headers = dict(message.headers() or [])
+        ingested = headers.get(envelope.TIMESTAMP)
+        if ingested is not None:
+            latencies.append(written * 1000 - int(ingested))
+    if not latencies:
+        return None, 0
+    latencies.sort()
+    return round(latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))], 1), len(latencies)
+
+
+def router_processes(settings: Settings) -> Callable[[], list[int]]:
+    def pids() -> list[int]:
+        deployed = Deployment.load(settings, STREAM)
+        return process_tree(deployed.pid) if deployed is not None and deployed.alive() else []
+
+    return pids
+
+
+def replay(
+    control: ControlClient, settings: Settings, output: str, target: dict[str, Any]
+) -> dict[str, Any]:
+    """Rewinds one output and waits until it has caught up; its figures."""
+    request = {**target, "max_events_per_second": settings.max_replay_events_per_second}
+    with CpuMeter(router_processes(settings), every=5.0) as cpu:
+        asked = time.time()
+        started = control.rewind(STREAM, output, request)
+        with console.status(f"replaying {started.events:,} events into {output}…"):
+            while (now := control.rewind_progress(STREAM, output)).state == "replaying":
+                if time.time() - asked > CATCH_UP_SECONDS:
+                    raise RuntimeError(f"{output} had not caught up after {CATCH_UP_SECONDS} s")
+                time.sleep(1)
+        done = time.time()
+    p99, records = live_p99_ms(settings, asked, done)
+    seconds = done - asked
+    console.print(
+        f"{output}: {now.events:,} events in {seconds:.1f} s "
+        f"({now.events / seconds:,.0f}/s); live p99 {p99} ms over {records} records"
+    )
+    return {
+        "name": output,
+        "events": now.events,
+        "seconds": round(seconds, 1),
+        "events_per_second": round(now.events / seconds),
+        "cpu_s_per_m_events": per_million(cpu.seconds, now.events),
+        "live_p99_ms": p99,
+        "live_records": records,
+    }
+
+
+def cleanup(settings: Settings, control: ControlClient) -> list[str]:
+    """Deletes the stream, then (once its router stopped) its topics and indices."""
+    try:
+        made = control.stream(STREAM).spec
+        control.delete_stream(STREAM)
+    except ControlError as e:
+        if e.status == 404:
+            return []
+        raise
+    deadline = time.monotonic() + 120
+    while (d := Deployment.load(settings, STREAM)) and d.alive() and time.monotonic() < deadline:
+        time.sleep(1)
+    topics = stream_topics(made)
+    delete_topics(settings, topics)
+    prefix = index_prefix(STREAM, "elasticsearch")
+    httpx.delete(f"{settings.elasticsearch_url}/{prefix}*", timeout=60)
+    return topics
+
+
+def markdown(figures: dict, command: str) -> str:
+    rows = [
+        f"| {r['name']} | {r['events']:,} | {r['seconds']:.0f} | {r['events_per_second']:,} | "
+        f"{(r['cpu_s_per_m_events'] or 0):.0f} | {r['live_p99_ms']} |"
+        for r in figures["results"]
+    ]
+    return "\n".join(
+        [
+            f"Command: `{command}`: {figures['events']:,} events of 1 KB in the fronting topic "
+            f"({PARTITIONS} partitions), each output rewound to its start in turn at the highest "
+            f"rate allowed, a live load of {figures['live_rate']:.0f} events/s meanwhile; the "
+            "stack, the router and the load on the same machine.  ",
+            f"Machine: {figures['machine']}.",
+            "",
+            f"| sink | events replayed | seconds | events/s | {CPU_COLUMN} | live p99 ms |",
+            "| --- | ---: | ---: | ---: | ---: | ---: |",
+            *rows,
+            "",
+            f"The live output's p99 before any replay: {figures['baseline_p99_ms']} ms "
+            f"({figures['baseline_records']} records over {BASELINE_SECONDS:.0f} s). Seconds run "
+            "from the request until the fleet saw the output caught up, the query's restart "
+            f"included. {CPU_COLUMN}: the router's process group (the router and its JVM) "
+            "over the replay, the live output's share included.",
+            "",
+        ]
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--events", type=int, default=1_000_000)
+    parser.add_argument("--live-rate", type=float, default=200.0, help="live events per second")
+    args = parse_arguments(parser)
+    settings = Settings()
+    events = SMOKE_EVENTS if args.smoke else args.events
+    baseline_seconds = 5.0 if args.smoke else BASELINE_SECONDS
+    command = "python -m keystone.loadtest.rewind_bench " + " ".join(sys.argv[1:])
+    with ControlClient.from_settings(settings) as control:
+        cleanup(settings, control)  # a run that died before its end
+        topics: list[str] = []
+        try:
+            control.create_stream({**spec(), "outputs": []})  # the topic first, then the load
+            rate = load(settings, events)
+            console.print(f"loaded {events:,} events ({rate:,.0f}/s)")
+            control.put_stream(spec())
+            await_routers(control, [STREAM], console)
+            with console.status("the Hive output routes the events once…"):
+                while not _hive_point_at_start(control, events):
+                    time.sleep(2)
+            results = []
+            with LiveLoad(settings, args.live_rate):
+                time.sleep(5)  # the live output under way
+                since = time.time()
+                time.sleep(baseline_seconds)
+                baseline, records = live_p99_ms(settings, since, time.time())
+                offsets = {str(p): 0 for p in range(PARTITIONS)}
+                for output in REPLAYED:
+                    target: dict[str, Any] = {"offsets": offsets}
+                    if output == "hive":
+                        target = {"restore_point": "0-start"}
+                    results.append(replay(control, settings, output, target))
+        finally:
+            topics = cleanup(settings, control)
+    figures = {
+        "smoke": args.smoke,
+        "machine": machine(),
+        "events": events,
+        "live_rate": args.live_rate,
+        "baseline_p99_ms": baseline,
+        "baseline_records": records,
+        "topics": topics,
+        "results": results,
+    }
+    save_figures(settings, "rewind", figures)
+    if args.write_docs:
+        write_section("rewind-bench", "Rewind", markdown(figures, command))
+        console.print("wrote docs/benchmarks.md")
+
+
+def _hive_point_at_start(control: ControlClient, events: int) -> bool:
+    """The Hive output has routed the loaded events (its restore points reach their end), so
+    its rewind to where it started replays all of them."""
+    points = control.restore_points(STREAM, "hive")
+    return any(sum(p.offsets.values()) >= events for p in points)
+
+
+if __name__ == "__main__":
+    main()
