@@ -1,0 +1,196 @@
+"""Rewinds planned on their own: where a replay starts and stops, what each sink is told, and
+what is refused, with the registry, the streams and Kafka's positions given as plain values
+(the real ones: tests/router/test_rewind.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from keystone.contracts.checkpoints import Offsets
+from keystone.contracts.errors import Conflict, Gone, LimitExceeded, Unprocessable
+from keystone.contracts.recovery import Replaced, RestorePoint, Rewind
+from keystone.contracts.settings import Settings
+from keystone.contracts.spec import StreamSpec, load_spec
+from keystone.control.positions import Extent
+from keystone.control.rewinds import Rewinds, Target
+from keystone.control.tenancy import Caller
+
+NOW = 1_800_000_000.0
+SPEC = load_spec(
+    {
+        "name": "plays",
+        "owner": "team-a",
+        "partitions": 2,
+        "outputs": [
+            {"name": "clicks", "sink": {"type": "kafka"}},
+            {"name": "archive", "sink": {"type": "hive"}},
+            {"name": "search", "sink": {"type": "elasticsearch"}},
+        ],
+    }
+)
+TEAM = Caller(name="team-a", admin=False)
+
+
+def point(
+    generation: int, batch: int, offsets: Offsets, age: float, query: str = "q0"
+) -> RestorePoint:
+    return RestorePoint(
+        id=RestorePoint.make_id(generation, batch),
+        time=NOW - age,
+        generation=generation,
+        batch=batch,
+        query=query,
+        offsets=offsets,
+    )
+
+
+# Newest first, as the store answers: generation 0 (query q0) ran to batch 3 and further, then
+# a rewind took it back to offsets 40 (generation 1, query q1, its points after 0-3 forgotten).
+POINTS = [
+    point(1, 2, {0: 90, 1: 80}, age=60, query="q1"),
+    point(1, -1, {0: 40, 1: 40}, age=600, query="q1"),
+    point(0, 3, {0: 30, 1: 30}, age=1800),
+    point(0, -1, {0: 0, 1: 0}, age=3000),
+]
+
+
+@dataclass
+class FakeStore:
+    rewound: dict[str, Rewind] = field(default_factory=dict)
+    points: list[RestorePoint] = field(default_factory=lambda: list(POINTS))
+
+    def rewinds(self, stream: str) -> dict[str, Rewind]:
+        return self.rewound
+
+    def restore_points(self, stream: str, output: str) -> list[RestorePoint]:
+        return self.points
+
+
+class FakeStreams:
+    def get(self, caller: Caller, name: str) -> StreamSpec:
+        return SPEC
+
+
+@dataclass
+class FakePositions:
+    """The fronting topic holds offsets `earliest` to `end`; record timestamps: one a second
+    from `first_at`, offset by offset."""
+
+    earliest: Offsets = field(default_factory=lambda: {0: 0, 1: 0})
+    end: Offsets = field(default_factory=lambda: {0: 100, 1: 100})
+    first_at: float = NOW - 100
+
+    def extent(self, topic: str) -> Extent:
+        return Extent(dict(self.earliest), dict(self.end))
+
+    def at_time(self, topic: str, epoch_ms: int) -> Offsets:
+        offset = max(0, int(epoch_ms / 1000 - self.first_at))
+        return {p: max(self.earliest[p], min(offset, self.end[p])) for p in self.end}
+
+    def first_timestamp(self, topic: str, offsets: Offsets) -> float | None:
+        return self.first_at + min(offsets.values()) if offsets else None
+
+
+def rewinds(tmp_path: Path, store: FakeStore | None = None, **positions: object) -> Rewinds:
+    return Rewinds(
+        Settings(state_dir=tmp_path),
+        store or FakeStore(),  # type: ignore[arg-type]
+        FakeStreams(),  # type: ignore[arg-type]
+        FakePositions(**positions),  # type: ignore[arg-type]
+        clock=lambda: NOW,
+    )
+
+
+def test_a_kafka_output_replays_from_the_exact_position_to_the_topics_end(tmp_path: Path) -> None:
+    plan = rewinds(tmp_path).plan(TEAM, "plays", "clicks", Target(offsets={0: 50, 1: 45}), None)
+    rewind = plan.rewind
+    assert rewind.start == {0: 50, 1: 45} and rewind.until == {0: 100, 1: 100}
+    assert rewind.total == 105 and rewind.generation == 1 and rewind.replaced == []
+    assert rewind.rate == SPEC.recovery.max_events_per_second
+    assert plan.replay == "append-only" and "ks_replay=" + rewind.id in plan.effect
+    # Points past the start describe a history the rewind undoes.
+    assert {p.id for p in plan.dropped} == {"1-2"}
+
+
+def test_a_hive_output_starts_at_the_restore_point_at_or_before_and_replaces_what_follows(
+    tmp_path: Path,
+) -> None:
+    store = FakeStore()
+    planner = rewinds(tmp_path, store)
+    plan = planner.plan(TEAM, "plays", "archive", Target(offsets={0: 35, 1: 45}), None)
+    assert plan.rewind.restore_point == "0-3" and plan.rewind.start == {0: 30, 1: 30}
+    # Query q0's batches after 3, and every batch of the later generation's query.
+    assert plan.rewind.replaced == [Replaced(query="q0", after=3), Replaced(query="q1", after=-1)]
+    assert {p.id for p in plan.dropped} == {"1-2", "1-start"}
+    assert plan.replay == "resettable"
+    # Within the latest generation: only its batches after the point.
+    plan = planner.plan(TEAM, "plays", "archive", Target(offsets={0: 95, 1: 85}), None)
+    assert plan.rewind.restore_point == "1-2"
+    assert plan.rewind.replaced == [Replaced(query="q1", after=2)]
+
+
+def test_a_time_starts_at_the_first_event_at_or_after_it(tmp_path: Path) -> None:
+    when = datetime.fromtimestamp(NOW - 30, UTC)
+    plan = rewinds(tmp_path).plan(TEAM, "plays", "search", Target(to=when), None)
+    assert plan.rewind.start == {0: 70, 1: 70}
+    assert plan.rewind.target == when.isoformat().replace("+00:00", "Z")
+    assert plan.replay == "idempotent"
+
+
+def test_past_the_topics_retention_is_refused_naming_the_earliest_position(
+    tmp_path: Path,
+) -> None:
+    gone = {"earliest": {0: 20, 1: 20}}
+    with pytest.raises(Unprocessable) as refused:
+        rewinds(tmp_path, **gone).plan(TEAM, "plays", "clicks", Target(offsets={0: 0, 1: 30}), None)
+    assert refused.value.details["earliest"] == {0: 20, 1: 20}
+    assert "retention" in refused.value.message and "0:20, 1:20" in refused.value.message
+    early = datetime.fromtimestamp(NOW - 99, UTC)  # before the first record still kept
+    with pytest.raises(Unprocessable):
+        rewinds(tmp_path, **gone).plan(TEAM, "plays", "clicks", Target(to=early), None)
+
+
+def test_what_cannot_be_is_refused(tmp_path: Path) -> None:
+    planner = rewinds(tmp_path)
+    future = datetime.fromtimestamp(NOW + 60, UTC)
+    cases = [
+        (Target(to=future), Unprocessable, "future"),
+        (Target(restore_point="0-1"), Gone, "no longer exists"),
+        (Target(offsets={0: 1, 7: 1}), Unprocessable, "no partition 7"),
+        (Target(offsets={0: 101}), Unprocessable, "past the topic's end"),
+    ]
+    for target, error, words in cases:
+        with pytest.raises(error, match=words):
+            planner.plan(TEAM, "plays", "clicks", target, None)
+    with pytest.raises(LimitExceeded):
+        planner.plan(TEAM, "plays", "clicks", Target(restore_point="0-3"), 10**9)
+    no_points = FakeStore(points=[point(0, 7, {0: 60, 1: 50}, age=900)])  # all after
+    with pytest.raises(Unprocessable, match="no restore point"):
+        rewinds(tmp_path, no_points).plan(
+            TEAM, "plays", "archive", Target(offsets={0: 10, 1: 10}), None
+        )
+
+
+def test_one_rewind_per_output_at_a_time_and_the_next_one_a_generation_on(tmp_path: Path) -> None:
+    replaying = Rewind(
+        id="rw-000000000001",
+        output="clicks",
+        generation=1,
+        start={0: 0, 1: 0},
+        until={0: 100, 1: 100},
+        rate=10,
+        requested_at=NOW,
+        by="team-a",
+        target="offsets",
+        total=200,
+    )
+    store = FakeStore(rewound={"clicks": replaying})
+    with pytest.raises(Conflict, match="rw-000000000001"):
+        rewinds(tmp_path, store).plan(TEAM, "plays", "clicks", Target(restore_point="0-3"), None)
+    store.rewound["clicks"] = replaying.model_copy(update={"phase": "caught_up"})
+    plan = rewinds(tmp_path, store).plan(TEAM, "plays", "clicks", Target(restore_point="0-3"), 7)
+    assert plan.rewind.generation == 2 and plan.rewind.rate == 7
