@@ -16,3 +16,6 @@ ROUTER_STAGES = ("in", "matched", "delivered", "dead_letter")
 CONTROL_ROUTERS = "keystone_control_routers"  # {state} routers in each state
 CONTROL_ROUTER_RESTARTS = "keystone_control_router_restarts"  # {stream} gauge: restarts so far
 CONTROL_REQUESTS = "keystone_control_requests_total"  # {method, route, status}
+# Each output's latest rewind, as control's registry and the output's checkpoint say per scrape.
+REWIND_REMAINING = "keystone_rewind_remaining_records"  # {stream, output} gauge: still to replay
+REWIND_STARTED = "keystone_rewind_started_seconds"  # {stream, output} gauge: when it was asked

@@ -27,7 +27,6 @@ from keystone.control.models import (
 )
 from keystone.control.plane import Plane
 from keystone.control.preview import preview
-from keystone.control.rewinds import progress
 from keystone.control.status import stream_status
 from keystone.control.streams import Applied
 from keystone.control.tenancy import Caller
@@ -134,13 +133,8 @@ def status(stream: str, plane: PlaneDep, who: CallerDep) -> StatusPublic:
     """The router's state (running, restarting, failed with the last error...) and per output
     its rates (events/s over the last minute), lag and p99 delivery latency."""
     spec = plane.streams.get(who, stream)
-    status = stream_status(plane.settings, spec, plane.store.router_state(stream))
-    rewinds = plane.store.rewinds(stream)
-    for output in status.outputs:
-        rewind = rewinds.get(output.name)
-        if rewind is not None:
-            output.rewind = RewindPublic.of_progress(stream, progress(plane.settings, spec, rewind))
-    return status
+    store = plane.store
+    return stream_status(plane.settings, spec, store.router_state(stream), store.rewinds(stream))
 
 
 @router.get("/streams/{stream}/dashboard", tags=["streams"])

@@ -24,16 +24,20 @@ from keystone.contracts.errors import KeystoneError
 from keystone.contracts.limits import Limits
 from keystone.contracts.registry import RouterPhase
 from keystone.contracts.settings import Settings
+from keystone.contracts.spec import StreamSpec
 from keystone.control import api, ui
 from keystone.control.gate import Gate
 from keystone.control.plane import Plane
+from keystone.control.rewinds import progress
+from keystone.control.store import Store
 from keystone.control.tenancy import Caller
 
 log = logging.getLogger(__name__)
 
 
 class FleetCollector(Collector):
-    """Routers by state and each router's restarts, read from the fleet's records per scrape."""
+    """Routers by state and each router's restarts, read from the fleet's records per scrape,
+    and each output's latest rewind (`rewind_figures`)."""
 
     def __init__(self, app: FastAPI) -> None:
         self.app = app
@@ -61,6 +65,51 @@ class FleetCollector(Collector):
             restarts.add_metric([stream], state.restarts)
         yield by_state
         yield restarts
+        yield from rewind_figures(plane)
+
+
+def rewind_figures(plane: Plane) -> Iterator[GaugeMetricFamily]:
+    """Per output with a rewind, the events its replay still has to read and when it was asked,
+    from the registry and the output's checkpoint. Each stream on its own: one that cannot be
+    read is logged and left out, not every stream's figures with it."""
+    try:
+        specs, _ = plane.store.read_streams()  # the unreadable ones: the fleet's to report
+    except KeystoneError:
+        return
+    remaining = GaugeMetricFamily(
+        names.REWIND_REMAINING,
+        "Events of the fronting topic the output's latest rewind still has to replay "
+        "(0 once caught up)",
+        labels=["stream", "output"],
+    )
+    started = GaugeMetricFamily(
+        names.REWIND_STARTED,
+        "When the output's latest rewind was asked, epoch seconds",
+        labels=["stream", "output"],
+    )
+    for spec in specs:
+        try:
+            figures = _figures_of(plane.settings, plane.store, spec)
+        except Exception:  # a collector that raises fails the whole scrape, every figure lost
+            log.warning("no rewind figures for stream %s", spec.name, exc_info=True)
+            continue
+        for output, left, asked in figures:
+            remaining.add_metric([spec.name, output], left)
+            started.add_metric([spec.name, output], asked)
+    yield remaining
+    yield started
+
+
+def _figures_of(settings: Settings, store: Store, spec: StreamSpec) -> list[tuple[str, int, float]]:
+    """(output, events still to replay, requested at) per output of the spec with a rewind."""
+    rewinds = store.rewinds(spec.name)
+    figures = []
+    for output in spec.outputs:  # a rewind of an output since removed is not asked about
+        rewind = rewinds.get(output.name)
+        if rewind is not None:
+            done = progress(settings, spec, rewind).replayed
+            figures.append((output.name, max(0, rewind.total - done), rewind.requested_at))
+    return figures
 
 
 def problems_of(error: RequestValidationError) -> list[dict[str, str]]:

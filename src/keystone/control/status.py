@@ -1,21 +1,29 @@
-"""A stream's status: its router as the fleet sees it, and per output its rates, lag and
-latency as Prometheus has scraped them from the router."""
+"""A stream's status: its router as the fleet sees it, per output its rates, lag and latency as
+Prometheus has scraped them from the router, and its latest rewind."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from keystone.contracts import metrics as names
+from keystone.contracts.recovery import Rewind
 from keystone.contracts.registry import RouterState
 from keystone.contracts.settings import Settings
 from keystone.contracts.spec import StreamSpec
-from keystone.control.models import OutputStatusPublic, RouterPublic, StatusPublic
+from keystone.control.models import OutputStatusPublic, RewindPublic, RouterPublic, StatusPublic
+from keystone.control.rewinds import progress
 from keystone.dashboards.prometheus import PrometheusError, instant
 
 RATE_WINDOW = "1m"
 
 
-def stream_status(settings: Settings, spec: StreamSpec, state: RouterState | None) -> StatusPublic:
+def stream_status(
+    settings: Settings,
+    spec: StreamSpec,
+    state: RouterState | None,
+    rewinds: dict[str, Rewind] | None = None,
+) -> StatusPublic:
+    """`rewinds`: the outputs' latest, each shown with its replay's progress."""
     # Every field given, so that each is in the answer (the route leaves out what is unset: a
     # router without a record says only its state).
     outputs = {
@@ -24,6 +32,11 @@ def stream_status(settings: Settings, spec: StreamSpec, state: RouterState | Non
         )
         for o in spec.outputs
     }
+    for name, rewind in (rewinds or {}).items():
+        if name in outputs:
+            outputs[name].rewind = RewindPublic.of_progress(
+                spec.name, progress(settings, spec, rewind)
+            )
     status = StatusPublic(
         stream=spec.name,
         router=RouterPublic.of(state, bool(spec.outputs)),

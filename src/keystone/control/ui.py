@@ -1,6 +1,8 @@
 """The web UI for stream owners, served by control under /ui/: the streams with their health,
 a stream's page (outputs, rates, its dashboard), and forms to create a stream and add an output,
-with a filter and projection editor that previews on recent events and shows errors inline.
+with a filter and projection editor that previews on recent events and shows errors inline. On
+the stream's page, each output's restore points and a rewind, confirmed once its plan is shown,
+followed until it has caught up.
 
 Pages call the same functions as the REST API. Signing in with a token opens a session that
 control keeps in Redis (12 hours, ended by signing out or by rotating the token); its id is
@@ -23,13 +25,18 @@ from pydantic import ValidationError
 from keystone.contracts.errors import Forbidden, InvalidSpec, KeystoneError, Unauthorized
 from keystone.contracts.spec import DEFAULT_TRIGGERS, OutputSpec, StreamSpec, field_errors
 from keystone.control.api import PlaneDep
-from keystone.control.models import PreviewRequest
+from keystone.control.models import (
+    PreviewRequest,
+    RestorePointPublic,
+    RewindPublic,
+    RewindRequest,
+)
 from keystone.control.plane import Plane
 from keystone.control.preview import preview
 from keystone.control.status import stream_status
 from keystone.control.tenancy import SESSION_SECONDS, Caller
 from keystone.dashboards.grafana import dashboard
-from keystone.dashboards.live import panel_data, panel_layout, stream_alerts
+from keystone.dashboards.live import panel_data, panel_layout, rewind_marks, stream_alerts
 from keystone.dashboards.panels import fleet_panels, stream_panels
 from keystone.dashboards.prometheus import PrometheusError, instant
 
@@ -306,6 +313,30 @@ def preview_draft(
     return JSONResponse(result.__dict__)
 
 
+# Recovery: the page lists an output's restore points, and asks for a rewind's plan (a dry run)
+# to confirm before it asks for the rewind itself.
+
+
+@router.get("/streams/{stream}/outputs/{output}/restore-points")
+def restore_points(stream: str, output: str, plane: PlaneDep, who: UICaller) -> JSONResponse:
+    points = plane.rewinds.restore_points(who, stream, output)
+    return JSONResponse([RestorePointPublic.of(p).model_dump(mode="json") for p in points])
+
+
+@router.post("/streams/{stream}/outputs/{output}/rewind", dependencies=[Depends(same_site)])
+def rewind(
+    stream: str, output: str, body: RewindRequest, plane: PlaneDep, who: UICaller
+) -> JSONResponse:
+    """With dry_run, what the rewind would do (200), for the page's confirmation; without, the
+    rewind started (202)."""
+    args = (who, stream, output, body.target(), body.max_events_per_second)
+    if body.dry_run:
+        planned = RewindPublic.of_plan(stream, plane.rewinds.plan(*args), started=False)
+        return JSONResponse(planned.model_dump(mode="json"))
+    started = RewindPublic.of_plan(stream, plane.rewinds.start(*args), started=True)
+    return JSONResponse(started.model_dump(mode="json"), status_code=202)
+
+
 # Dashboards: the stream's, and the overview of the caller's streams.
 
 Minutes = Annotated[int, Query(ge=5, le=7 * 24 * 60)]
@@ -330,7 +361,7 @@ def stream_dashboard_data(
     stream: str, plane: PlaneDep, who: UICaller, minutes: Minutes = 15
 ) -> JSONResponse:
     spec = plane.streams.get(who, stream)
-    return _dashboard_data(plane, stream_panels(spec), {spec.name}, minutes)
+    return _dashboard_data(plane, stream_panels(spec), {spec.name}, minutes, rewinds=spec.name)
 
 
 @router.get("/streams/{stream}/dashboard/grafana.json")
@@ -363,11 +394,13 @@ def fleet_dashboard_data(plane: PlaneDep, who: UICaller, minutes: Minutes = 15) 
 
 
 def _dashboard_data(
-    plane: Plane, panels: list, streams: set[str] | None, minutes: int
+    plane: Plane, panels: list, streams: set[str] | None, minutes: int, rewinds: str | None = None
 ) -> JSONResponse:
+    """The charts' data and alerts, and a stream's rewinds to mark on its charts."""
     try:
         data = panel_data(plane.settings, panels, minutes)
         data["alerts"] = stream_alerts(plane.settings, streams)
+        data["rewinds"] = rewind_marks(plane.settings, rewinds, minutes) if rewinds else []
     except PrometheusError as e:
         return JSONResponse({"error": str(e)}, status_code=503)
     return JSONResponse(data)
@@ -379,7 +412,12 @@ def _projection(text: str) -> list[str]:
 
 
 def _status_of(plane: Plane, spec: StreamSpec) -> dict[str, Any]:
-    status = stream_status(plane.settings, spec, plane.store.router_state(spec.name))
+    """The status as the API answers it, each output with its latest rewind (the page's
+    progress of a replay)."""
+    store = plane.store
+    status = stream_status(
+        plane.settings, spec, store.router_state(spec.name), store.rewinds(spec.name)
+    )
     return status.model_dump(mode="json", exclude_unset=True)
 
 

@@ -1,13 +1,15 @@
 """A stream's Grafana dashboard model, importable as is: its panels query a data source chosen
-through the dashboard's `datasource` variable (any Prometheus that scrapes the stack)."""
+through the dashboard's `datasource` variable (any Prometheus that scrapes the stack). Rewinds
+of its outputs are marked on every chart (an annotation) and their replays have a panel."""
 
 from __future__ import annotations
 
 import hashlib
 from typing import Any
 
+from keystone.contracts import metrics as m
 from keystone.contracts.spec import StreamSpec
-from keystone.dashboards.panels import Panel, stream_panels
+from keystone.dashboards.panels import Panel, Query, stream_panels
 
 SCHEMA_VERSION = 39  # Grafana 10/11's dashboard schema
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
@@ -16,7 +18,7 @@ HEIGHT = 8
 
 def dashboard(spec: StreamSpec) -> dict[str, Any]:
     panels, x, y = [], 0, 0
-    for number, panel in enumerate(stream_panels(spec), start=1):
+    for number, panel in enumerate([*stream_panels(spec), rewind_panel(spec)], start=1):
         if x + panel.width > 24:
             x, y = 0, y + HEIGHT
         panels.append(_panel(number, panel, {"x": x, "y": y, "w": panel.width, "h": HEIGHT}))
@@ -32,7 +34,7 @@ def dashboard(spec: StreamSpec) -> dict[str, Any]:
         "version": 1,
         "refresh": "10s",
         "time": {"from": "now-1h", "to": "now"},
-        "annotations": {"list": []},
+        "annotations": {"list": [rewind_annotation(spec)]},
         "templating": {
             "list": [
                 {
@@ -50,6 +52,46 @@ def dashboard(spec: StreamSpec) -> dict[str, Any]:
         },
         "panels": panels,
     }
+
+
+def rewind_annotation(spec: StreamSpec) -> dict[str, Any]:
+    """A mark at the moment each rewind of an output was asked: the gauge's value is that
+    moment, which Grafana takes as the mark's time (in ms). Unlike `changes()` over the gauge,
+    this marks an output's first rewind too (its series only begins then) at its exact time."""
+    selector = f'{{stream="{spec.name}"}}'  # a validated name: safe inside PromQL
+    return {
+        "name": "Rewinds",
+        "datasource": DATASOURCE,
+        "enable": True,
+        "hide": False,
+        "iconColor": "orange",
+        "expr": f"max by (output) ({m.REWIND_STARTED}{selector}) * 1000",
+        "step": "1m",
+        "useValueForTime": True,
+        "titleFormat": "Rewind of output {{output}}",
+        "textFormat": f"{spec.name}.{{{{output}}}} taken back: it replays from there",
+        "tagKeys": "output",
+    }
+
+
+def rewind_panel(spec: StreamSpec) -> Panel:
+    """Each output's replay: the events its latest rewind still has to read. An output never
+    rewound has no such series: it shows 0 (from its lag's series) rather than nothing."""
+    selector = f'{{stream="{spec.name}"}}'
+    return Panel(
+        "rewind-remaining",
+        "Rewind: events still to replay",
+        "short",
+        (
+            Query(
+                f"max by (output) ({m.REWIND_REMAINING}{selector}) "
+                f"or max by (output) (0 * {m.ROUTER_LAG}{selector})",
+                "{{output}}",
+            ),
+        ),
+        "Per output, the events of the fronting topic its latest rewind has yet to replay, "
+        "at the stream's recovery rate; 0 once it has caught up (and for outputs never rewound).",
+    )
 
 
 def uid(stream: str) -> str:

@@ -1,5 +1,5 @@
-"""What the live dashboard pages draw: each panel's series over a window, on one time grid, and
-the streams' alerts with their state, from Prometheus' query API."""
+"""What the live dashboard pages draw: each panel's series over a window, on one time grid, the
+streams' alerts with their state, and the rewinds to mark, from Prometheus' query API."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import math
 import re
 from typing import Any
 
+from keystone.contracts import metrics as m
 from keystone.contracts.settings import Settings
 from keystone.dashboards.panels import UNITS, Panel
 from keystone.dashboards.prometheus import alert_rules, range_query, window
@@ -55,6 +56,22 @@ def panel_data(settings: Settings, panels: list[Panel], minutes: int) -> dict[st
         for s in p["series"]:
             s["values"] = s["values"][cut:]
     return {"times": times[cut:], "step": step, "panels": drawn}
+
+
+def rewind_marks(settings: Settings, stream: str, minutes: int) -> list[dict[str, Any]]:
+    """The rewinds of the stream's outputs asked within the window, oldest first:
+    [{time: epoch s, output}]. Each output's gauge holds when its latest rewind was asked, so
+    every value it took in the window is one rewind (as the Grafana model's annotation)."""
+    start, end, step = window(minutes, settings.scrape_interval_seconds)
+    promql = f'max by (output) ({m.REWIND_STARTED}{{stream="{stream}"}})'  # a validated name
+    marks = set()
+    for result in range_query(settings, promql, start, end, step):
+        output = result["metric"].get("output", "")
+        for _, value in result["values"]:
+            asked = float(value)
+            if asked >= start:  # a rewind asked before the window is not drawn
+                marks.add((asked, output))
+    return [{"time": asked, "output": output} for asked, output in sorted(marks)]
 
 
 def stream_alerts(settings: Settings, streams: set[str] | None) -> list[dict[str, Any]]:

@@ -1,4 +1,5 @@
-// The stream page: figures refreshed every 5 s, and the output editor's preview.
+// The stream page: figures refreshed every 5 s, the output editor's preview, and each output's
+// recovery: its restore points, a rewind confirmed once its plan is shown, and its progress.
 "use strict";
 
 const stream = document.getElementById("router").dataset.stream;
@@ -34,7 +35,194 @@ async function refresh() {
     row.querySelector("[data-lag]").textContent = figure(output.lag, 0);
     const p99 = output.latency_p99;
     row.querySelector("[data-p99]").textContent = p99 === null ? "–" : `${(p99 * 1000).toFixed(0)} ms`;
+    showRewind(output.name, output.rewind);
   }
+}
+
+// Recovery
+
+const count = (n) => Number(n).toLocaleString("en-US");
+const utc = (iso) => new Date(iso).toISOString().replace("T", " ").slice(0, 19);
+const offsetsText = (offsets) => Object.entries(offsets).map(([p, o]) => `${p}:${o}`).join(", ");
+
+function duration(seconds) {
+  if (seconds === null || seconds === undefined) return "–";
+  if (seconds < 90) return `${Math.ceil(seconds)} s`;
+  if (seconds < 5400) return `${Math.round(seconds / 60)} min`;
+  return `${Math.floor(seconds / 3600)} h ${Math.round((seconds % 3600) / 60)} min`;
+}
+
+function recoveryOf(output) {
+  return document.querySelector(`details.recovery[data-output="${output}"]`);
+}
+
+// An output's latest rewind, from the status: its progress while it replays, else its outcome.
+function showRewind(output, rewind) {
+  const box = recoveryOf(output);
+  if (!box) return;
+  const summary = box.querySelector("[data-rewind-summary]");
+  const progress = box.querySelector("[data-rewind-progress]");
+  const button = box.querySelector("[data-rewind-button]");
+  box.dataset.rewindState = rewind ? rewind.state : "none";
+  if (!rewind) {
+    summary.textContent = "not rewound";
+    progress.hidden = true;
+    button.disabled = false;
+    return;
+  }
+  const replaying = rewind.state === "replaying";
+  const where = rewind.restore_point ? `restore point ${rewind.restore_point}` : rewind.target;
+  if (replaying) {
+    const share = rewind.events ? Math.floor((100 * rewind.replayed) / rewind.events) : 100;
+    summary.textContent = `rewind ${rewind.id} to ${where}: replaying, ${share}%`;
+    const bar = progress.querySelector("progress");
+    bar.max = Math.max(1, rewind.events);
+    bar.value = rewind.replayed;
+    progress.querySelector("[data-rewind-text]").textContent =
+      `${count(rewind.replayed)} of ${count(rewind.events)} events replayed, ` +
+      `about ${duration(rewind.eta_seconds)} left (at most ${count(rewind.rate)} events/s)`;
+  } else {
+    const when = rewind.finished_at ? ` at ${utc(rewind.finished_at)} UTC` : "";
+    summary.textContent = `last rewind ${rewind.id} to ${where}: caught up${when}, ` +
+      `${count(rewind.events)} events replayed`;
+  }
+  progress.hidden = !replaying;
+  button.disabled = replaying;  // one rewind per output at a time
+  button.title = replaying ? "This output is replaying a rewind." : "";
+}
+
+async function loadRestorePoints(box) {
+  const output = box.dataset.output;
+  const body = box.querySelector("[data-restore-points] tbody");
+  const select = box.querySelector("select[name=restore_point]");
+  const answer = await fetch(`/ui/streams/${stream}/outputs/${output}/restore-points`,
+    {headers: {Accept: "application/json"}});
+  const result = await answer.json();
+  const row = (cells, className) => {
+    const tr = document.createElement("tr");
+    for (const text of cells) {
+      const td = document.createElement("td");
+      td.textContent = text;
+      if (className) td.className = className;
+      tr.append(td);
+    }
+    return tr;
+  };
+  if (!answer.ok) {
+    body.replaceChildren(row([result.message || `Restore points unavailable (${answer.status})`], "error"));
+    return;
+  }
+  const chosen = select.value;
+  select.replaceChildren();
+  body.replaceChildren();
+  for (const point of result) {  // newest first, as control lists them
+    const tr = row([point.id, utc(point.time), offsetsText(point.offsets)]);
+    tr.dataset.point = point.id;
+    body.append(tr);
+    select.append(new Option(`${point.id} · ${utc(point.time)} UTC`, point.id, false, point.id === chosen));
+  }
+  if (!result.length) {
+    const empty = row(["None yet: the output has not committed a batch since it started."], "dim");
+    empty.firstChild.colSpan = 3;
+    body.append(empty);
+  }
+}
+
+// The rewind's request from the form: one target, and the rate if one is given.
+function rewindRequest(form) {
+  const kind = form.elements.kind.value;
+  const request = {};
+  if (kind === "restore_point") {
+    if (!form.elements.restore_point.value) throw new Error("Choose a restore point.");
+    request.restore_point = form.elements.restore_point.value;
+  } else if (kind === "to") {
+    const local = form.elements.to.value;  // what the field shows, taken as UTC
+    if (!local) throw new Error("Give a time (UTC).");
+    request.to = `${local.length === 16 ? `${local}:00` : local}Z`;
+  } else {
+    const text = form.elements.offsets.value.trim();
+    const pairs = text.split(",").map((s) => s.trim()).filter((s) => s);
+    if (!pairs.length || !pairs.every((s) => /^\d+\s*:\s*\d+$/.test(s))) {
+      throw new Error("Offsets as partition:offset pairs, like 0:120, 1:98.");
+    }
+    request.offsets = Object.fromEntries(pairs.map((s) => s.split(":").map((n) => Number(n.trim()))));
+  }
+  const rate = form.elements.max_events_per_second.value;
+  if (rate) request.max_events_per_second = Number(rate);
+  return request;
+}
+
+async function postRewind(output, request) {
+  const answer = await fetch(`/ui/streams/${stream}/outputs/${output}/rewind`, {
+    method: "POST",
+    headers: {"Content-Type": "application/json", Accept: "application/json"},
+    body: JSON.stringify(request),
+  });
+  const result = await answer.json();
+  if (!answer.ok) {
+    const problems = (result.problems || []).map((p) => p.message);
+    throw new Error([result.message || `The rewind failed (${answer.status})`, ...problems].join(": "));
+  }
+  return result;
+}
+
+// The plan in the dialog; resolves to whether the owner confirmed it.
+function confirmPlan(plan) {
+  const dialog = document.getElementById("rewind-dialog");
+  const put = (name, text) => { dialog.querySelector(`[data-plan="${name}"]`).textContent = text; };
+  put("output", `${plan.stream}.${plan.output}`);
+  const point = `restore point ${plan.restore_point}`;  // a Hive output starts at one, whatever was asked
+  put("target", !plan.restore_point || plan.target === point ? plan.target : `${point} (asked: ${plan.target})`);
+  put("events", `${count(plan.events)} events of the fronting topic`);
+  put("rate", `${count(plan.rate)} events/s`);
+  put("eta", duration(plan.eta_seconds));
+  put("kind", plan.sink.kind);
+  put("effect", plan.sink.effect || "");
+  dialog.returnValue = "";
+  dialog.showModal();
+  return new Promise((resolve) => {
+    dialog.addEventListener("close", () => resolve(dialog.returnValue === "confirm"), {once: true});
+  });
+}
+
+async function rewind(event) {
+  event.preventDefault();
+  const form = event.currentTarget;
+  const box = form.closest("details.recovery");
+  const error = form.querySelector("[data-rewind-error]");
+  const button = form.querySelector("[data-rewind-button]");
+  error.hidden = true;
+  button.disabled = true;
+  try {
+    const request = rewindRequest(form);
+    const plan = await postRewind(form.dataset.output, {...request, dry_run: true});
+    if (!(await confirmPlan(plan))) return;
+    await postRewind(form.dataset.output, request);
+    await loadRestorePoints(box);  // those after the new start are gone
+    await refresh();
+  } catch (e) {
+    error.textContent = e.message;
+    error.hidden = false;
+  } finally {
+    button.disabled = box.dataset.rewindState === "replaying";
+  }
+}
+
+function showTargetField(form) {
+  for (const field of form.querySelectorAll("[data-kind]")) {
+    field.hidden = field.dataset.kind !== form.elements.kind.value;
+  }
+}
+
+for (const box of document.querySelectorAll("details.recovery")) {
+  box.addEventListener("toggle", () => { if (box.open) loadRestorePoints(box); });
+  const form = box.querySelector("form.rewind-form");
+  form.elements.kind.addEventListener("change", () => showTargetField(form));
+  form.addEventListener("submit", rewind);
+}
+if (location.hash.startsWith("#recovery-")) {
+  const box = document.getElementById(location.hash.slice(1));
+  if (box) box.open = true;
 }
 
 function projectionItems(text) {

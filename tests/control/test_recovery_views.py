@@ -1,0 +1,407 @@
+"""What owners see of rewinds, without the stack: the stream page's recovery section and its
+routes (restore points, a rewind's plan confirmed before it starts, its progress in the page's
+status), and control's rewind metrics. The routes, `Rewinds`, the models and the checkpoint
+reading are the real ones; only the registry (a store in memory) and Kafka's positions are
+fakes, and checkpoints are files in a temporary directory. The page's script in a browser is
+tests/control/test_rewind_browser.py (on the stack)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from prometheus_client import CollectorRegistry, generate_latest
+
+from keystone.contracts import metrics as names
+from keystone.contracts.checkpoints import Offsets, checkpoint_dir
+from keystone.contracts.errors import Conflict, NotFound, Unavailable
+from keystone.contracts.names import fronting_topic
+from keystone.contracts.recovery import RestorePoint, Rewind, RewindPhase
+from keystone.contracts.registry import RouterState, Unreadable, hash_key
+from keystone.contracts.settings import Settings
+from keystone.contracts.spec import StreamSpec, load_spec
+from keystone.control import ui
+from keystone.control.app import FleetCollector, create_app
+from keystone.control.plane import Plane
+from keystone.control.positions import Extent
+from keystone.control.rewinds import Rewinds
+from keystone.control.streams import Streams
+from keystone.control.tenancy import Authenticator
+
+NOW = 1_790_000_000.0
+STREAM, OWNER, TOKEN = "recover", "team-a", "ko_team-a-token"
+EARLIEST, END = {0: 0, 1: 0}, {0: 500, 1: 400}
+
+
+def spec(name: str = STREAM, owner: str = OWNER) -> StreamSpec:
+    outputs = [
+        {"name": "clicks", "sink": {"type": "kafka"}},
+        {"name": "search", "sink": {"type": "elasticsearch"}},
+    ]
+    return load_spec({"name": name, "owner": owner, "partitions": 2, "outputs": outputs})
+
+
+def point(batch: int, at: float, offsets: Offsets) -> RestorePoint:
+    return RestorePoint(
+        id=RestorePoint.make_id(0, batch),
+        time=at,
+        generation=0,
+        batch=batch,
+        query="q-0",
+        offsets=offsets,
+    )
+
+
+def rewind(
+    output: str, start: Offsets, until: Offsets, phase: RewindPhase = RewindPhase.REPLAYING
+) -> Rewind:
+    return Rewind(
+        id="rw-0123456789ab",
+        output=output,
+        generation=1,
+        start=start,
+        until=until,
+        rate=100,
+        phase=phase,
+        requested_at=NOW - 60,
+        by=OWNER,
+        target="restore point 0-3",
+        restore_point="0-3",
+        total=sum(until[p] - start[p] for p in until),
+        finished_at=NOW if phase is RewindPhase.CAUGHT_UP else 0.0,
+    )
+
+
+def commit(settings: Settings, stream: str, output: str, generation: int, offsets: Offsets) -> None:
+    """A batch the output's checkpoint committed, as Spark's offset and commit logs hold it."""
+    path = checkpoint_dir(settings, stream, output, generation)
+    (path / "offsets").mkdir(parents=True)
+    (path / "commits").mkdir()
+    by_topic = {fronting_topic(stream): {str(p): o for p, o in offsets.items()}}
+    (path / "offsets" / "4").write_text('v1\n{"batchWatermarkMs":0}\n' + json.dumps(by_topic))
+    (path / "commits" / "4").write_text('v1\n{"nextBatchWatermarkMs":0}')
+
+
+@dataclass
+class FakeStore:
+    """`control.store.Store`'s methods these views use, in memory."""
+
+    specs: dict[str, StreamSpec] = field(default_factory=dict)
+    unreadable: list[Unreadable] = field(default_factory=list)
+    rewind_records: dict[str, dict[str, Rewind]] = field(default_factory=dict)
+    points: dict[tuple[str, str], list[RestorePoint]] = field(default_factory=dict)
+    sessions: dict[str, str] = field(default_factory=dict)  # session -> token digest
+    owners: dict[str, str] = field(default_factory=dict)  # token digest -> owner
+    audits: list[dict[str, Any]] = field(default_factory=list)
+    broken: set[str] = field(default_factory=set)  # streams whose rewinds do not read
+
+    def get_stream(self, name: str) -> StreamSpec:
+        if name not in self.specs:
+            raise NotFound(f"no stream {name!r}")
+        return self.specs[name]
+
+    def streams(self) -> list[StreamSpec]:
+        return list(self.specs.values())
+
+    def read_streams(self) -> tuple[list[StreamSpec], list[Unreadable]]:
+        return list(self.specs.values()), list(self.unreadable)
+
+    def router_state(self, stream: str) -> RouterState | None:
+        return None
+
+    def router_states(self) -> dict[str, RouterState]:
+        return {}
+
+    def session_token(self, session: str) -> str | None:
+        return self.sessions.get(session)
+
+    def owner_by_digest(self, digest: str) -> str | None:
+        return self.owners.get(digest)
+
+    def rewinds(self, stream: str) -> dict[str, Rewind]:
+        if stream in self.broken:
+            raise Unavailable(f"the rewinds of {stream} do not read")
+        return dict(self.rewind_records.get(stream, {}))
+
+    def restore_points(self, stream: str, output: str) -> list[RestorePoint]:
+        return sorted(self.points.get((stream, output), []), key=lambda p: -p.time)
+
+    def start_rewind(
+        self, stream: str, rewind: Rewind, dropped: list[RestorePoint], audit: dict[str, Any]
+    ) -> None:
+        current = self.rewind_records.get(stream, {}).get(rewind.output)
+        if current is not None and current.replaying:
+            raise Conflict(f"output {rewind.output!r} is replaying rewind {current.id}")
+        self.rewind_records.setdefault(stream, {})[rewind.output] = rewind
+        kept = self.points.get((stream, rewind.output), [])
+        self.points[(stream, rewind.output)] = [p for p in kept if p not in dropped]
+        self.audits.append(audit)
+
+
+@dataclass
+class FakePositions:
+    """Kafka's answers: every topic holds offsets EARLIEST to END; since any time, the last
+    100 records of each partition."""
+
+    def extent(self, topic: str) -> Extent:
+        return Extent(dict(EARLIEST), dict(END))
+
+    def at_time(self, topic: str, epoch_ms: int) -> Offsets:
+        return {p: max(0, end - 100) for p, end in END.items()}
+
+    def first_timestamp(self, topic: str, offsets: Offsets) -> float | None:
+        return NOW - 3600
+
+
+@dataclass
+class World:
+    settings: Settings
+    store: FakeStore
+    plane: Plane
+    client: TestClient
+
+    def rewind(self, output: str, body: dict[str, Any], **headers: str) -> Any:
+        return self.client.post(
+            f"/ui/streams/{STREAM}/outputs/{output}/rewind",
+            json=body,
+            headers={"Accept": "application/json", **headers},
+        )
+
+    def status(self) -> dict[str, dict[str, Any]]:
+        answer = self.client.get(f"/ui/streams/{STREAM}/status")
+        assert answer.status_code == 200, answer.text
+        return {o["name"]: o for o in answer.json()["outputs"]}
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> Iterator[World]:
+    # Prometheus on a port nobody listens on: the status says its figures are missing.
+    settings = Settings(
+        state_dir=tmp_path, admin_token="ka_admin-token", prometheus_url="http://127.0.0.1:9"
+    )
+    store = FakeStore(specs={STREAM: spec(), "others": spec("others", "team-b")})
+    store.sessions = {"s-team-a": hash_key(TOKEN), "s-team-b": hash_key("ko_b")}
+    store.owners = {hash_key(TOKEN): OWNER, hash_key("ko_b"): "team-b"}
+    for output in ("clicks", "search"):
+        store.points[(STREAM, output)] = [
+            point(3, NOW - 600, {0: 100, 1: 80}),
+            point(7, NOW - 300, {0: 300, 1: 240}),
+            point(5, NOW - 450, {0: 200, 1: 160}),
+        ]
+    streams = Streams(settings, store)  # type: ignore[arg-type]
+    plane = Plane(
+        settings=settings,
+        store=store,  # type: ignore[arg-type]
+        auth=Authenticator(settings, store),  # type: ignore[arg-type]
+        streams=streams,
+        accounts=None,  # type: ignore[arg-type]
+        rewinds=Rewinds(settings, store, streams, FakePositions(), clock=lambda: NOW),  # type: ignore[arg-type]
+        fleet=None,  # type: ignore[arg-type]
+    )
+    app = create_app(settings)
+    app.state.plane = plane  # the lifespan, which connects to Redis, is not run
+    client = TestClient(app)
+    client.cookies.set(ui.COOKIE, "s-team-a")
+    yield World(settings, store, plane, client)
+    client.close()
+
+
+# The page and its routes
+
+
+def test_the_stream_page_has_each_outputs_recovery_and_the_rewind_dialog(world: World) -> None:
+    answer = world.client.get(f"/ui/streams/{STREAM}", headers={"Accept": "text/html"})
+    assert answer.status_code == 200
+    page = answer.text
+    for output in ("clicks", "search"):
+        assert f'<details class="card recovery" id="recovery-{output}"' in page
+        assert f'<form class="rewind-form" data-output="{output}">' in page
+        assert f'id="rewind-{output}-to" name="to" type="datetime-local"' in page
+    assert '<dialog id="rewind-dialog">' in page and 'value="confirm"' in page
+    assert "at most 5000 events/s" in page  # the stream's recovery rate
+    assert '<script src="/ui/static/stream.js">' in page
+    script = world.client.get("/ui/static/stream.js").text
+    assert "dry_run: true" in script and "showModal" in script
+
+
+def test_restore_points_are_listed_newest_first(world: World) -> None:
+    answer = world.client.get(f"/ui/streams/{STREAM}/outputs/search/restore-points")
+    assert answer.status_code == 200
+    points = answer.json()
+    assert [p["id"] for p in points] == ["0-7", "0-5", "0-3"]
+    assert points[0]["offsets"] == {"0": 300, "1": 240}
+    assert points[0]["time"].endswith("Z")  # UTC
+
+
+def test_a_dry_run_says_what_the_sink_will_do_and_moves_nothing(world: World) -> None:
+    answer = world.rewind("search", {"restore_point": "0-5", "dry_run": True})
+    assert answer.status_code == 200, answer.text
+    plan = answer.json()
+    assert plan["state"] == "planned" and plan["restore_point"] == "0-5"
+    assert plan["start"] == {"0": 200, "1": 160} and plan["until"] == {"0": 500, "1": 400}
+    assert plan["events"] == 300 + 240
+    assert (plan["rate"], plan["eta_seconds"]) == (5000, round(540 / 5000, 1))
+    assert plan["sink"]["kind"] == "idempotent"
+    assert "replacing the earlier ones in place" in plan["sink"]["effect"]
+    assert world.store.rewind_records == {} and world.store.audits == []
+
+    kafka = world.rewind(
+        "clicks", {"restore_point": "0-5", "max_events_per_second": 50, "dry_run": True}
+    ).json()
+    assert kafka["sink"]["kind"] == "append-only"
+    assert kafka["sink"]["records_in_period"] == 200  # the last 100 of each partition
+    assert "ks_replay=" in kafka["sink"]["effect"]
+    assert (kafka["rate"], kafka["eta_seconds"]) == (50, round(540 / 50, 1))
+    assert world.store.rewind_records == {}
+
+
+def test_a_confirmed_rewind_starts_and_its_progress_is_in_the_status(world: World) -> None:
+    assert "rewind" not in world.status()["search"]  # none yet: left out, as the API does
+    answer = world.rewind("search", {"restore_point": "0-5"})
+    assert answer.status_code == 202, answer.text
+    started = answer.json()
+    assert started["state"] == "replaying"
+    stored = world.store.rewind_records[STREAM]["search"]
+    assert stored.id == started["id"] and stored.start == {0: 200, 1: 160}
+    [entry] = world.store.audits
+    assert entry["action"] == "output.rewind" and entry["who"] == OWNER
+    assert [p.id for p in world.store.points[(STREAM, "search")]] == ["0-3", "0-5"]
+
+    status = world.status()
+    assert "rewind" not in status["clicks"]
+    progress = status["search"]["rewind"]
+    assert (progress["id"], progress["state"]) == (started["id"], "replaying")
+    assert (progress["replayed"], progress["events"]) == (0, 540)  # its checkpoint not begun
+    commit(world.settings, STREAM, "search", 1, {0: 350, 1: 200})
+    progress = world.status()["search"]["rewind"]
+    assert progress["replayed"] == 150 + 40
+    assert progress["committed"] == {"0": 350, "1": 200}
+    assert progress["eta_seconds"] > 0
+
+    again = world.rewind("search", {"restore_point": "0-3", "dry_run": True})
+    assert again.status_code == 409
+    assert "one rewind per output at a time" in again.json()["message"]
+
+
+def test_a_caught_up_rewind_shows_as_done(world: World) -> None:
+    world.store.rewind_records[STREAM] = {
+        "clicks": rewind("clicks", {0: 10, 1: 10}, {0: 30, 1: 20}, RewindPhase.CAUGHT_UP)
+    }
+    progress = world.status()["clicks"]["rewind"]
+    assert progress["state"] == "caught_up"
+    assert progress["replayed"] == progress["events"] == 30
+    assert progress["eta_seconds"] is None and progress["finished_at"].endswith("Z")
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "words"),
+    [
+        ({"restore_point": "0-1", "dry_run": True}, 410, "no longer exists"),
+        ({"restore_point": "0-3", "offsets": {"0": 1}}, 422, "give exactly one of"),
+        ({"offsets": {"0": 1, "7": 2}, "dry_run": True}, 422, "no partition 7"),
+        ({"to": "2099-01-01T00:00:00Z", "dry_run": True}, 422, "in the future"),
+    ],
+)
+def test_what_cannot_be_done_is_said_and_moves_nothing(
+    world: World, body: dict, status: int, words: str
+) -> None:
+    answer = world.rewind("search", body)
+    assert answer.status_code == status
+    error = answer.json()
+    said = " ".join([error["message"], *(p["message"] for p in error.get("problems", []))])
+    assert words in said
+    assert world.store.rewind_records == {}
+
+
+def test_a_rewind_from_another_site_or_of_another_owners_output_is_refused(world: World) -> None:
+    answer = world.rewind("search", {"restore_point": "0-5"}, Origin="http://elsewhere.example")
+    assert answer.status_code == 403
+    assert world.client.get("/ui/streams/others/outputs/clicks/restore-points").status_code == 404
+    other = world.client.post(
+        "/ui/streams/others/outputs/clicks/rewind",
+        json={"restore_point": "0-5"},
+        headers={"Accept": "application/json"},
+    )
+    assert other.status_code == 404
+    assert world.client.get(f"/ui/streams/{STREAM}/outputs/nope/restore-points").status_code == 404
+    world.client.cookies.clear()
+    signed_out = world.client.get(
+        f"/ui/streams/{STREAM}/outputs/search/restore-points", follow_redirects=False
+    )
+    assert signed_out.status_code == 303 and signed_out.headers["location"] == "/ui/login"
+    assert world.store.rewind_records == {}
+
+
+def test_the_stream_dashboards_data_carries_its_rewinds_to_mark(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    asked: list[tuple[str, int]] = []
+    monkeypatch.setattr(ui, "panel_data", lambda settings, panels, minutes: {"panels": []})
+    monkeypatch.setattr(ui, "stream_alerts", lambda settings, streams: [])
+
+    def marks(settings: Settings, stream: str, minutes: int) -> list[dict[str, Any]]:
+        asked.append((stream, minutes))
+        return [{"time": NOW - 60, "output": "search"}]
+
+    monkeypatch.setattr(ui, "rewind_marks", marks)
+    data = world.client.get(f"/ui/streams/{STREAM}/dashboard/data", params={"minutes": 60})
+    assert data.json()["rewinds"] == [{"time": NOW - 60, "output": "search"}]
+    assert asked == [(STREAM, 60)]
+    assert world.client.get("/ui/dashboard/data").json()["rewinds"] == []  # the fleet's: none
+
+
+# Control's metrics
+
+
+def test_the_rewind_metrics_follow_each_outputs_latest_rewind(world: World) -> None:
+    store, settings = world.store, world.settings
+    store.specs["third"] = spec("third")
+    store.specs["fourth"] = spec("fourth")
+    store.rewind_records = {
+        # Replaying, its checkpoint 190 of 540 events in.
+        STREAM: {
+            "search": rewind("search", {0: 200, 1: 160}, {0: 500, 1: 400}),
+            "gone": rewind("gone", {0: 0}, {0: 5}),  # an output the spec no longer has
+        },
+        # Caught up, its checkpoint already removed: nothing left.
+        "third": {"clicks": rewind("clicks", {0: 0, 1: 0}, {0: 9, 1: 1}, RewindPhase.CAUGHT_UP)},
+        # Replaying, its new checkpoint not begun (or unreadable): everything left.
+        "fourth": {"clicks": rewind("clicks", {0: 0, 1: 0}, {0: 70, 1: 30})},
+    }
+    commit(settings, STREAM, "search", 1, {0: 350, 1: 200})
+    path = checkpoint_dir(settings, "fourth", "clicks", 1)
+    (path / "commits").mkdir(parents=True)
+    (path / "commits" / "2").write_text("v1")  # committed, but its offsets are not there
+    store.broken = {"others"}  # one stream whose rewinds cannot be read: the others still count
+    store.rewind_records["others"] = {"clicks": rewind("clicks", {0: 0}, {0: 1})}
+
+    registry = CollectorRegistry()
+    registry.register(FleetCollector(SimpleNamespace(state=SimpleNamespace(plane=world.plane))))  # type: ignore[arg-type]
+
+    def sample(name: str, stream: str, output: str) -> float | None:
+        return registry.get_sample_value(name, {"stream": stream, "output": output})
+
+    assert sample(names.REWIND_REMAINING, STREAM, "search") == 540 - 190
+    assert sample(names.REWIND_STARTED, STREAM, "search") == NOW - 60
+    assert sample(names.REWIND_REMAINING, "third", "clicks") == 0
+    assert sample(names.REWIND_REMAINING, "fourth", "clicks") == 100
+    assert sample(names.REWIND_STARTED, "fourth", "clicks") == NOW - 60
+    for stream, output in ((STREAM, "gone"), (STREAM, "clicks"), ("others", "clicks")):
+        assert sample(names.REWIND_REMAINING, stream, output) is None
+        assert sample(names.REWIND_STARTED, stream, output) is None
+    text = generate_latest(registry).decode()
+    assert f"# TYPE {names.REWIND_REMAINING} gauge" in text
+    assert f"# TYPE {names.CONTROL_ROUTERS} gauge" in text  # the fleet's figures as before
+
+    store.rewind_records = {}
+    registry_without = CollectorRegistry()
+    registry_without.register(
+        FleetCollector(SimpleNamespace(state=SimpleNamespace(plane=world.plane)))  # type: ignore[arg-type]
+    )
+    assert f"{names.REWIND_REMAINING}{{" not in generate_latest(registry_without).decode()
