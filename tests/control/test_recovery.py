@@ -14,11 +14,12 @@ from pathlib import Path
 import pytest
 
 from keystone.contracts.checkpoints import checkpoint_dir, generations
-from keystone.contracts.recovery import Rewind, RewindPhase
+from keystone.contracts.recovery import RewindPhase
 from keystone.contracts.registry import key
 from keystone.contracts.spec import StreamSpec, load_spec
 from keystone.control.recovery import Recovery
 from keystone.control.store import Store
+from tests.contracts.test_recovery import rewind as a_rewind
 from tests.contracts.test_recovery import spark_checkpoint
 from tests.support.stack import Stack
 
@@ -95,18 +96,7 @@ def test_a_rewind_is_caught_up_once_committed_and_the_old_checkpoint_goes(
     spark_checkpoint(
         checkpoint_dir(settings, spec.name, "search"), {0: {"0": 50, "1": 50}}, 0, topic=TOPIC
     )
-    rewind = Rewind(
-        id="rw-00000000abcd",
-        output="search",
-        generation=1,
-        start={0: 0, 1: 0},
-        until={0: 50, 1: 50},
-        rate=10,
-        requested_at=T0,
-        by="team-rc",
-        target="offsets 0:0, 1:0",
-        total=100,
-    )
+    rewind = a_rewind(start={0: 0, 1: 0}, until={0: 50, 1: 50}, total=100)
     # As control's API records it (its checks are the end-to-end test's).
     store.redis.hset(key("rewinds", spec.name), "search", rewind.model_dump_json())
     new = checkpoint_dir(settings, spec.name, "search", 1)

@@ -18,6 +18,7 @@ from keystone.contracts.spec import StreamSpec, load_spec
 from keystone.control.positions import Extent
 from keystone.control.rewinds import Rewinds, Target
 from keystone.control.tenancy import Caller
+from tests.contracts.test_recovery import rewind as a_rewind
 
 NOW = 1_800_000_000.0
 SPEC = load_spec(
@@ -176,20 +177,9 @@ def test_what_cannot_be_is_refused(tmp_path: Path) -> None:
 
 
 def test_one_rewind_per_output_at_a_time_and_the_next_one_a_generation_on(tmp_path: Path) -> None:
-    replaying = Rewind(
-        id="rw-000000000001",
-        output="clicks",
-        generation=1,
-        start={0: 0, 1: 0},
-        until={0: 100, 1: 100},
-        rate=10,
-        requested_at=NOW,
-        by="team-a",
-        target="offsets",
-        total=200,
-    )
+    replaying = a_rewind(output="clicks")
     store = FakeStore(rewound={"clicks": replaying})
-    with pytest.raises(Conflict, match="rw-000000000001"):
+    with pytest.raises(Conflict, match=replaying.id):
         rewinds(tmp_path, store).plan(TEAM, "plays", "clicks", Target(restore_point="0-3"), None)
     store.rewound["clicks"] = replaying.model_copy(update={"phase": "caught_up"})
     plan = rewinds(tmp_path, store).plan(TEAM, "plays", "clicks", Target(restore_point="0-3"), 7)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -75,32 +76,26 @@ def streams(admin: Api) -> Iterator[None]:
         admin.call("DELETE", f"/v1/streams/{name}")
 
 
+def a_minute_of_load(stack: Stack, report: Path, *faults: str) -> dict:
+    """`keystone loadtest` of the stream for a minute at 100 events/s with the faults; its
+    figures."""
+    result = checked(
+        stack.keystone(
+            "loadtest",
+            *("--stream", STREAM, "--rate", "100", "--duration", "60", "--producers", "2"),
+            *("--event-size", "700", "--report", str(report), "--json"),
+            *(arg for fault in faults for arg in ("--fault", fault)),
+            timeout=1200,
+        )
+    )
+    return json.loads(result.stdout)
+
+
 def test_a_minute_of_load_with_a_router_killed_loses_nothing(
     stack: Stack, streams: None, tmp_path
 ) -> None:
     report = tmp_path / "report"
-    result = checked(
-        stack.keystone(
-            "loadtest",
-            "--stream",
-            STREAM,
-            "--rate",
-            "100",
-            "--duration",
-            "60",
-            "--producers",
-            "2",
-            "--event-size",
-            "700",
-            "--fault",
-            "kill-router@20",
-            "--report",
-            str(report),
-            "--json",
-            timeout=900,
-        )
-    )
-    figures = json.loads(result.stdout)
+    figures = a_minute_of_load(stack, report, "kill-router@20")
     audit = figures["audit"]
     assert audit["drained"] and audit["lossless"], audit
     assert audit["missing_at_ingest"] == 0
@@ -128,32 +123,13 @@ def test_a_minute_of_load_with_outputs_rewound_loses_nothing_and_flags_the_repla
     output each rewound 20 s during the run; every event delivered, Elasticsearch and Hive
     hold each once, and the Kafka copies written again are counted as replays, in the target
     stream's Kafka output too (it carries the fronting record's ks_replay on)."""
-    result = checked(
-        stack.keystone(
-            "loadtest",
-            "--stream",
-            STREAM,
-            "--rate",
-            "100",
-            "--duration",
-            "60",
-            "--producers",
-            "2",
-            "--event-size",
-            "700",
-            "--fault",
-            "rewind-output@25+20",
-            "--fault",
-            "rewind-output:archive@30+20",
-            "--fault",
-            "rewind-output:onwards@35+20",
-            "--report",
-            str(tmp_path / "report"),
-            "--json",
-            timeout=1200,
-        )
+    figures = a_minute_of_load(
+        stack,
+        tmp_path / "report",
+        "rewind-output@25+20",
+        "rewind-output:archive@30+20",
+        "rewind-output:onwards@35+20",
     )
-    figures = json.loads(result.stdout)
     audit = figures["audit"]
     assert audit["drained"] and audit["lossless"], audit
     by_output = {o["output"]: o for o in audit["outputs"]}

@@ -252,6 +252,7 @@ def test_a_router_killed_during_a_rewind_loses_nothing(rewound: Rewound) -> None
         lambda: 0 < rewound.state("archive")["replayed"] < 2 * BATCH,
         timeout=90,
     )
+    kept = {p["id"] for p in rewound.points("archive")}  # up to the rewind's start
     pid = rewound.router_pid()
     assert pid is not None
     os.killpg(pid, signal.SIGKILL)  # the router and its JVM, mid-replay
@@ -262,6 +263,7 @@ def test_a_router_killed_during_a_rewind_loses_nothing(rewound: Rewound) -> None
             timeout=300,
         )
     assert rewound.router_pid() not in (None, pid)  # the fleet started it again
+    assert kept <= {p["id"] for p in rewound.points("archive")}  # the restart kept the points
     sent = set(rewound.sent)
     archive = rewound.archive()
     assert sorted(g for g, _ in archive) == sorted(sent)  # no row twice, none missing
