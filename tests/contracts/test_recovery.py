@@ -173,3 +173,12 @@ def test_generations_are_found_and_removed_by_number(tmp_path: Path) -> None:
     remove_generations(settings, "plays", "search")
     assert generations(settings, "plays", "search") == {}
     assert set(generations(settings, "plays", "search_two")) == {0}  # another output's
+
+
+def test_thinning_keeps_a_point_of_every_generation() -> None:
+    old = DENSE_SECONDS + SPARSE_SECONDS * 3
+    brief = RestorePoint(id="1-0", time=NOW - old, generation=1, batch=0, query="q1", offsets={})
+    later = RestorePoint(
+        id="2-0", time=NOW - old + 1, generation=2, batch=0, query="q2", offsets={}
+    )
+    assert thin([brief, later], NOW, keep_seconds=86400) == []  # same five minutes, both kept

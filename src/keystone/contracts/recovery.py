@@ -92,15 +92,17 @@ class Rewind(_Record):
 
 def thin(points: list[RestorePoint], now: float, keep_seconds: float) -> list[RestorePoint]:
     """The points to drop: those older than `keep_seconds`, and of those older than an hour all
-    but the newest in each five minutes."""
+    but the newest of each generation in each five minutes. Every generation keeps a point while
+    any is kept from its time: its query's name is how a Hive rewind to before it knows which
+    files to replace."""
     drop = []
-    newest_in: dict[int, RestorePoint] = {}
+    newest_in: dict[tuple[int, int], RestorePoint] = {}
     for point in sorted(points, key=lambda p: p.time):
         age = now - point.time
         if age > keep_seconds:
             drop.append(point)
         elif age > DENSE_SECONDS:
-            bucket = int(point.time // SPARSE_SECONDS)
+            bucket = (point.generation, int(point.time // SPARSE_SECONDS))
             earlier = newest_in.get(bucket)
             if earlier is not None:
                 drop.append(earlier)
