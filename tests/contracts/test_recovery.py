@@ -182,3 +182,8 @@ def test_thinning_keeps_a_point_of_every_generation() -> None:
         id="2-0", time=NOW - old + 1, generation=2, batch=0, query="q2", offsets={}
     )
     assert thin([brief, later], NOW, keep_seconds=86400) == []  # same five minutes, both kept
+
+
+def test_the_newest_point_outlives_retention() -> None:
+    idle = [point(90000, 1), point(90600, 0)]  # an output idle for a day and more
+    assert thin(idle, NOW, keep_seconds=86400) == [idle[1]]

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from keystone.contracts.checkpoints import checkpoint_dir, generations
-from keystone.contracts.recovery import RewindPhase
+from keystone.contracts.recovery import RestorePoint, RewindPhase
 from keystone.contracts.registry import key
 from keystone.contracts.spec import StreamSpec, load_spec
 from keystone.control.recovery import Recovery
@@ -82,9 +82,9 @@ def test_restore_points_are_collected_once_thinned_and_dropped_past_retention(
     assert 8 <= len(thinned) <= 10  # 40 minutes of points, in five-minute buckets
     assert thinned[0].id == "0-38"  # the newest of each bucket stays
 
-    clock.now = T0 + 60 * 40 + 4 * 3600  # past the stream's 3 hours
-    recovery.step(spec)
-    assert store.restore_points(spec.name, "search") == []
+    clock.now = T0 + 60 * 40 + 4 * 3600  # past the stream's 3 hours: only the newest is left,
+    recovery.step(spec)  # where the idle output still is
+    assert [p.id for p in store.restore_points(spec.name, "search")] == ["0-38"]
 
 
 def test_a_rewind_is_caught_up_once_committed_and_the_old_checkpoint_goes(
@@ -100,6 +100,8 @@ def test_a_rewind_is_caught_up_once_committed_and_the_old_checkpoint_goes(
     # As control's API records it (its checks are the end-to-end test's).
     store.redis.hset(key("rewinds", spec.name), "search", rewind.model_dump_json())
     new = checkpoint_dir(settings, spec.name, "search", 1)
+    late = RestorePoint(id="0-9", time=clock.now, generation=0, batch=9, offsets={0: 60, 1: 60})
+    assert not store.add_restore_points(spec.name, "search", [late], (0, 9))  # undone history
     recovery.step(spec)  # the router has not started the new generation yet
     assert store.rewinds(spec.name)["search"].replaying
     assert set(generations(settings, spec.name, "search")) == {0}

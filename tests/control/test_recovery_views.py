@@ -8,7 +8,7 @@ tests/control/test_rewind_browser.py (on the stack)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
@@ -25,7 +25,7 @@ from keystone.contracts.names import fronting_topic
 from keystone.contracts.recovery import RestorePoint, Rewind, RewindPhase
 from keystone.contracts.registry import RouterState, Unreadable, hash_key
 from keystone.contracts.settings import Settings
-from keystone.contracts.spec import StreamSpec, load_spec
+from keystone.contracts.spec import OutputSpec, StreamSpec, load_spec
 from keystone.control import ui
 from keystone.control.app import FleetCollector, create_app
 from keystone.control.plane import Plane
@@ -133,13 +133,19 @@ class FakeStore:
         return sorted(self.points.get((stream, output), []), key=lambda p: -p.time)
 
     def start_rewind(
-        self, stream: str, rewind: Rewind, dropped: list[RestorePoint], audit: dict[str, Any]
+        self,
+        stream: str,
+        rewind: Rewind,
+        planned: tuple[OutputSpec, str | None],
+        keeps: Callable[[RestorePoint], bool],
+        audit: dict[str, Any],
     ) -> None:
         current = self.rewind_records.get(stream, {}).get(rewind.output)
         if current is not None and current.replaying:
             raise Conflict(f"output {rewind.output!r} is replaying rewind {current.id}")
         self.rewind_records.setdefault(stream, {})[rewind.output] = rewind
         kept = self.points.get((stream, rewind.output), [])
+        dropped = [p for p in kept if not keeps(p)]
         self.points[(stream, rewind.output)] = [p for p in kept if p not in dropped]
         self.audits.append(audit)
 

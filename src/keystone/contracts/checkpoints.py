@@ -41,6 +41,12 @@ def generations(settings: Settings, stream: str, output: str) -> dict[int, Path]
     return found
 
 
+def replay_bound_path(settings: Settings, stream: str, output: str, generation: int) -> Path:
+    """Beside a rewind's generation: where its replay's labels end (the router's, written
+    once, before the generation's query first starts)."""
+    return settings.checkpoints_dir / stream / f"{output}.{generation}.replay.json"
+
+
 def remove_generations(
     settings: Settings, stream: str, output: str, below: int | None = None
 ) -> None:
@@ -48,6 +54,7 @@ def remove_generations(
     for generation, path in generations(settings, stream, output).items():
         if below is None or generation < below:
             shutil.rmtree(path, ignore_errors=True)
+            replay_bound_path(settings, stream, output, generation).unlink(missing_ok=True)
 
 
 @dataclass(frozen=True)
@@ -84,6 +91,18 @@ def commits(path: Path, topic: str, after: int = START - 1) -> list[Commit]:
         if offsets is not None:
             found.append(Commit(batch, _mtime(path / "commits" / str(batch)), offsets))
     return found
+
+
+def planned(path: Path, topic: str) -> Offsets | None:
+    """The end offsets of the newest batch Spark planned, committed or not: no record the
+    query wrote comes from past them (a Real-time Mode epoch logs its offsets only as it
+    ends, so its running epoch is not here)."""
+    batches = _batches(path / "offsets")
+    for batch in reversed(batches):
+        offsets = _offsets(path / "offsets" / str(batch), topic)
+        if offsets is not None:
+            return offsets
+    return None
 
 
 def latest(path: Path, topic: str) -> Commit | None:

@@ -92,12 +92,15 @@ class Rewind(_Record):
 
 def thin(points: list[RestorePoint], now: float, keep_seconds: float) -> list[RestorePoint]:
     """The points to drop: those older than `keep_seconds`, and of those older than an hour all
-    but the newest of each generation in each five minutes. Every generation keeps a point while
-    any is kept from its time: its query's name is how a Hive rewind to before it knows which
-    files to replace."""
+    but the newest of each generation in each five minutes; never the newest of all. Every
+    generation keeps a point while any is kept from its time: its query's name is how a Hive
+    rewind to before it knows which files to replace."""
     drop = []
     newest_in: dict[tuple[int, int], RestorePoint] = {}
-    for point in sorted(points, key=lambda p: p.time):
+    ordered = sorted(points, key=lambda p: p.time)
+    # The newest is kept whatever its age: an idle output commits nothing new, and is still
+    # exactly there.
+    for point in ordered[:-1]:
         age = now - point.time
         if age > keep_seconds:
             drop.append(point)

@@ -42,6 +42,8 @@ from typing import Any, Self
 
 import redis
 from pydantic import TypeAdapter, ValidationError
+from redis.backoff import ExponentialWithJitterBackoff
+from redis.retry import Retry
 
 from keystone.contracts.errors import Conflict, InvalidName, NotFound, Unavailable
 from keystone.contracts.names import check_stream_name, valid_name
@@ -177,10 +179,16 @@ class RegistryReader:
         self.redis = client
 
     @classmethod
-    def connect(cls, settings: Settings) -> Self:
+    def connect(cls, settings: Settings, timeout: float = 5, retries: int = 3) -> Self:
+        """`timeout` bounds each call and `retries` its retries: a loop that reads every
+        second wants both small, so that a Redis that does not answer cannot hold it long."""
         return cls(
             redis.Redis.from_url(
-                settings.redis_url, socket_timeout=5, **settings.redis_client_kwargs()
+                settings.redis_url,
+                socket_timeout=timeout,
+                socket_connect_timeout=timeout,
+                retry=Retry(ExponentialWithJitterBackoff(), retries),
+                **settings.redis_client_kwargs(),
             )
         )
 
@@ -282,17 +290,30 @@ class RegistryReader:
 
     def rewinds(self, stream: str) -> dict[str, Rewind]:
         """Each output's latest rewind; a record that does not read is skipped and logged."""
+        return self.read_rewinds(stream)[0]
+
+    def read_rewinds(self, stream: str) -> tuple[dict[str, Rewind], set[str]]:
+        """Each output's latest rewind, and the outputs whose record does not read (logged)."""
         raw = self._call(self.redis.hgetall, key("rewinds", check_stream_name(stream)))
-        found = {}
-        for output, data in raw.items():
+        found, unreadable = {}, set()
+        for field_name, data in raw.items():
+            output = field_name.decode(errors="replace")
+            if not valid_name(output):
+                log.warning(
+                    "skipping a rewind record of %s: %r is no output's name", stream, output
+                )
+                continue
             try:
                 rewind = Rewind.model_validate_json(data)
             except ValidationError as e:
-                log.warning("skipping a rewind record of %s: %s", stream, e.errors()[:1])
+                log.warning("a rewind record of %s.%s does not read: %s", stream, output, e)
+                unreadable.add(output)
                 continue
-            if rewind.output == output.decode(errors="replace") and valid_name(rewind.output):
-                found[rewind.output] = rewind
-        return found
+            if rewind.output != output:
+                unreadable.add(output)
+            else:
+                found[output] = rewind
+        return found, unreadable
 
     def restore_points(self, stream: str, output: str) -> list[RestorePoint]:
         """The output's restore points, newest first."""

@@ -103,8 +103,7 @@ class Recovery:
             )
             for c in found
         ]
-        self.store.add_restore_points(stream, output, points, (generation, found[-1].batch))
-        return True
+        return self.store.add_restore_points(stream, output, points, (generation, found[-1].batch))
 
     def _thin(self, spec: StreamSpec, output: str, now: float, force: bool) -> None:
         last = self._thinned.get((spec.name, output), 0.0)

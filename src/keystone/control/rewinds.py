@@ -20,14 +20,20 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from keystone.contracts.checkpoints import Commit, Offsets, checkpoint_dir, query_id
+from keystone.contracts.checkpoints import (
+    Commit,
+    Offsets,
+    checkpoint_dir,
+    generations,
+    query_id,
+)
 from keystone.contracts.errors import Conflict, Gone, KeystoneError, NotFound, Unprocessable
 from keystone.contracts.limits import check_limit
 from keystone.contracts.names import fronting_topic
 from keystone.contracts.recovery import Replaced, RestorePoint, Rewind
 from keystone.contracts.settings import Settings
 from keystone.contracts.spec import OutputSpec, StreamSpec
-from keystone.control.positions import Positions
+from keystone.control.positions import Extent, Positions
 from keystone.control.recovery import committed, generation_of
 from keystone.control.store import Store, audit
 from keystone.control.streams import Streams
@@ -52,6 +58,9 @@ class Plan:
     effect: str  # that, in words, for this output
     period_records: int | None  # append-only sinks: records written since the start's time
     dropped: list[RestorePoint]  # restore points after the start, forgotten by the rewind
+    point: RestorePoint | None  # the restore point it starts at, if it does
+    output: OutputSpec  # the output as it was planned on
+    previous: str | None  # the id of the output's rewind before it
 
 
 @dataclass(frozen=True)
@@ -118,7 +127,10 @@ class Rewinds:
             events=rewind.total,
             rate=rewind.rate,
         )
-        self.store.start_rewind(stream, rewind, plan.dropped, entry)
+        planned = (plan.output, plan.previous)
+        self.store.start_rewind(
+            stream, rewind, planned, lambda p: keeps(rewind, plan.point, p), entry
+        )
         return plan
 
     def plan(
@@ -143,9 +155,59 @@ class Rewinds:
         topic = fronting_topic(stream)
         extent = self.positions.extent(topic)
         points = self.store.restore_points(stream, output)  # newest first
+        position = committed(self.settings, stream, output, current)
         point, start, asked = self._start(topic, target, points, extent.end)
+        # A partition not given stays where the output is (else at the topic's start); and no
+        # partition starts past what the output has delivered: events between would be skipped.
+        delivered = position.offsets if position is not None else {}
         for p, earliest in extent.earliest.items():
-            start.setdefault(p, earliest)
+            start.setdefault(p, delivered.get(p, earliest))
+        start = {p: min(o, delivered.get(p, o)) for p, o in start.items()}
+        self._within_retention(topic, target, start, extent, asked)
+        replay = SINKS[out.sink.type].replay
+        replaced: list[Replaced] = []
+        if replay is Replay.RESETTABLE:
+            point, replaced = self._reset_from(spec.name, out, point, start, points, current)
+            start = {**start, **point.offsets}
+            self._within_retention(topic, target, start, extent, f"restore point {point.id}")
+        until = {p: max(end, start.get(p, 0)) for p, end in extent.end.items()}
+        # The next generation: past any on disk too (a record lost must not reuse a checkpoint).
+        on_disk = max(generations(self.settings, stream, output), default=0)
+        rewind = Rewind(
+            id=f"rw-{secrets.token_hex(6)}",
+            output=output,
+            generation=max(on_disk, generation_of(current)) + 1,
+            start=start,
+            until=until,
+            rate=rate or spec.recovery.max_events_per_second,
+            replaced=replaced,
+            requested_at=self.clock(),
+            by=caller.name,
+            target=asked,
+            restore_point=point.id if point is not None else None,
+            total=sum(max(0, until[p] - start.get(p, 0)) for p in until),
+        )
+        since = point.time if point is not None else None
+        if target.to is not None and point is None:
+            since = target.to.timestamp()
+        period, effect = self._effect(spec, out, rewind, replay, since)
+        dropped = [p for p in points if not keeps(rewind, point, p)]
+        return Plan(
+            rewind=rewind,
+            position=position,
+            replay=replay,
+            effect=effect,
+            period_records=period,
+            dropped=dropped,
+            point=point,
+            output=out,
+            previous=current.id if current is not None else None,
+        )
+
+    def _within_retention(
+        self, topic: str, target: Target, start: Offsets, extent: Extent, asked: str
+    ) -> None:
+        """Refuses a start before what the fronting topic still holds, naming the earliest."""
         before = {p: o for p, o in start.items() if o < extent.earliest.get(p, 0)}
         if target.to is not None and not before:
             # Offsets-for-times answers a partition's earliest record for a time before it:
@@ -163,41 +225,6 @@ class Rewinds:
                 ),
                 earliest=extent.earliest,
             )
-        replay = SINKS[out.sink.type].replay
-        replaced: list[Replaced] = []
-        if replay is Replay.RESETTABLE:
-            point, replaced = self._reset_from(spec.name, out, point, start, points, current)
-            start = {**start, **point.offsets}
-        until = {p: max(end, start.get(p, 0)) for p, end in extent.end.items()}
-        rewind = Rewind(
-            id=f"rw-{secrets.token_hex(6)}",
-            output=output,
-            generation=generation_of(current) + 1,
-            start=start,
-            until=until,
-            rate=rate or spec.recovery.max_events_per_second,
-            replaced=replaced,
-            requested_at=self.clock(),
-            by=caller.name,
-            target=asked,
-            restore_point=point.id if point is not None else None,
-            total=sum(max(0, until[p] - start.get(p, 0)) for p in until),
-        )
-        since = point.time if point is not None else None
-        if target.to is not None and point is None:
-            since = target.to.timestamp()
-        period, effect = self._effect(spec, out, rewind, replay, since)
-        dropped = [
-            p for p in points if not p.before(start) or (point is not None and p.time > point.time)
-        ]
-        return Plan(
-            rewind=rewind,
-            position=committed(self.settings, stream, output, current),
-            replay=replay,
-            effect=effect,
-            period_records=period,
-            dropped=dropped,
-        )
 
     def _start(
         self, topic: str, target: Target, points: list[RestorePoint], end: Offsets
@@ -216,6 +243,8 @@ class Rewinds:
             when = target.to if target.to.tzinfo else target.to.replace(tzinfo=UTC)
             if when.timestamp() > self.clock():
                 raise Unprocessable(f"{when.isoformat()} is in the future")
+            if when.timestamp() < 0:  # Kafka reads a negative time as "the latest"
+                raise Unprocessable(f"{when.isoformat()} is before 1970")
             asked = when.isoformat().replace("+00:00", "Z")
             return None, self.positions.at_time(topic, int(when.timestamp() * 1000)), asked
         assert target.offsets is not None, "a target is one of the three"
@@ -258,6 +287,9 @@ class Rewinds:
                 later.add(running)
         replaced = [Replaced(query=point.query, after=point.batch)]
         replaced += [Replaced(query=q, after=-1) for q in sorted(later - {point.query})]
+        # What the last rewind undid stays undone, whether or not its replay got to remove it.
+        inherited = current.replaced if current is not None else []
+        replaced += [r for r in inherited if r not in replaced]
         return point, replaced
 
     def _effect(
@@ -304,6 +336,15 @@ class Rewinds:
         if found is None:
             raise NotFound(f"stream {stream!r} has no output {output!r}")
         return spec, found
+
+
+def keeps(rewind: Rewind, point: RestorePoint | None, candidate: RestorePoint) -> bool:
+    """Whether a restore point outlives the rewind: it is at or before the rewind's start (and,
+    for a rewind to a restore point, no later than that point); the others describe a history
+    the rewind undoes."""
+    if not candidate.before(rewind.start):
+        return False
+    return point is None or candidate.time <= point.time
 
 
 def progress(settings: Settings, spec: StreamSpec, rewind: Rewind) -> Progress:

@@ -35,7 +35,7 @@ from keystone.contracts.registry import (
     read_spec,
     restore_points_key,
 )
-from keystone.contracts.spec import StreamSpec, field_errors
+from keystone.contracts.spec import OutputSpec, StreamSpec, field_errors
 
 AUDIT_KEPT = 100_000  # entries; older ones are trimmed
 # Each owner's own copy of the entries on what is theirs: another tenant's changes, however
@@ -388,34 +388,44 @@ class Store(RegistryReader):
     # Recovery: restore points and rewinds (not part of the registry's version).
 
     def start_rewind(
-        self, stream: str, rewind: Rewind, dropped: list[RestorePoint], audit: dict[str, Any]
+        self,
+        stream: str,
+        rewind: Rewind,
+        planned: tuple[OutputSpec, str | None],
+        keeps: Callable[[RestorePoint], bool],
+        audit: dict[str, Any],
     ) -> None:
-        """Records the output's rewind, unless one is replaying (409) or the output is gone
-        (404); its restore points after the rewind's start (`dropped`) go in the same step,
-        with the audit entry."""
+        """Records the output's rewind if nothing it was planned on changed: the output as it
+        was (`planned[0]`, else 404 or 409) and its latest rewind (`planned[1]`'s id, else 409:
+        one rewind per output at a time). The restore points `keeps` refuses go in the same
+        step, read as they are then (the fleet may have added some since the plan), with the
+        audit entry."""
         rewinds = key("rewinds", stream)
+        points = restore_points_key(stream, rewind.output)
+        output, latest = planned
 
         def write(tx: redis.client.Pipeline) -> None:
-            tx.watch(rewinds)
+            tx.watch(rewinds, points)
             raw = tx.get(key("stream", stream))
-            if raw is None or read_spec(stream, raw).output(rewind.output) is None:
+            now = read_spec(stream, raw).output(rewind.output) if raw is not None else None
+            if now is None:
                 raise NotFound(f"stream {stream!r} has no output {rewind.output!r}")
-            current = tx.hget(rewinds, rewind.output)
-            if current is not None:
-                running = Rewind.model_validate_json(current)
-                if running.replaying:
-                    raise Conflict(
-                        f"output {rewind.output!r} is replaying rewind {running.id}: one rewind "
-                        "per output at a time",
-                        rewind=running.id,
-                    )
+            if now != output:
+                raise Conflict(f"output {rewind.output!r} changed meanwhile: ask again")
+            current = _rewind_or_none(tx.hget(rewinds, rewind.output))
+            if current is not None and current.replaying:
+                raise Conflict(
+                    f"output {rewind.output!r} is replaying rewind {current.id}: one rewind "
+                    "per output at a time",
+                    rewind=current.id,
+                )
+            if (current.id if current is not None else None) != latest:
+                raise Conflict(f"output {rewind.output!r} was rewound meanwhile: ask again")
+            dropped = [m for m in tx.zrange(points, 0, -1) if not _kept(m, keeps)]
             tx.multi()
             tx.hset(rewinds, rewind.output, rewind.model_dump_json())
             if dropped:
-                tx.zrem(
-                    restore_points_key(stream, rewind.output),
-                    *(p.model_dump_json() for p in dropped),
-                )
+                tx.zrem(points, *dropped)
 
         self._transact(write, audit)
 
@@ -452,15 +462,30 @@ class Store(RegistryReader):
 
     def add_restore_points(
         self, stream: str, output: str, points: list[RestorePoint], mark: tuple[int, int]
-    ) -> None:
-        with self.redis.pipeline(transaction=True) as tx:
-            if points:
-                tx.zadd(
-                    restore_points_key(stream, output),
-                    {p.model_dump_json(): p.time for p in points},
-                )
-            tx.hset(key("harvested", stream), output, f"{mark[0]}:{mark[1]}")
-            self._call(tx.execute)
+    ) -> bool:
+        """Adds the points of generation `mark[0]` (and marks them collected) if that is still
+        the output's generation: points a rewind has just undone are not brought back. Whether
+        they were added."""
+        rewinds = key("rewinds", stream)
+        with self.redis.pipeline() as tx:
+            try:
+                self._call(tx.watch, rewinds)
+                current = _rewind_or_none(tx.hget(rewinds, output))
+                if (current.generation if current is not None else 0) != mark[0]:
+                    return False
+                tx.multi()
+                if points:
+                    tx.zadd(
+                        restore_points_key(stream, output),
+                        {p.model_dump_json(): p.time for p in points},
+                    )
+                tx.hset(key("harvested", stream), output, f"{mark[0]}:{mark[1]}")
+                self._call(tx.execute)
+                return True
+            except redis.WatchError:
+                return False
+            finally:
+                tx.reset()
 
     def drop_restore_points(self, stream: str, output: str, points: list[RestorePoint]) -> None:
         if points:
@@ -544,6 +569,23 @@ class Store(RegistryReader):
                     continue
                 finally:
                     tx.reset()
+
+
+def _rewind_or_none(raw: bytes | None) -> Rewind | None:
+    """A stored rewind record, or None when there is none or it does not read (a stranger's
+    write: it is replaced)."""
+    try:
+        return Rewind.model_validate_json(raw) if raw is not None else None
+    except ValidationError:
+        log.warning("replacing a rewind record that does not read")
+        return None
+
+
+def _kept(member: bytes, keeps: Callable[[RestorePoint], bool]) -> bool:
+    try:
+        return keeps(RestorePoint.model_validate_json(member))
+    except ValidationError:
+        return False  # a point that does not read is no point to keep
 
 
 def _owner_audit(owner: str) -> str:

@@ -37,7 +37,9 @@ def main(argv: list[str] | None = None) -> int:
     for chatty in ("py4j", "py4j.clientserver", "py4j.java_gateway"):  # a line per callback
         logging.getLogger(chatty).setLevel(logging.WARNING)
     settings = Settings()
-    registry = RegistryReader.connect(settings)  # the spec now, the outputs' rewinds later
+    # The spec now, the outputs' rewinds every second: a Redis that does not answer must not
+    # hold the router's supervision for long.
+    registry = RegistryReader.connect(settings, timeout=1, retries=0)
     try:
         spec = registry.get_stream(args.stream)
     except KeystoneError as e:

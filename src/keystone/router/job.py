@@ -10,8 +10,9 @@ again after a backoff, while the others go on.
 An output that control rewinds (`contracts.recovery.Rewind`, read from the registry every
 second) has its query started again, alone, in the rewind's checkpoint generation: from the
 rewind's start, in micro-batches of at most its rate's worth of events per second until it has
-caught up, then as usual. What it writes of events before the rewind's `until` is a replay
-(the `replay` column: Kafka records get the `ks_replay` header, latencies leave them out).
+caught up, then as usual. What it writes of events its earlier generation had got to is a
+replay (the `replay` column, `Router.replay_bound`: Kafka records get the `ks_replay` header,
+latencies leave them out).
 """
 
 from __future__ import annotations
@@ -28,6 +29,13 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
+from keystone.contracts.checkpoints import (
+    Offsets,
+    checkpoint_dir,
+    generations,
+    planned,
+    replay_bound_path,
+)
 from keystone.contracts.errors import KeystoneError
 from keystone.contracts.names import dead_letter_topic, fronting_topic
 from keystone.contracts.recovery import Rewind
@@ -44,6 +52,7 @@ from keystone.router.metrics import STREAM_LEVEL, ProgressListener, RouterMetric
 from keystone.router.sinks.base import ROUTED, RecordWriter, to_kafka, writer_class, writer_for
 from keystone.router.sinks.route import Route
 from keystone.router.source import fronting
+from keystone.router.topics import end_offsets
 
 log = logging.getLogger(__name__)
 
@@ -86,22 +95,27 @@ def router_master(settings: Settings, spec: StreamSpec) -> str:
     return f"local[{max(threads, realtime + 2)}]"
 
 
-def replay_column(rewind: Rewind | None) -> Column:
-    """The rewind's id for an event it writes again (before its `until`), else null."""
-    if rewind is None:
+def replay_column(rewind: Rewind | None, bound: Offsets | None = None) -> Column:
+    """The rewind's id for an event it writes again (before `bound`, where the output's earlier
+    generation had got to), else null."""
+    if rewind is None or not bound:
         return F.lit(None).cast("string")
-    until = F.create_map(*(F.lit(x) for p, o in sorted(rewind.until.items()) for x in (p, o)))
-    return F.when(F.col("offset") < until[F.col("partition")], F.lit(rewind.id))
+    ends = F.create_map(*(F.lit(x) for p, o in sorted(bound.items()) for x in (p, o)))
+    return F.when(F.col("offset") < ends[F.col("partition")], F.lit(rewind.id))
 
 
 def routed(
-    source: DataFrame, output: OutputSpec, meter: Meter | None, rewind: Rewind | None = None
+    source: DataFrame,
+    output: OutputSpec,
+    meter: Meter | None,
+    rewind: Rewind | None = None,
+    bound: Offsets | None = None,
 ) -> DataFrame:
     """The output's events from the source's columns, as the columns of `ROUTED`: those its
     filter matches, the record projected, a replay marked. Counted on the way by the output's
     meter if it has one (a replayed event's latency left out), else observed per batch as
     `read` (in) and `matched`."""
-    source = source.withColumn("replay", replay_column(rewind))
+    source = source.withColumn("replay", replay_column(rewind, bound))
     metadata = {name: F.col(name) for name in ("guid", "timestamp", "host", "app")}
     condition = compile_filter(
         parse_filter(output.filter) if output.filter else None, F.col("payload"), metadata
@@ -144,6 +158,8 @@ class Router:
         self.metrics = metrics
         self.registry = registry
         self.rewinds: dict[str, Rewind] = {}
+        self.held: set[str] = set()  # outputs whose rewind record does not read, none known
+        self.ready = registry is None  # rewinds read at least once
         self._registry_error = ""
         self.read_rewinds()
         metrics.declare([o.name for o in spec.outputs])
@@ -166,16 +182,24 @@ class Router:
 
     def read_rewinds(self) -> None:
         """The outputs' rewinds as control last wrote them; kept as they were while the
-        registry is away (said once)."""
+        registry is away (said once). An output whose record does not read keeps the rewind
+        it had; with none known it is held (not started): run as if never rewound, it would
+        start afresh, or in a checkpoint generation long gone."""
         if self.registry is None:
             return
         try:
-            self.rewinds = self.registry.rewinds(self.spec.name)
-            self._registry_error = ""
+            found, unreadable = self.registry.read_rewinds(self.spec.name)
         except KeystoneError as e:
             if e.message != self._registry_error:
                 log.warning("rewinds not read (kept as they were): %s", e.message)
             self._registry_error = e.message
+            return
+        self._registry_error = ""
+        kept = {o: self.rewinds[o] for o in unreadable if o in self.rewinds}
+        held = unreadable - set(kept)
+        for output in held - self.held:
+            log.error("output %s held: its rewind record does not read", output)
+        self.rewinds, self.held, self.ready = found | kept, held, True
 
     def plan(self, name: str) -> tuple[int, bool] | None:
         """What a query runs as: its checkpoint generation and whether it replays (a change
@@ -205,20 +229,22 @@ class Router:
         writer.prepare(self.spark)
         realtime = runs_realtime(output)
         starting: str = output.start
+        bound = None
         if rewind is not None:  # read by a new checkpoint only: a started one goes on from its own
             offsets = {str(p): o for p, o in sorted(rewind.start.items())}
             starting = json.dumps({fronting_topic(self.spec.name): offsets})
-        interval = output.delivery.seconds if output.delivery.mode == "microbatch" else 1
+            bound = self.replay_bound(output, rewind)
         if rewind is not None and rewind.replaying:
-            # Rate limited in micro-batches, whatever the output's mode, until it has caught up.
-            limit = min(BATCH_LIMIT, max(1, rewind.rate * interval))
+            # Rate limited, whatever the output's mode, until it has caught up: a second's worth
+            # of events a second.
+            limit = min(BATCH_LIMIT, rewind.rate)
         else:
             limit = None if realtime else BATCH_LIMIT
         source = self._source(starting, limit, paths=paths_read_by([output]))
-        frame = writer.frame(routed(source, output, meter, rewind))
+        frame = writer.frame(routed(source, output, meter, rewind, bound))
         stream_writer = self._writer(frame, route.name, route.checkpoint.as_posix())
         if rewind is not None and rewind.replaying:
-            stream_writer = stream_writer.trigger(processingTime=f"{interval} seconds")
+            stream_writer = stream_writer.trigger(processingTime="1 second")
         elif realtime:
             stream_writer = stream_writer.trigger(realTime=output.delivery.trigger)
         elif output.delivery.mode == "realtime":
@@ -227,6 +253,36 @@ class Router:
             stream_writer = stream_writer.trigger(processingTime=output.delivery.trigger)
         writer.attach(stream_writer, lambda outcome: self.metrics.outcome(output.name, outcome))
         return stream_writer.start()
+
+    def replay_bound(self, output: OutputSpec, rewind: Rewind) -> Offsets:
+        """Where the output's earlier generation had got to when the rewind's generation first
+        started: its events are written again (labelled), those after it for the first time.
+        Worked out once, before the generation's query first starts (its predecessor then
+        stopped), and kept beside it: a micro-batch query wrote nothing past its last planned
+        batch; a Real-time Mode query nothing past the topic's end."""
+        path = replay_bound_path(self.settings, self.spec.name, output.name, rewind.generation)
+        try:
+            return {int(p): int(o) for p, o in json.loads(path.read_text()).items()}
+        except (OSError, ValueError, AttributeError):
+            pass  # not worked out yet (a file that does not read is worked out again)
+        topic = fronting_topic(self.spec.name)
+        earlier = [
+            g
+            for g in generations(self.settings, self.spec.name, output.name)
+            if g < rewind.generation
+        ]
+        bound: Offsets = dict(rewind.start)
+        if earlier:
+            before = checkpoint_dir(self.settings, self.spec.name, output.name, max(earlier))
+            if runs_realtime(output):
+                bound = end_offsets(self.settings, topic)
+            else:
+                bound = planned(before, topic) or bound
+        staging = path.with_suffix(".tmp")
+        staging.write_text(json.dumps(bound))
+        staging.replace(path)
+        log.info("rewind %s of %s replays up to %s", rewind.id, output.name, bound)
+        return bound
 
     def start_dead_letters(self) -> StreamingQuery:
         starts = {o.start for o in self.spec.outputs}
@@ -261,18 +317,24 @@ class Router:
         running: dict[str, tuple[StreamingQuery, float, tuple[int, bool] | None]] = {}
         retry_at = dict.fromkeys(starts, 0.0)
         backoff = dict.fromkeys(starts, 1.0)
+        while not self.ready and not stop.is_set():  # where each output is, before any starts
+            stop.wait(1)
+            self.read_rewinds()
         while not stop.is_set():
             self.read_rewinds()
             now = time.monotonic()
             for name, start in starts.items():
                 if name in running:
                     query, started, plan = running[name]
-                    if query.isActive and plan == self.plan(name):
+                    if query.isActive and plan == self.plan(name) and name not in self.held:
                         continue
                     del running[name]
-                    if query.isActive:  # rewound, or caught up: started again at once
-                        log.info("query %s restarting for its rewind: %s", name, self.plan(name))
-                        query.stop()
+                    if query.isActive:  # rewound, caught up or held: stopped at once
+                        log.info("query %s stopping for its rewind: %s", name, self.plan(name))
+                        try:
+                            query.stop()
+                        except Exception as e:  # it is stopped, or will be: go on
+                            log.error("query %s did not stop cleanly: %s", name, e)
                         retry_at[name] = now
                         continue
                     error = query.exception()
@@ -282,7 +344,7 @@ class Router:
                         backoff[name] = 1.0  # it had been running well: retry soon
                     retry_at[name] = now + backoff[name]
                     backoff[name] = min(MAX_BACKOFF, backoff[name] * 2)
-                if now < retry_at[name]:
+                if now < retry_at[name] or name in self.held:
                     continue
                 try:
                     running[name] = (start(), now, self.plan(name))

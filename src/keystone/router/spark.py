@@ -34,6 +34,9 @@ def spark_conf(settings: Settings, app_name: str, master: str | None = None) -> 
         "spark.sql.session.timeZone": "UTC",
         "spark.local.dir": str(settings.state_dir / "spark" / "tmp"),
         "spark.sql.shuffle.partitions": "4",
+        # A query stopped (a rewind restarts one) whose batch is stuck in a sink's retries must
+        # not hold the router's supervision for ever: the stop gives up after a minute.
+        "spark.sql.streaming.stopTimeout": "60s",
         # Running tasks' accumulators reach the driver with each executor heartbeat: the
         # router's live counts (router.meter) are as fresh as this (Spark's default is 10 s).
         "spark.executor.heartbeatInterval": "1s",

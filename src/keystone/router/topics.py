@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from keystone.contracts.errors import Unavailable
@@ -51,3 +51,20 @@ def all_topics(settings: Settings) -> list[str]:
         return list(admin.list_topics(timeout=15).topics)
     except KafkaException as e:
         raise Unavailable(f"Kafka at {settings.kafka_bootstrap} did not answer: {e}", 5) from e
+
+
+def end_offsets(settings: Settings, topic: str) -> dict[int, int]:
+    """Per partition, the offset the topic's next record will get."""
+    consumer = Consumer(
+        {"bootstrap.servers": settings.kafka_bootstrap, "group.id": "keystone-router-ends"}
+    )
+    try:
+        partitions = consumer.list_topics(topic, timeout=15).topics[topic].partitions
+        return {
+            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=15)[1]
+            for p in partitions
+        }
+    except KafkaException as e:
+        raise Unavailable(f"Kafka did not answer for {topic}: {e}", retry_after=5) from e
+    finally:
+        consumer.close()
