@@ -136,6 +136,14 @@ class Rewound:
     def state(self, output: str) -> dict:
         return self.api.ok("GET", f"/v1/streams/{STREAM}/outputs/{output}/rewind")
 
+    def replaying(self, output: str) -> bool:
+        """Whether the output's latest rewind replays (none yet: it does not)."""
+        answer = self.api.call("GET", f"/v1/streams/{STREAM}/outputs/{output}/rewind")
+        if answer.status_code == 404:
+            return False
+        assert answer.status_code == 200, answer.text
+        return answer.json()["state"] == "replaying"
+
 
 def _headers(message) -> dict[str, str]:
     return {k: v.decode() for k, v in message.headers() or []}
@@ -237,13 +245,11 @@ def test_rewinding_each_output_past_a_bad_deploy_leaves_each_sink_right(
 
 
 def test_a_router_killed_during_a_rewind_loses_nothing(rewound: Rewound) -> None:
-    slowly = 20  # events per second: the period's 400 events take 20 s
+    slowly = 25  # events per second: the period's 400 events take 16 s
     ids = {}
     for output in ("archive", "search"):
         eventually(
-            f"{output} not replaying",
-            lambda o=output: rewound.state(o)["state"] != "replaying",
-            timeout=180,
+            f"{output} not replaying", lambda o=output: not rewound.replaying(o), timeout=180
         )
         point = rewound.before_bad[output]
         ids[output] = rewound.rewind(output, restore_point=point, max_events_per_second=slowly)
@@ -292,8 +298,10 @@ def test_requests_that_cannot_be_carried_out_move_nothing(rewound: Rewound, admi
     assert rewound.api.call("GET", path).json() == before  # nothing moved
     # One rewind per output at a time: a second one while the first replays is refused (it
     # replays until the fleet has seen it commit, seconds at least).
-    eventually("clicks not replaying", lambda: rewound.state("clicks")["state"] != "replaying")
+    eventually("clicks not replaying", lambda: not rewound.replaying("clicks"), timeout=180)
     first = rewound.rewind("clicks", restore_point=rewound.before_bad["clicks"])
     answer = rewound.api.call("POST", path, {"restore_point": rewound.before_bad["clicks"]})
     assert answer.status_code == 409 and first["id"] in answer.json()["message"]
-    eventually("the first to catch up", lambda: rewound.state("clicks")["state"] == "caught_up")
+    eventually(
+        "the first to catch up", lambda: rewound.state("clicks")["state"] == "caught_up", 120
+    )
