@@ -432,21 +432,13 @@ class Store(RegistryReader):
     def finish_rewind(self, stream: str, rewind: Rewind) -> bool:
         """Replaces the output's rewind record with `rewind` (the fleet's: caught up) if it is
         still the same rewind; whether it was."""
-        rewinds = key("rewinds", stream)
-        with self.redis.pipeline() as tx:
-            try:
-                self._call(tx.watch, rewinds)
-                current = tx.hget(rewinds, rewind.output)
-                if current is None or Rewind.model_validate_json(current).id != rewind.id:
-                    return False
-                tx.multi()
-                tx.hset(rewinds, rewind.output, rewind.model_dump_json())
-                self._call(tx.execute)
-                return True
-            except redis.WatchError:
-                return False
-            finally:
-                tx.reset()
+
+        def write(tx: redis.client.Pipeline) -> None:
+            tx.hset(key("rewinds", stream), rewind.output, rewind.model_dump_json())
+
+        return self._while_rewind(
+            stream, rewind.output, lambda now: now is not None and now.id == rewind.id, write
+        )
 
     def harvested(self, stream: str) -> dict[str, tuple[int, int]]:
         """Per output, the generation and batch of its last restore point collected."""
@@ -466,20 +458,37 @@ class Store(RegistryReader):
         """Adds the points of generation `mark[0]` (and marks them collected) if that is still
         the output's generation: points a rewind has just undone are not brought back. Whether
         they were added."""
+
+        def write(tx: redis.client.Pipeline) -> None:
+            if points:
+                tx.zadd(
+                    restore_points_key(stream, output),
+                    {p.model_dump_json(): p.time for p in points},
+                )
+            tx.hset(key("harvested", stream), output, f"{mark[0]}:{mark[1]}")
+
+        def current(now: Rewind | None) -> bool:
+            return (now.generation if now is not None else 0) == mark[0]
+
+        return self._while_rewind(stream, output, current, write)
+
+    def _while_rewind(
+        self,
+        stream: str,
+        output: str,
+        holds: Callable[[Rewind | None], bool],
+        write: Callable[[redis.client.Pipeline], None],
+    ) -> bool:
+        """Runs `write` in a transaction if the output's rewind record (or its absence) `holds`
+        and nobody changes it meanwhile; whether it ran."""
         rewinds = key("rewinds", stream)
         with self.redis.pipeline() as tx:
             try:
                 self._call(tx.watch, rewinds)
-                current = _rewind_or_none(tx.hget(rewinds, output))
-                if (current.generation if current is not None else 0) != mark[0]:
+                if not holds(_rewind_or_none(tx.hget(rewinds, output))):
                     return False
                 tx.multi()
-                if points:
-                    tx.zadd(
-                        restore_points_key(stream, output),
-                        {p.model_dump_json(): p.time for p in points},
-                    )
-                tx.hset(key("harvested", stream), output, f"{mark[0]}:{mark[1]}")
+                write(tx)
                 self._call(tx.execute)
                 return True
             except redis.WatchError:
