@@ -8,12 +8,20 @@ import json
 
 import pytest
 
-from keystone.contracts.errors import InvalidSpec
+from keystone.contracts.errors import InvalidSpec, KeystoneError, Unavailable
+from keystone.contracts.recovery import Rewind, RewindPhase
 from keystone.contracts.settings import Settings
 from keystone.contracts.spec import load_spec
 from keystone.router.counts import LATENCY_BUCKETS, latency_counts
-from keystone.router.job import dead_letter_paths, paths_read_by, router_master, runs_realtime
+from keystone.router.job import (
+    RewindWatch,
+    dead_letter_paths,
+    paths_read_by,
+    router_master,
+    runs_realtime,
+)
 from keystone.router.metrics import LatencyHistogram, lag_of
+from tests.contracts.test_recovery import rewind
 
 SPEC = {
     "name": "plays",
@@ -99,3 +107,40 @@ def test_each_query_parses_the_paths_its_outputs_read() -> None:
     assert paths_read_by(spec.outputs) == read | {("ok",)}
     # The dead-letter query's: every path any of them reads.
     assert dead_letter_paths(spec.outputs) == read | {("ok",)}
+
+
+class FakeRegistry:
+    """What `RewindWatch` reads: each answer in turn, or an error."""
+
+    def __init__(self, *answers: tuple[dict[str, Rewind], set[str]] | KeystoneError) -> None:
+        self.answers = list(answers)
+
+    def read_rewinds(self, stream: str) -> tuple[dict[str, Rewind], set[str]]:
+        answer = self.answers.pop(0)
+        if isinstance(answer, KeystoneError):
+            raise answer
+        return answer
+
+
+def test_the_router_follows_rewinds_and_holds_an_output_whose_record_does_not_read() -> None:
+    first = rewind(output="search")
+    caught_up = first.model_copy(update={"phase": RewindPhase.CAUGHT_UP})
+    registry = FakeRegistry(
+        Unavailable("Redis away", retry_after=1),  # before anything is known: not ready
+        ({"search": first}, set()),
+        Unavailable("Redis away", retry_after=1),  # kept as it was
+        ({"search": caught_up}, {"clicks"}),  # clicks unreadable, never known: held
+        ({}, {"search", "clicks"}),  # search unreadable now: its last known rewind kept
+    )
+    watch = RewindWatch(registry, "plays")  # type: ignore[arg-type]
+    watch.read()
+    assert not watch.ready and watch.plan("search") is None
+    watch.read()
+    assert watch.ready and watch.plan("search") == (1, True) and watch.held == set()
+    watch.read()
+    assert watch.plan("search") == (1, True)
+    watch.read()
+    assert watch.plan("search") == (1, False) and watch.held == {"clicks"}
+    watch.read()
+    assert watch.plan("search") == (1, False) and watch.held == {"clicks"}
+    assert RewindWatch(None, "plays").ready  # no registry: never rewound, nothing to wait for

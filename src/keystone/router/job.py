@@ -142,6 +142,45 @@ def routed(
     return matched.select(*ROUTED[:-1], record.alias("record"))
 
 
+class RewindWatch:
+    """The outputs' rewinds as control last wrote them, read every second (`read`). Kept as
+    they were while the registry is away (said once). An output whose record does not read
+    keeps the rewind it had; with none known it is held (not started): run as if never
+    rewound, it would start afresh, or in a checkpoint generation long gone."""
+
+    def __init__(self, registry: RegistryReader | None, stream: str) -> None:
+        """`registry`: where control keeps them (none: never rewound)."""
+        self.registry = registry
+        self.stream = stream
+        self.rewinds: dict[str, Rewind] = {}
+        self.held: set[str] = set()
+        self.ready = registry is None  # read at least once
+        self._error = ""
+
+    def read(self) -> None:
+        if self.registry is None:
+            return
+        try:
+            found, unreadable = self.registry.read_rewinds(self.stream)
+        except KeystoneError as e:
+            if e.message != self._error:
+                log.warning("rewinds not read (kept as they were): %s", e.message)
+            self._error = e.message
+            return
+        self._error = ""
+        kept = {o: self.rewinds[o] for o in unreadable if o in self.rewinds}
+        held = unreadable - set(kept)
+        for output in held - self.held:
+            log.error("output %s held: its rewind record does not read", output)
+        self.rewinds, self.held, self.ready = found | kept, held, True
+
+    def plan(self, name: str) -> tuple[int, bool] | None:
+        """What a query runs as: its checkpoint generation and whether it replays (a change
+        starts it again)."""
+        rewind = self.rewinds.get(name)
+        return None if rewind is None else (rewind.generation, rewind.replaying)
+
+
 class Router:
     def __init__(
         self,
@@ -156,12 +195,8 @@ class Router:
         self.settings = settings
         self.spec = spec
         self.metrics = metrics
-        self.registry = registry
-        self.rewinds: dict[str, Rewind] = {}
-        self.held: set[str] = set()  # outputs whose rewind record does not read, none known
-        self.ready = registry is None  # rewinds read at least once
-        self._registry_error = ""
-        self.read_rewinds()
+        self.watch = RewindWatch(registry, spec.name)
+        self.watch.read()
         metrics.declare([o.name for o in spec.outputs])
         # Spark's Kafka sink reports only as an epoch ends, a Real-time Mode checkpoint interval
         # apart: its outputs are metered as they run (delivered, or dead-lettered when too
@@ -180,33 +215,6 @@ class Router:
             starts[output.name] = lambda o=output: self.start_output(o)
         return starts
 
-    def read_rewinds(self) -> None:
-        """The outputs' rewinds as control last wrote them; kept as they were while the
-        registry is away (said once). An output whose record does not read keeps the rewind
-        it had; with none known it is held (not started): run as if never rewound, it would
-        start afresh, or in a checkpoint generation long gone."""
-        if self.registry is None:
-            return
-        try:
-            found, unreadable = self.registry.read_rewinds(self.spec.name)
-        except KeystoneError as e:
-            if e.message != self._registry_error:
-                log.warning("rewinds not read (kept as they were): %s", e.message)
-            self._registry_error = e.message
-            return
-        self._registry_error = ""
-        kept = {o: self.rewinds[o] for o in unreadable if o in self.rewinds}
-        held = unreadable - set(kept)
-        for output in held - self.held:
-            log.error("output %s held: its rewind record does not read", output)
-        self.rewinds, self.held, self.ready = found | kept, held, True
-
-    def plan(self, name: str) -> tuple[int, bool] | None:
-        """What a query runs as: its checkpoint generation and whether it replays (a change
-        starts it again)."""
-        rewind = self.rewinds.get(name)
-        return None if rewind is None else (rewind.generation, rewind.replaying)
-
     def _source(
         self, starting: str, max_per_trigger: int | None, paths: frozenset[tuple[str, ...]]
     ) -> DataFrame:
@@ -223,7 +231,7 @@ class Router:
 
     def start_output(self, output: OutputSpec) -> StreamingQuery:
         meter = self.meters.get(output.name)
-        rewind = self.rewinds.get(output.name)
+        rewind = self.watch.rewinds.get(output.name)
         route = Route(self.settings, self.spec, output, rewind)
         writer = writer_for(route, meter)
         writer.prepare(self.spark)
@@ -317,20 +325,21 @@ class Router:
         running: dict[str, tuple[StreamingQuery, float, tuple[int, bool] | None]] = {}
         retry_at = dict.fromkeys(starts, 0.0)
         backoff = dict.fromkeys(starts, 1.0)
-        while not self.ready and not stop.is_set():  # where each output is, before any starts
+        watch = self.watch
+        while not watch.ready and not stop.is_set():  # where each output is, before any starts
             stop.wait(1)
-            self.read_rewinds()
+            watch.read()
         while not stop.is_set():
-            self.read_rewinds()
+            watch.read()
             now = time.monotonic()
             for name, start in starts.items():
                 if name in running:
                     query, started, plan = running[name]
-                    if query.isActive and plan == self.plan(name) and name not in self.held:
+                    if query.isActive and plan == watch.plan(name) and name not in watch.held:
                         continue
                     del running[name]
                     if query.isActive:  # rewound, caught up or held: stopped at once
-                        log.info("query %s stopping for its rewind: %s", name, self.plan(name))
+                        log.info("query %s stopping for its rewind: %s", name, watch.plan(name))
                         try:
                             query.stop()
                         except Exception as e:  # it is stopped, or will be: go on
@@ -344,10 +353,10 @@ class Router:
                         backoff[name] = 1.0  # it had been running well: retry soon
                     retry_at[name] = now + backoff[name]
                     backoff[name] = min(MAX_BACKOFF, backoff[name] * 2)
-                if now < retry_at[name] or name in self.held:
+                if now < retry_at[name] or name in watch.held:
                     continue
                 try:
-                    running[name] = (start(), now, self.plan(name))
+                    running[name] = (start(), now, watch.plan(name))
                     log.info("query %s running", name)
                 except Exception as e:  # the supervisor's boundary: log, back off, try again
                     log.error("query %s could not start: %s: %s", name, type(e).__name__, e)
