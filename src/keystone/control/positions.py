@@ -10,6 +10,7 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 from keystone.contracts.checkpoints import Offsets
 from keystone.contracts.errors import Unavailable
 from keystone.contracts.settings import Settings
+from keystone.router.topics import watermarks
 
 TIMEOUT = 10.0
 
@@ -38,20 +39,10 @@ class Positions:
         )
 
     def extent(self, topic: str) -> Extent:
-        consumer = self._consumer()
-        try:
-            partitions = self._partitions(consumer, topic)
-            earliest, end = {}, {}
-            for p in partitions:
-                low, high = consumer.get_watermark_offsets(
-                    TopicPartition(topic, p), timeout=TIMEOUT
-                )
-                earliest[p], end[p] = low, high
-            return Extent(earliest, end)
-        except KafkaException as e:
-            raise Unavailable(f"Kafka did not answer for {topic}: {e}", retry_after=5) from e
-        finally:
-            consumer.close()
+        marks = watermarks(self.settings, topic)
+        return Extent(
+            {p: low for p, (low, _) in marks.items()}, {p: end for p, (_, end) in marks.items()}
+        )
 
     def at_time(self, topic: str, epoch_ms: int) -> Offsets:
         """Per partition, the first offset whose record's timestamp is at or after `epoch_ms`

@@ -52,7 +52,7 @@ from keystone.router.metrics import STREAM_LEVEL, ProgressListener, RouterMetric
 from keystone.router.sinks.base import ROUTED, RecordWriter, to_kafka, writer_class, writer_for
 from keystone.router.sinks.route import Route
 from keystone.router.source import fronting
-from keystone.router.topics import end_offsets
+from keystone.router.topics import watermarks
 
 log = logging.getLogger(__name__)
 
@@ -283,7 +283,7 @@ class Router:
         if earlier:
             before = checkpoint_dir(self.settings, self.spec.name, output.name, max(earlier))
             if runs_realtime(output):
-                bound = end_offsets(self.settings, topic)
+                bound = {p: end for p, (_, end) in watermarks(self.settings, topic).items()}
             else:
                 bound = planned(before, topic) or bound
         staging = path.with_suffix(".tmp")

@@ -53,16 +53,19 @@ def all_topics(settings: Settings) -> list[str]:
         raise Unavailable(f"Kafka at {settings.kafka_bootstrap} did not answer: {e}", 5) from e
 
 
-def end_offsets(settings: Settings, topic: str) -> dict[int, int]:
-    """Per partition, the offset the topic's next record will get."""
+def watermarks(settings: Settings, topic: str) -> dict[int, tuple[int, int]]:
+    """Per partition, its earliest offset (older records are past the topic's retention) and
+    the offset its next record will get."""
     consumer = Consumer(
-        {"bootstrap.servers": settings.kafka_bootstrap, "group.id": "keystone-router-ends"}
+        {"bootstrap.servers": settings.kafka_bootstrap, "group.id": "keystone-watermarks"}
     )
     try:
-        partitions = consumer.list_topics(topic, timeout=15).topics[topic].partitions
+        metadata = consumer.list_topics(topic, timeout=15).topics.get(topic)
+        if metadata is None or metadata.error is not None:
+            raise Unavailable(f"topic {topic} is not readable", retry_after=5)
         return {
-            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=15)[1]
-            for p in partitions
+            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=15)
+            for p in sorted(metadata.partitions)
         }
     except KafkaException as e:
         raise Unavailable(f"Kafka did not answer for {topic}: {e}", retry_after=5) from e
