@@ -19,7 +19,7 @@ from keystone.contracts.registry import RegistryReader
 from keystone.contracts.settings import Settings
 from keystone.router.job import Router, router_master
 from keystone.router.metrics import RouterMetrics
-from keystone.router.spark import spark_session
+from keystone.router.spark import end_session, spark_session
 
 log = logging.getLogger("keystone.router")
 
@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         registry.close()
         metrics.close()
-        spark.stop()
+        end_session(spark)
     log.info("router for %s stopped", spec.name)
     return 0
 

@@ -5,6 +5,7 @@ router, `keystone sql`, the load test's readers and tests all build their sessio
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 
 from pyspark.sql import SparkSession
@@ -70,3 +71,22 @@ def spark_session(settings: Settings, app_name: str, master: str | None = None) 
     session = session_builder(settings, conf).enableHiveSupport().getOrCreate()
     session.sparkContext.setLogLevel("WARN")
     return session
+
+
+def end_session(spark: SparkSession, timeout: float = 30) -> None:
+    """Stop the session and wait for its JVM to exit. `spark.stop()` alone leaves the gateway
+    JVM running until this Python process ends, its cleanup threads still logging: a router's
+    "stopped" line is only its last once the JVM is gone. The JVM exits when its stdin closes."""
+    gateway = spark.sparkContext._gateway
+    spark.stop()
+    proc = getattr(gateway, "proc", None)
+    if proc is None:  # a gateway this process did not launch (PYSPARK_GATEWAY_PORT)
+        return
+    gateway.shutdown()
+    if proc.stdin is not None:
+        proc.stdin.close()
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
