@@ -49,7 +49,7 @@ OUTPUTS = [
         "start": "earliest",
     },
     {
-        "name": "archive",
+        "name": "warehouse",
         "sink": {"type": "hive"},
         "delivery": {"mode": "microbatch", "trigger": "5 seconds"},
         "start": "earliest",

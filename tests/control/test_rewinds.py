@@ -28,7 +28,7 @@ SPEC = load_spec(
         "partitions": 2,
         "outputs": [
             {"name": "clicks", "sink": {"type": "kafka"}},
-            {"name": "archive", "sink": {"type": "hive"}},
+            {"name": "warehouse", "sink": {"type": "hive"}},
             {"name": "search", "sink": {"type": "elasticsearch"}},
         ],
     }
@@ -122,14 +122,14 @@ def test_a_hive_output_starts_at_the_restore_point_at_or_before_and_replaces_wha
 ) -> None:
     store = FakeStore()
     planner = rewinds(tmp_path, store)
-    plan = planner.plan(TEAM, "plays", "archive", Target(offsets={0: 35, 1: 45}), None)
+    plan = planner.plan(TEAM, "plays", "warehouse", Target(offsets={0: 35, 1: 45}), None)
     assert plan.rewind.restore_point == "0-3" and plan.rewind.start == {0: 30, 1: 30}
     # Query q0's batches after 3, and every batch of the later generation's query.
     assert plan.rewind.replaced == [Replaced(query="q0", after=3), Replaced(query="q1", after=-1)]
     assert {p.id for p in plan.dropped} == {"1-2", "1-start"}
     assert plan.replay == "resettable"
     # Within the latest generation: only its batches after the point.
-    plan = planner.plan(TEAM, "plays", "archive", Target(offsets={0: 95, 1: 85}), None)
+    plan = planner.plan(TEAM, "plays", "warehouse", Target(offsets={0: 95, 1: 85}), None)
     assert plan.rewind.restore_point == "1-2"
     assert plan.rewind.replaced == [Replaced(query="q1", after=2)]
 
@@ -172,7 +172,7 @@ def test_what_cannot_be_is_refused(tmp_path: Path) -> None:
     no_points = FakeStore(points=[point(0, 7, {0: 60, 1: 50}, age=900)])  # all after
     with pytest.raises(Unprocessable, match="no restore point"):
         rewinds(tmp_path, no_points).plan(
-            TEAM, "plays", "archive", Target(offsets={0: 10, 1: 10}), None
+            TEAM, "plays", "warehouse", Target(offsets={0: 10, 1: 10}), None
         )
 
 

@@ -99,7 +99,7 @@ def _spec(*sinks: tuple[str, str]) -> StreamSpec:
 
 
 def test_the_rewound_output_is_the_first_kafka_one_else_the_first() -> None:
-    mixed = _spec(("search", "elasticsearch"), ("archive", "hive"), ("clicks", "kafka"))
+    mixed = _spec(("search", "elasticsearch"), ("warehouse", "hive"), ("clicks", "kafka"))
     chosen = [Fault.parse("rewind-output@5", 60), Fault.parse("kill-router@5", 60)]
     choose_outputs(mixed, chosen)
     assert [f.output for f in chosen] == ["clicks", None]
@@ -107,9 +107,9 @@ def test_the_rewound_output_is_the_first_kafka_one_else_the_first() -> None:
     no_kafka = Fault.parse("rewind-output@5", 60)
     choose_outputs(_spec(("search", "elasticsearch"), ("onwards", "keystone")), [no_kafka])
     assert no_kafka.output == "search"
-    named = Fault.parse("rewind-output:archive@5", 60)
+    named = Fault.parse("rewind-output:warehouse@5", 60)
     choose_outputs(mixed, [named])
-    assert named.output == "archive"
+    assert named.output == "warehouse"
 
 
 def test_a_rewind_of_an_output_the_stream_lacks_is_refused_before_the_run() -> None:

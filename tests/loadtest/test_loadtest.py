@@ -30,7 +30,7 @@ OUTPUTS = [
         "sink": {"type": "elasticsearch"},
     },
     {
-        "name": "archive",
+        "name": "warehouse",
         "sink": {"type": "hive"},
         "delivery": {"mode": "microbatch", "trigger": "5 seconds"},
     },
@@ -105,7 +105,7 @@ def test_a_minute_of_load_with_the_router_killed_and_outputs_rewound_loses_nothi
         report,
         "kill-router@15",
         "rewind-output@35+20",
-        "rewind-output:archive@38+20",
+        "rewind-output:warehouse@38+20",
         "rewind-output:onwards@41+20",
     )
     audit = figures["audit"]
@@ -117,16 +117,16 @@ def test_a_minute_of_load_with_the_router_killed_and_outputs_rewound_loses_nothi
     for o in audit["outputs"]:
         assert 0 < o["expected"] == o["delivered"] and o["unexpected"] == 0, o
         assert o["delivery_rate"] == 1.0
-    for idempotent in ("search", "archive"):
+    for idempotent in ("search", "warehouse"):
         assert by_output[f"{STREAM}.{idempotent}"]["duplicates"] == 0
         assert by_output[f"{STREAM}.{idempotent}"]["replays"] == 0
-    assert by_output[f"{STREAM}.archive"]["expected"] == figures["ingest"]["acknowledged"]
+    assert by_output[f"{STREAM}.warehouse"]["expected"] == figures["ingest"]["acknowledged"]
     for replayed in (f"{STREAM}.picked", f"{STREAM}.onwards", f"{SIDE}.plays"):
         assert by_output[replayed]["replays"] > 0, by_output[replayed]
     killed, *rewinds = figures["faults"]
     assert killed["fault"] == "kill-router" and 14 <= killed["began_s"] <= 20
     assert "the fleet started it again" in " ".join(killed["notes"])
-    assert {f["output"] for f in rewinds} == {"picked", "archive", "onwards"}
+    assert {f["output"] for f in rewinds} == {"picked", "warehouse", "onwards"}
     for fault in rewinds:
         assert fault["fault"] == "rewind-output" and fault["began_s"] is not None, fault
         assert "caught_up after" in fault["notes"][-1], fault

@@ -45,7 +45,7 @@ def outputs(projection: list[str]) -> list[dict]:
         "clicks": ({"type": "kafka"}, realtime),
         "copy": ({"type": "keystone", "stream": TARGET}, realtime),
         "search": ({"type": "elasticsearch"}, realtime),
-        "archive": ({"type": "hive"}, {"mode": "microbatch", "trigger": "5 seconds"}),
+        "warehouse": ({"type": "hive"}, {"mode": "microbatch", "trigger": "5 seconds"}),
     }
     return [
         {"name": name, "projection": projection, "sink": sink, "delivery": delivery}
@@ -113,8 +113,8 @@ class Rewound:
         ).json()["hits"]["hits"]
         return [(h["_id"], h["_source"]) for h in hits]
 
-    def archive(self) -> list[tuple[str, dict]]:
-        rows = self.tables.read(f"keystone.{STREAM}__archive")
+    def warehouse(self) -> list[tuple[str, dict]]:
+        rows = self.tables.read(f"keystone.{STREAM}__warehouse")
         return [(r["guid"], json.loads(r["record"])) for r in rows]
 
     def holds_everything(self) -> bool:
@@ -124,7 +124,7 @@ class Rewound:
             sent <= {g for g, _, _ in self.kafka()}
             and sent <= {g for g, _, _ in self.keystone()}
             and sent <= {g for g, _ in self.search()}
-            and sent <= {g for g, _ in self.archive()}
+            and sent <= {g for g, _ in self.warehouse()}
         )
 
     def points(self, output: str) -> list[dict]:
@@ -167,7 +167,7 @@ def rewound(stack: Stack, admin: Api) -> Iterator[Rewound]:
     handle.send(range(0, BATCH))
     eventually("the first events in every output", handle.holds_everything, timeout=240)
     # Each output's restore point once it had them: where the good days end.
-    for output in ("clicks", "copy", "search", "archive"):
+    for output in ("clicks", "copy", "search", "warehouse"):
         eventually(
             f"a restore point of {output} after the first events",
             lambda o=output: _delivered_all(handle.points(o), BATCH) is not None,
@@ -182,7 +182,7 @@ def rewound(stack: Stack, admin: Api) -> Iterator[Rewound]:
 
     def wrong_everywhere() -> bool:
         late = {g for g, e in handle.sent.items() if e["n"] >= BATCH}
-        return late <= {g for g, r in handle.archive() if "wrong" in r} and late <= {
+        return late <= {g for g, r in handle.warehouse() if "wrong" in r} and late <= {
             g for g, r, _ in handle.kafka() if "wrong" in r
         }
 
@@ -212,7 +212,7 @@ def test_rewinding_each_output_past_a_bad_deploy_leaves_each_sink_right(
         "clicks": "append-only",
         "copy": "append-only",
         "search": "idempotent",
-        "archive": "resettable",
+        "warehouse": "resettable",
     }
     for output in started:
         eventually(
@@ -225,10 +225,10 @@ def test_rewinding_each_output_past_a_bad_deploy_leaves_each_sink_right(
     sent = set(rewound.sent)
     late = {g for g, e in rewound.sent.items() if e["n"] >= BATCH}
     # Hive and Elasticsearch: each event once, as the fixed projection makes it.
-    eventually("Hive to hold the period once", lambda: len(rewound.archive()) == len(sent), 120)
-    archive = rewound.archive()
-    assert sorted(g for g, _ in archive) == sorted(sent)  # no row twice, none missing
-    assert {g: r for g, r in archive} == {g: rewound.good(g) for g in sent}
+    eventually("Hive to hold the period once", lambda: len(rewound.warehouse()) == len(sent), 120)
+    warehouse = rewound.warehouse()
+    assert sorted(g for g, _ in warehouse) == sorted(sent)  # no row twice, none missing
+    assert {g: r for g, r in warehouse} == {g: rewound.good(g) for g in sent}
     search = rewound.search()
     assert {g: r for g, r in search} == {g: rewound.good(g) for g in sent}
     assert len(search) == len(sent)
@@ -247,7 +247,7 @@ def test_rewinding_each_output_past_a_bad_deploy_leaves_each_sink_right(
 def test_a_router_killed_during_a_rewind_loses_nothing(rewound: Rewound) -> None:
     slowly = 25  # events per second: the period's 400 events take 16 s
     ids = {}
-    for output in ("archive", "search"):
+    for output in ("warehouse", "search"):
         eventually(
             f"{output} not replaying", lambda o=output: not rewound.replaying(o), timeout=180
         )
@@ -255,10 +255,10 @@ def test_a_router_killed_during_a_rewind_loses_nothing(rewound: Rewound) -> None
         ids[output] = rewound.rewind(output, restore_point=point, max_events_per_second=slowly)
     eventually(
         "the replay to be under way",
-        lambda: 0 < rewound.state("archive")["replayed"] < 2 * BATCH,
+        lambda: 0 < rewound.state("warehouse")["replayed"] < 2 * BATCH,
         timeout=90,
     )
-    kept = {p["id"] for p in rewound.points("archive")}  # up to the rewind's start
+    kept = {p["id"] for p in rewound.points("warehouse")}  # up to the rewind's start
     pid = rewound.router_pid()
     assert pid is not None
     os.killpg(pid, signal.SIGKILL)  # the router and its JVM, mid-replay
@@ -269,11 +269,11 @@ def test_a_router_killed_during_a_rewind_loses_nothing(rewound: Rewound) -> None
             timeout=300,
         )
     assert rewound.router_pid() not in (None, pid)  # the fleet started it again
-    assert kept <= {p["id"] for p in rewound.points("archive")}  # the restart kept the points
+    assert kept <= {p["id"] for p in rewound.points("warehouse")}  # the restart kept the points
     sent = set(rewound.sent)
-    archive = rewound.archive()
-    assert sorted(g for g, _ in archive) == sorted(sent)  # no row twice, none missing
-    assert dict(archive) == {g: rewound.good(g) for g in sent}
+    warehouse = rewound.warehouse()
+    assert sorted(g for g, _ in warehouse) == sorted(sent)  # no row twice, none missing
+    assert dict(warehouse) == {g: rewound.good(g) for g in sent}
     assert dict(rewound.search()) == {g: rewound.good(g) for g in sent}
 
 

@@ -77,7 +77,7 @@ SPEC = {
             "start": "earliest",
         },
         {
-            "name": "archive",
+            "name": "warehouse",
             "projection": ["*"],
             "sink": {"type": "hive"},
             "delivery": {"mode": "microbatch", "trigger": "5 seconds"},
@@ -258,7 +258,7 @@ class Routed:
         return {hit["_id"]: hit["_source"] for hit in found["hits"]["hits"]}
 
     def hive_output(self) -> list[tuple[str, dict]]:
-        rows = self.tables.read(f"keystone.{STREAM}__archive")
+        rows = self.tables.read(f"keystone.{STREAM}__warehouse")
         return [(r["guid"], json.loads(r["record"])) for r in rows]
 
     def dead_letters(self) -> list[dict]:
@@ -414,7 +414,7 @@ def test_metrics_count_every_stage_of_every_output(routed: Routed) -> None:
     assert value("search", "matched") == len(expected("search"))
     assert value("search", "delivered") == len(expected("search")) - search_refused
     assert value("search", "dead_letter") == search_refused
-    assert value("archive", "delivered") == 1500
+    assert value("warehouse", "delivered") == 1500
     assert value("errors", "matched") == len(expected("errors"))
     assert value("errors", "delivered") == len(fitting(expected("errors")))
     assert value("errors", "dead_letter") == 1

@@ -115,10 +115,11 @@ def stream_show(ctx: typer.Context, name: str, as_json: JsonOption = False) -> N
         "lag",
         "p99",
     )
-    for o in status.outputs:
+    archive = [status.archive] if status.archive is not None else []
+    for o in [*status.outputs, *archive]:
         rates, totals = o.rates, o.totals
         table.add_row(
-            o.name,
+            "(archive)" if o is status.archive else o.name,
             o.sink,
             *(f"{rates.get(s, 0):.1f}" for s in ("in", "matched", "delivered")),
             f"{totals.get('delivered', 0):.0f}",

@@ -78,6 +78,13 @@ class Limits(BaseModel):
         description="The fastest a rewind may replay (recovery.max_events_per_second, 422).",
     )
 
+    max_archive_keep_days: int = Field(
+        400,
+        ge=1,
+        description="The longest a stream may keep its raw events in its archive "
+        "(archive.keep_days, 422).",
+    )
+
     # The routing language.
     max_filter_chars: int = Field(4096, ge=16, description="One filter's text (422).")
     max_projection_fields: int = Field(256, ge=1, description="Fields one projection lists.")

@@ -66,6 +66,8 @@ def output_topic(stream: str, output: str) -> str:
 
 
 HIVE_DATABASE = "keystone"
+ARCHIVE = "archive"  # the stream's raw events: table `<stream>__archive` (a Hive output's name)
+ARCHIVE_QUERY = "_archive"  # the router's query writing it: its checkpoint and metrics' label
 
 
 def hive_table(stream: str, output: str) -> str:
@@ -76,3 +78,8 @@ def hive_table(stream: str, output: str) -> str:
 def index_prefix(stream: str, output: str) -> str:
     """Elasticsearch indices are `<prefix>yyyy.mm.dd`, one per day of ingest time (UTC)."""
     return f"{check_stream_name(stream)}-{check_name(output, 'output')}-"
+
+
+def archive_table(stream: str) -> str:
+    """The stream's archive, within HIVE_DATABASE."""
+    return hive_table(stream, ARCHIVE)

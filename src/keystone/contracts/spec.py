@@ -23,7 +23,7 @@ from pydantic import (
 
 from keystone.contracts.errors import InvalidSpec
 from keystone.contracts.limits import MAX_OBJECTIVE_LAG_RECORDS
-from keystone.contracts.names import check_name, output_topic
+from keystone.contracts.names import ARCHIVE, HIVE_DATABASE, check_name, hive_table, output_topic
 from keystone.contracts.schema import parse_schema
 from keystone.contracts.sinks import SinkConfig, StreamName
 
@@ -145,6 +145,28 @@ class Recovery(_Strict):
         return int(match.group(1)) * _UNIT_SECONDS[match.group(2)]
 
 
+class Archive(_Strict):
+    """The stream's raw events kept in the warehouse (`keystone.<stream>__archive`), so that an
+    output can be backfilled from months back rather than from Kafka's days."""
+
+    enabled: bool = Field(True, description="Off: no archive is written (nor can be backfilled).")
+    keep_days: int = Field(
+        30, ge=1, description="Days of ingest time kept; older hours are dropped whole."
+    )
+    trigger: str = Field(
+        "1 minute",
+        description="How often the router writes what arrived since: a backfill reaches up to "
+        "what the archive holds.",
+    )
+
+    @field_validator("trigger")
+    @classmethod
+    def _interval(cls, trigger: str) -> str:
+        if not _TRIGGER.fullmatch(trigger):
+            raise ValueError("an interval like '10 seconds' or '1 minute'")
+        return trigger
+
+
 class StreamSpec(_Strict):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
@@ -158,6 +180,7 @@ class StreamSpec(_Strict):
     outputs: list[OutputSpec] = Field(default_factory=list)
     objectives: Objectives = Field(default_factory=Objectives)
     recovery: Recovery = Field(default_factory=Recovery)
+    archive: Archive = Field(default_factory=Archive)
 
     @field_validator("avro_schema")
     @classmethod
@@ -174,6 +197,17 @@ class StreamSpec(_Strict):
         if duplicates:
             raise ValueError(f"output names must be unique: {', '.join(duplicates)}")
         return outputs
+
+    @model_validator(mode="after")
+    def _archive_table_free(self) -> StreamSpec:
+        taken = self.output(ARCHIVE)
+        if self.archive.enabled and taken is not None and taken.sink.type == "hive":
+            raise ValueError(
+                f"a Hive output named {ARCHIVE!r} would write the stream's archive table "
+                f"({HIVE_DATABASE}.{hive_table(self.name, ARCHIVE)}): name it otherwise, or "
+                "turn the archive off (archive.enabled: false)"
+            )
+        return self
 
     def output(self, name: str) -> OutputSpec | None:
         return next((o for o in self.outputs if o.name == name), None)

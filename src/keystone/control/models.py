@@ -219,6 +219,9 @@ class StatusPublic(BaseModel):
     stream: str
     router: RouterPublic
     outputs: list[OutputStatusPublic]
+    archive: OutputStatusPublic | None = Field(
+        None, description="The stream's archive (written like a Hive output), if it keeps one."
+    )
     metrics_error: str | None = Field(None, description="Why the figures are missing, if so.")
 
 

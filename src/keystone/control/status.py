@@ -1,11 +1,12 @@
 """A stream's status: its router as the fleet sees it, per output its rates, lag and latency as
-Prometheus has scraped them from the router, and its latest rewind."""
+Prometheus has scraped them from the router, and its latest rewind; its archive's figures too."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from keystone.contracts import metrics as names
+from keystone.contracts.names import ARCHIVE_QUERY
 from keystone.contracts.recovery import Rewind
 from keystone.contracts.registry import RouterState
 from keystone.contracts.settings import Settings
@@ -37,12 +38,20 @@ def stream_status(
             outputs[name].rewind = RewindPublic.of_progress(
                 spec.name, progress(settings, spec, rewind)
             )
+    archive = None
+    if spec.archive.enabled:
+        archive = OutputStatusPublic(
+            name=ARCHIVE_QUERY, sink="hive", rates={}, totals={}, lag=None, latency_p99=None
+        )
     status = StatusPublic(
         stream=spec.name,
         router=RouterPublic.of(state, bool(spec.outputs)),
         outputs=list(outputs.values()),
+        archive=archive,
         metrics_error=None,
     )
+    if archive is not None:  # figured like an output (after the list is made)
+        outputs[ARCHIVE_QUERY] = archive
     if not outputs:
         return status
     selector = f'stream="{spec.name}"'  # a validated name: safe inside PromQL

@@ -55,6 +55,16 @@ def recovery_problems(spec: StreamSpec, limits: Limits) -> list[dict]:
                 "limit": limits.max_recovery_keep_hours,
             }
         )
+    if spec.archive.keep_days > limits.max_archive_keep_days:
+        problems.append(
+            {
+                "field": "archive.keep_days",
+                "message": f"over the limit of {limits.max_archive_keep_days} days "
+                "(max_archive_keep_days)",
+                "setting": "max_archive_keep_days",
+                "limit": limits.max_archive_keep_days,
+            }
+        )
     if spec.recovery.max_events_per_second > limits.max_replay_events_per_second:
         problems.append(
             {

@@ -4,8 +4,9 @@ Each output's query reads the fronting topic through the source seam, keeps the 
 filter matches (compiled to Column expressions), projects them to JSON records and hands them
 to its sink, with its own checkpoint under the state directory, so a slow or failing sink never
 holds back another. One more query, `<stream>._stream`, writes the events no output can read to
-the dead-letter topic. `Router.run` supervises them: a query that fails is logged and started
-again after a backoff, while the others go on.
+the dead-letter topic, and, unless the stream turned it off, `<stream>._archive` keeps every
+record in the stream's archive (`router.archive`). `Router.run` supervises them: a query that
+fails is logged and started again after a backoff, while the others go on.
 
 An output that control rewinds (`contracts.recovery.Rewind`, read from the registry every
 second) has its query started again, alone, in the rewind's checkpoint generation: from the
@@ -37,12 +38,13 @@ from keystone.contracts.checkpoints import (
     replay_bound_path,
 )
 from keystone.contracts.errors import KeystoneError
-from keystone.contracts.names import dead_letter_topic, fronting_topic
+from keystone.contracts.names import ARCHIVE_QUERY, dead_letter_topic, fronting_topic
 from keystone.contracts.recovery import Rewind
 from keystone.contracts.registry import RegistryReader
 from keystone.contracts.schema import parse_schema
 from keystone.contracts.settings import Settings
 from keystone.contracts.spec import OutputSpec, StreamSpec
+from keystone.router.archive import ArchiveWriter, archived
 from keystone.router.deadletter import dead_letter_headers
 from keystone.router.lang.ast import paths_read
 from keystone.router.lang.parser import parse_filter, parse_projection
@@ -51,7 +53,7 @@ from keystone.router.meter import Meter
 from keystone.router.metrics import STREAM_LEVEL, ProgressListener, RouterMetrics
 from keystone.router.sinks.base import ROUTED, RecordWriter, to_kafka, writer_class, writer_for
 from keystone.router.sinks.route import Route
-from keystone.router.source import fronting
+from keystone.router.source import fronting, kafka_records
 from keystone.router.topics import watermarks
 
 log = logging.getLogger(__name__)
@@ -197,7 +199,9 @@ class Router:
         self.metrics = metrics
         self.watch = RewindWatch(registry, spec.name)
         self.watch.read()
-        metrics.declare([o.name for o in spec.outputs])
+        self.archive = ArchiveWriter(settings, spec) if spec.archive.enabled else None
+        archive = [ARCHIVE_QUERY] if self.archive is not None else []
+        metrics.declare([o.name for o in spec.outputs] + archive)
         # Spark's Kafka sink reports only as an epoch ends, a Real-time Mode checkpoint interval
         # apart: its outputs are metered as they run (delivered, or dead-lettered when too
         # large, as the sink is handed them).
@@ -211,6 +215,8 @@ class Router:
     def queries(self) -> dict[str, Callable[[], StreamingQuery]]:
         """Every query of the stream by name, and how to start it."""
         starts: dict[str, Callable[[], StreamingQuery]] = {STREAM_LEVEL: self.start_dead_letters}
+        if self.archive is not None:
+            starts[ARCHIVE_QUERY] = self.start_archive
         for output in self.spec.outputs:
             starts[output.name] = lambda o=output: self.start_output(o)
         return starts
@@ -310,6 +316,33 @@ class Router:
         checkpoint = self.settings.checkpoints_dir / self.spec.name / STREAM_LEVEL
         writer = self._writer(frame, f"{self.spec.name}.{STREAM_LEVEL}", checkpoint.as_posix())
         return to_kafka(writer.trigger(processingTime=DEAD_LETTER_TRIGGER), self.settings).start()
+
+    def start_archive(self) -> StreamingQuery:
+        """Every record of the fronting topic into the stream's archive, from the earliest the
+        topic still holds when the archive is first written."""
+        archive = self.archive
+        assert archive is not None, "queried only when the stream keeps one"
+        archive.prepare(self.spark)
+        records = kafka_records(
+            self.spark,
+            self.settings,
+            self.spec.name,
+            starting="earliest",
+            max_per_trigger=BATCH_LIMIT,
+        )
+        frame = (
+            archived(records)
+            .observe("read", F.count(F.lit(1)).alias("in"))
+            .observe("matched", F.count(F.lit(1)).alias("matched"))
+        )
+        writer = self._writer(
+            frame, f"{self.spec.name}.{ARCHIVE_QUERY}", archive.checkpoint.as_posix()
+        ).trigger(processingTime=self.spec.archive.trigger)
+
+        def deliver(batch: DataFrame, batch_id: int) -> None:
+            self.metrics.outcome(ARCHIVE_QUERY, archive.write_batch(batch, batch_id))
+
+        return writer.foreachBatch(deliver).start()
 
     @staticmethod
     def _writer(frame: DataFrame, name: str, checkpoint: str) -> DataStreamWriter:

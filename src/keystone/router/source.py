@@ -39,6 +39,28 @@ def fronting(
     `max_per_trigger` bounds a micro-batch (catching up after an outage, say); `schema`, the
     stream's parsed Avro schema, dead-letters the events that do not match it; `paths` are the
     payload's field paths the reader uses."""
+    records = kafka_records(
+        spark,
+        settings,
+        stream,
+        streaming=streaming,
+        starting=starting,
+        max_per_trigger=max_per_trigger,
+    )
+    return envelope(records, schema, paths)
+
+
+def kafka_records(
+    spark: SparkSession,
+    settings: Settings,
+    stream: str,
+    *,
+    streaming: bool = True,
+    starting: str = "latest",
+    max_per_trigger: int | None = None,
+) -> DataFrame:
+    """The fronting topic's records as Spark's Kafka source gives them (key, value, headers,
+    topic, partition, offset, timestamp...)."""
     reader = (
         (spark.readStream if streaming else spark.read)
         .format("kafka")
@@ -49,7 +71,7 @@ def fronting(
     )
     if max_per_trigger is not None:
         reader = reader.option("maxOffsetsPerTrigger", max_per_trigger)
-    return envelope(reader.load(), schema, paths)
+    return reader.load()
 
 
 def read_paths(spark: SparkSession, value: Column, paths: Collection[tuple[str, ...]]) -> Column:

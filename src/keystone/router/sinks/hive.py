@@ -21,7 +21,7 @@ import json
 import re
 import time
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from keystone.contracts.names import HIVE_DATABASE, hive_table
@@ -35,48 +35,110 @@ from keystone.router.sinks.route import Route
 _PUBLISHED = re.compile(r"batch-(.+)-([0-9]{12})-[0-9]{5}\.parquet")
 
 
+class HiveTable:
+    """A Parquet table partitioned by `dateint` and `hour`, written batch by batch under names
+    that carry each batch's tag (an output's, the stream's archive)."""
+
+    def __init__(self, table: str) -> None:
+        """`table`: its name within HIVE_DATABASE."""
+        self.name = f"`{HIVE_DATABASE}`.`{table}`"
+        self.location = ""
+
+    def create(self, spark: SparkSession, columns: str) -> None:
+        """Makes the table, with `columns` (DDL), if it is not there; learns its location."""
+        spark.sql(
+            f"CREATE TABLE IF NOT EXISTS {self.name} ({columns}) "
+            "PARTITIONED BY (dateint INT, hour INT) STORED AS PARQUET"
+        )
+        details = spark.sql(f"DESCRIBE TABLE EXTENDED {self.name}").collect()
+        self.location = next(r.data_type for r in details if r.col_name == "Location")
+
+    def fs(self, spark: SparkSession):
+        """The table's Hadoop file system and its Path class."""
+        path = spark.sparkContext._jvm.org.apache.hadoop.fs.Path
+        return path(self.location).getFileSystem(
+            spark.sparkContext._jsc.hadoopConfiguration()
+        ), path
+
+    def files(self, spark: SparkSession, pattern: str = "*") -> list:
+        """The statuses of the files in every hour whose names match `pattern`."""
+        fs, path = self.fs(spark)
+        return list(fs.globStatus(path(f"{self.location}/dateint=*/hour=*/{pattern}")) or [])
+
+    def stage(self, rows: DataFrame, tag: str) -> str:
+        """Writes `rows` (with `dateint` and `hour`) to a hidden staging folder; returns it."""
+        staging = f"{self.location}/_staging/{tag}"
+        rows.write.mode("overwrite").partitionBy("dateint", "hour").parquet(staging)
+        return staging
+
+    def staged_hours(self, spark: SparkSession, staging: str) -> list[tuple[int, int]]:
+        fs, path = self.fs(spark)
+        staged = fs.globStatus(path(f"{staging}/dateint=*/hour=*/*.parquet")) or []
+        return sorted({_hour(s) for s in staged})
+
+    def publish(self, spark: SparkSession, staging: str, tag: str) -> list[tuple[int, int]]:
+        """Moves the staged files into their partitions as `<tag>-<n>.parquet`, after removing
+        whatever an earlier attempt of the same tag published, and adds the partitions to the
+        metastore; returns the partitions written."""
+        fs, path = self.fs(spark)
+        root = path(self.location)
+        for earlier in self.files(spark, f"{tag}-*"):
+            fs.delete(earlier.getPath(), False)
+        partitions = set()
+        staged = fs.globStatus(path(f"{staging}/dateint=*/hour=*/*.parquet")) or []
+        for n, status in enumerate(sorted(staged, key=lambda s: s.getPath().toString())):
+            hour_dir = status.getPath().getParent()
+            target = path(root, f"{hour_dir.getParent().getName()}/{hour_dir.getName()}")
+            fs.mkdirs(target)
+            partitions.add(_hour(status))
+            if not fs.rename(status.getPath(), path(target, f"{tag}-{n:05d}.parquet")):
+                raise OSError(f"could not move {status.getPath()} into {target}")
+        fs.delete(path(staging), True)
+        self.add_partitions(spark, sorted(partitions))
+        return sorted(partitions)
+
+    def add_partitions(self, spark: SparkSession, partitions: list[tuple[int, int]]) -> None:
+        if partitions:
+            spark.sql(
+                f"ALTER TABLE {self.name} ADD IF NOT EXISTS "
+                + " ".join(f"PARTITION (dateint={d}, hour={h})" for d, h in partitions)
+            )
+
+
+def hour_columns(timestamp: str = "timestamp") -> list[Column]:
+    """`dateint` (yyyymmdd) and `hour` of an epoch-milliseconds column, in UTC."""
+    ingest = F.timestamp_millis(timestamp)
+    return [
+        F.date_format(ingest, "yyyyMMdd").cast("int").alias("dateint"),
+        F.hour(ingest).alias("hour"),
+    ]
+
+
 class HiveWriter(BatchWriter):
     def __init__(self, route: Route, meter: Meter | None = None) -> None:
         super().__init__(route, meter)
-        self.table = f"`{HIVE_DATABASE}`.`{hive_table(route.stream.name, route.output.name)}`"
-        self.location = ""
+        self.table = HiveTable(hive_table(route.stream.name, route.output.name))
 
     def prepare(self, spark: SparkSession) -> None:
         super().prepare(spark)
-        spark.sql(
-            f"CREATE TABLE IF NOT EXISTS {self.table} "
-            "(guid STRING, `timestamp` BIGINT, record STRING) "
-            "PARTITIONED BY (dateint INT, hour INT) STORED AS PARQUET"
-        )
-        details = spark.sql(f"DESCRIBE TABLE EXTENDED {self.table}").collect()
-        self.location = next(r.data_type for r in details if r.col_name == "Location")
+        self.table.create(spark, "guid STRING, `timestamp` BIGINT, record STRING")
         rewind = self.route.rewind
         if rewind is not None and not rewind.replaying:  # caught up: nothing replaced is left
             self._remove_replaced(spark, up_to=None)
 
     def write_batch(self, frame: DataFrame, batch_id: int) -> Outcome:
         spark = frame.sparkSession
-        ingest = F.timestamp_millis("timestamp")
-        rows = frame.select(
-            "guid",
-            "timestamp",
-            "record",
-            "replay",
-            F.date_format(ingest, "yyyyMMdd").cast("int").alias("dateint"),
-            F.hour(ingest).alias("hour"),
-        ).persist()
+        rows = frame.select("guid", "timestamp", "record", "replay", *hour_columns()).persist()
         try:
             count = rows.count()
             if count:
                 tag = f"batch-{self._query_id()}-{batch_id:012d}"
-                staging = f"{self.location}/_staging/{tag}"
-                table_rows = rows.drop("replay")
-                table_rows.write.mode("overwrite").partitionBy("dateint", "hour").parquet(staging)
-                partitions = self._publish(spark, staging, tag)
-                spark.sql(
-                    f"ALTER TABLE {self.table} ADD IF NOT EXISTS "
-                    + " ".join(f"PARTITION (dateint={d}, hour={h})" for d, h in partitions)
-                )
+                staging = self.table.stage(rows.drop("replay"), tag)
+                rewind = self.route.rewind
+                staged = self.table.staged_hours(spark, staging)
+                if rewind is not None and rewind.replaying and staged:
+                    self._remove_replaced(spark, up_to=staged[-1])
+                self.table.publish(spark, staging, tag)
             now_ms = F.lit(int(time.time() * 1000))
             # A replayed event's latency is the replay's, not delivery's: left out.
             live = F.when(F.col("replay").isNull(), F.col("timestamp"))
@@ -96,9 +158,8 @@ class HiveWriter(BatchWriter):
         rewind = self.route.rewind
         if rewind is None or not rewind.replaced:
             return
-        path = spark.sparkContext._jvm.org.apache.hadoop.fs.Path
-        fs = path(self.location).getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
-        for status in fs.globStatus(path(f"{self.location}/dateint=*/hour=*/batch-*")) or []:
+        fs, _ = self.table.fs(spark)
+        for status in self.table.files(spark, "batch-*"):
             found = _PUBLISHED.fullmatch(status.getPath().getName())
             if found is None:
                 continue
@@ -107,29 +168,6 @@ class HiveWriter(BatchWriter):
                 continue
             if up_to is None or _hour(status) <= up_to:
                 fs.delete(status.getPath(), False)
-
-    def _publish(self, spark: SparkSession, staging: str, tag: str) -> list[tuple[int, int]]:
-        """Moves the staged files into their partitions; returns the partitions written."""
-        jvm = spark.sparkContext._jvm
-        path = jvm.org.apache.hadoop.fs.Path
-        root = path(self.location)
-        fs = root.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
-        for earlier in fs.globStatus(path(f"{self.location}/dateint=*/hour=*/{tag}-*")) or []:
-            fs.delete(earlier.getPath(), False)
-        partitions = set()
-        staged = fs.globStatus(path(f"{staging}/dateint=*/hour=*/*.parquet")) or []
-        rewind = self.route.rewind
-        if rewind is not None and rewind.replaying and staged:
-            self._remove_replaced(spark, up_to=max(_hour(s) for s in staged))
-        for n, status in enumerate(sorted(staged, key=lambda s: s.getPath().toString())):
-            hour_dir = status.getPath().getParent()
-            target = path(root, f"{hour_dir.getParent().getName()}/{hour_dir.getName()}")
-            fs.mkdirs(target)
-            partitions.add(_hour(status))
-            if not fs.rename(status.getPath(), path(target, f"{tag}-{n:05d}.parquet")):
-                raise OSError(f"could not move {status.getPath()} into {target}")
-        fs.delete(path(staging), True)
-        return sorted(partitions)
 
 
 def _hour(status) -> tuple[int, int]:

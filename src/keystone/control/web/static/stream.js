@@ -23,7 +23,8 @@ async function refresh() {
   const metricsError = document.getElementById("metrics-error");
   metricsError.textContent = status.metrics_error || "";
   metricsError.hidden = !status.metrics_error;
-  for (const output of status.outputs) {
+  const archive = status.archive ? [status.archive] : [];
+  for (const output of [...status.outputs, ...archive]) {
     const row = document.querySelector(`tr[data-output="${output.name}"]`);
     if (!row) continue;
     for (const cell of row.querySelectorAll("[data-rate]")) {
@@ -35,7 +36,7 @@ async function refresh() {
     row.querySelector("[data-lag]").textContent = figure(output.lag, 0);
     const p99 = output.latency_p99;
     row.querySelector("[data-p99]").textContent = p99 === null ? "–" : `${(p99 * 1000).toFixed(0)} ms`;
-    showRewind(output.name, output.rewind);
+    if (output !== status.archive) showRewind(output.name, output.rewind);
   }
 }
 

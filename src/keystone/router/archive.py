@@ -1,0 +1,158 @@
+"""The stream's archive: every record of its fronting topic, kept in the warehouse as the table
+`keystone.<stream>__archive` (Parquet, partitioned by `dateint` and `hour` of ingest time), so
+that an output can be backfilled from months back rather than from Kafka's days.
+
+A row holds what routing needs to read the event again exactly as it was read live: the
+record's `key`, `value` and `headers` as Kafka had them, with its `partition` and `offset`, and,
+for queries and pruning, the envelope's `guid`, `timestamp` (ingest, epoch ms), `host` and
+`app`. A record with no ingest time in its headers (the router dead-letters it) is archived
+under Kafka's own timestamp for it.
+
+The router writes it in one more query, `<stream>._archive`, by batch like a Hive output (a
+batch Spark runs again replaces its own files), and drops the hours older than the spec's
+`archive.keep_days` whole. `archive_records` reads it back as the fronting topic's records, for
+the same `envelope()` the live outputs use.
+"""
+
+from __future__ import annotations
+
+import calendar
+import json
+import time
+from pathlib import Path
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from keystone.contracts import envelope
+from keystone.contracts.names import ARCHIVE_QUERY, archive_table, fronting_topic
+from keystone.contracts.settings import Settings
+from keystone.contracts.spec import StreamSpec
+from keystone.router.counts import Outcome
+from keystone.router.metrics import latency_columns
+from keystone.router.sinks.hive import HiveTable, hour_columns
+
+COLUMNS = (
+    "guid STRING, `timestamp` BIGINT, host STRING, app STRING, key BINARY, value BINARY, "
+    "headers ARRAY<STRUCT<key: STRING, value: BINARY>>, `partition` INT, `offset` BIGINT"
+)
+EXPIRE_EVERY = 3600.0  # seconds between two looks for hours past retention
+
+
+def archived(records: DataFrame) -> DataFrame:
+    """The archive's rows (with `dateint` and `hour`) from the Kafka source's records."""
+    entries = F.coalesce("headers", F.array().cast("array<struct<key:string,value:binary>>"))
+    meta = F.map_from_entries(F.reverse(entries))  # the first of a repeated header wins
+
+    def header(name: str):
+        return meta[name].cast("string")
+
+    stamped = header(envelope.TIMESTAMP).try_cast("long")
+    return records.select(
+        header(envelope.GUID).alias("guid"),
+        F.coalesce(stamped, F.unix_millis("timestamp")).alias("timestamp"),
+        header(envelope.HOST).alias("host"),
+        header(envelope.APP).alias("app"),
+        "key",
+        "value",
+        "headers",
+        "partition",
+        "offset",
+    ).select("*", *hour_columns())
+
+
+class ArchiveWriter:
+    """The archive query's sink: `write_batch` per micro-batch, like `HiveWriter`'s."""
+
+    def __init__(self, settings: Settings, spec: StreamSpec) -> None:
+        self.spec = spec
+        self.table = HiveTable(archive_table(spec.name))
+        self.checkpoint = archive_checkpoint(settings, spec.name)
+        self._expired_at = 0.0
+
+    def prepare(self, spark: SparkSession) -> None:
+        self.table.create(spark, COLUMNS)
+        self.expire(spark)
+
+    def write_batch(self, frame: DataFrame, batch_id: int) -> Outcome:
+        spark = frame.sparkSession
+        rows = frame.persist()
+        try:
+            count = rows.count()
+            if count:
+                query = json.loads((self.checkpoint / "metadata").read_text())["id"]
+                tag = f"batch-{query}-{batch_id:012d}"
+                self.table.publish(spark, self.table.stage(rows, tag), tag)
+            now_ms = F.lit(int(time.time() * 1000))
+            latency = rows.agg(*latency_columns(now_ms, F.col("timestamp"))).first().asDict()
+        finally:
+            rows.unpersist()
+        if time.monotonic() - self._expired_at > EXPIRE_EVERY:
+            self.expire(spark)
+        return Outcome(delivered=count, latency=latency)
+
+    def expire(self, spark: SparkSession, now: float | None = None) -> list[tuple[int, int]]:
+        """Drops the hours wholly older than `archive.keep_days` (a managed table's partition
+        goes with its files); returns them."""
+        self._expired_at = time.monotonic()
+        cutoff = (now if now is not None else time.time()) - self.spec.archive.keep_days * 86400
+        old = [
+            (d, h)
+            for d, h in partitions(spark, self.table.name)
+            if hour_start(d, h) + 3600 <= cutoff
+        ]
+        for d, h in old:
+            spark.sql(
+                f"ALTER TABLE {self.table.name} DROP IF EXISTS PARTITION (dateint={d}, hour={h})"
+            )
+        return old
+
+
+def partitions(spark: SparkSession, table: str) -> list[tuple[int, int]]:
+    """The table's (dateint, hour) partitions, as the metastore lists them."""
+    found = []
+    for row in spark.sql(f"SHOW PARTITIONS {table}").collect():
+        parts = dict(part.split("=", 1) for part in row[0].split("/"))
+        found.append((int(parts["dateint"]), int(parts["hour"])))
+    return sorted(found)
+
+
+def archive_checkpoint(settings: Settings, stream: str) -> Path:
+    return settings.checkpoints_dir / stream / ARCHIVE_QUERY
+
+
+def archive_records(spark: SparkSession, stream: str, start_ms: int, end_ms: int) -> DataFrame:
+    """The archived records ingested in [start_ms, end_ms), as the fronting topic's records
+    (key, value, headers, topic, partition, offset): what `router.source.envelope` reads. Only
+    the hours of the range are read (the `dateint`/`hour` predicates prune the others)."""
+    table = HiveTable(archive_table(stream)).name
+    (first_day, first_hour), (last_day, last_hour) = hour_of(start_ms), hour_of(end_ms - 1)
+    day, hour = F.col("dateint"), F.col("hour")
+    # Comparisons of the partition columns alone: the metastore lists only these hours.
+    hours = ((day > first_day) | ((day == first_day) & (hour >= first_hour))) & (
+        (day < last_day) | ((day == last_day) & (hour <= last_hour))
+    )
+    return (
+        spark.table(table)
+        .where(hours)
+        .where((F.col("timestamp") >= start_ms) & (F.col("timestamp") < end_ms))
+        .select(
+            "key",
+            "value",
+            "headers",
+            F.lit(fronting_topic(stream)).alias("topic"),
+            "partition",
+            "offset",
+        )
+    )
+
+
+def hour_of(epoch_ms: int) -> tuple[int, int]:
+    """The (dateint, hour) partition of a time, in UTC."""
+    when = time.gmtime(epoch_ms / 1000)
+    return int(time.strftime("%Y%m%d", when)), when.tm_hour
+
+
+def hour_start(dateint: int, hour: int) -> float:
+    """When a (dateint, hour) partition begins, epoch seconds."""
+    return calendar.timegm(time.strptime(f"{dateint}{hour:02d}", "%Y%m%d%H"))
