@@ -18,7 +18,7 @@ from keystone.cli.common import JsonOption, SpecFile, console, control, done, em
 from keystone.contracts.errors import InvalidSpec, KeystoneError
 from keystone.contracts.spec import OutputSpec, field_errors
 from keystone.control.client import ControlClient
-from keystone.control.models import RewindPublic
+from keystone.control.models import BackfillPublic, RewindPublic
 
 app = typer.Typer(help="A stream's outputs: filter, projection, sink.", no_args_is_help=True)
 
@@ -192,3 +192,115 @@ def _follow(client: ControlClient, stream: str, output: str, started: RewindPubl
                 break
             time.sleep(1)
     console.print(f"{stream}.{output} caught up: {started.events:,} events replayed")
+
+
+@app.command("backfill")
+def backfill(
+    ctx: typer.Context,
+    stream: str,
+    output: str,
+    start: Annotated[
+        str | None,
+        typer.Option("--from", help="Ingest time from, with its zone: 2026-11-01T00:00Z."),
+    ] = None,
+    end: Annotated[
+        str | None, typer.Option("--to", help="Ingest time to (exclusive), at the latest now.")
+    ] = None,
+    rate: Annotated[int | None, typer.Option("--rate", min=1, help="Events per second.")] = None,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask to confirm.")] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Only say what it would do.")] = False,
+    status: Annotated[
+        bool, typer.Option("--status", help="Show the output's latest backfill instead.")
+    ] = False,
+    cancel: Annotated[
+        bool, typer.Option("--cancel", help="Stop the output's backfill under way.")
+    ] = False,
+    wait: Annotated[
+        bool, typer.Option("--wait/--no-wait", help="Follow it until it has ended.")
+    ] = True,
+    as_json: JsonOption = False,
+) -> None:
+    """Route an output's events of a time range again from the stream's archive, through the
+    output as it is now (a fixed filter, say), beside the live router. Says first what the
+    sink will see, and asks."""
+    with control(ctx) as client:
+        if status or cancel:
+            now = (
+                client.cancel_backfill(stream, output)
+                if cancel
+                else client.backfill_progress(stream, output)
+            )
+            if as_json:
+                emit(now)
+            else:
+                _say_backfill(now)
+            return
+        if start is None or end is None:
+            raise typer.BadParameter("give --from and --to (or --status, or --cancel)")
+        request = {"from": _when(start), "to": _when(end), "max_events_per_second": rate}
+        plan = client.backfill(stream, output, {**request, "dry_run": True})
+        if dry_run:
+            if as_json:
+                emit(plan)
+            else:
+                _say_backfill(plan)
+            return
+        if not yes and not as_json:
+            _say_backfill(plan)
+            typer.confirm("Backfill?", abort=True)
+        started = client.backfill(stream, output, request)
+        if as_json:
+            emit(started)
+            return
+        console.print(f"backfill [bold]{started.id}[/] of {stream}.{output} started")
+        if wait:
+            _follow_backfill(client, stream, output, started)
+
+
+def _when(text: str) -> str:
+    """A date alone is its midnight, UTC."""
+    return f"{text}T00:00Z" if len(text) == 10 else text
+
+
+def _say_backfill(backfill: BackfillPublic) -> None:
+    span = f"{backfill.start:%Y-%m-%d %H:%M:%S} to {backfill.end:%Y-%m-%d %H:%M:%S} UTC"
+    if backfill.state == "planned":
+        console.print(
+            f"{backfill.stream}.{backfill.output}: events ingested from {span} routed again "
+            f"from the archive at up to {backfill.rate:,}/s."
+        )
+        console.print(f"[bold]{backfill.sink.kind}[/]: {backfill.sink.effect}")
+        return
+    of = f" of {backfill.events:,}" if backfill.events is not None else ""
+    console.print(
+        f"backfill {backfill.id} of {backfill.stream}.{backfill.output} ({span}): "
+        f"[bold]{backfill.state}[/], {backfill.read:,}{of} events routed, "
+        f"{backfill.delivered:,} delivered, {backfill.dead_lettered:,} dead-lettered"
+    )
+    if backfill.error:
+        console.print(Text(f"error: {backfill.error}", style="red"))
+
+
+def _follow_backfill(
+    client: ControlClient, stream: str, output: str, started: BackfillPublic
+) -> None:
+    """A progress bar until the backfill has ended (Ctrl-C leaves it running)."""
+    columns = (TextColumn("backfilling"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
+    with Progress(*columns, console=console) as bar:
+        task = bar.add_task("backfill", total=None)
+        while True:
+            try:
+                now = client.backfill_progress(stream, output)
+            except KeystoneError as e:  # control away for a moment: the backfill goes on
+                console.print(f"[yellow]{e.message}[/]")
+                time.sleep(2)
+                continue
+            if now.id != started.id:
+                raise KeystoneError(f"backfill {now.id} replaced {started.id}")
+            bar.update(task, completed=now.read, total=now.events)
+            if now.state not in ("running", "cancelling"):
+                break
+            time.sleep(1)
+    _say_backfill(now)
+    if now.state != "done":
+        raise typer.Exit(1)

@@ -1,4 +1,5 @@
-"""Restore points and rewinds, as control keeps them in the registry and the router reads them.
+"""Restore points, rewinds and backfills, as control keeps them in the registry and the router
+reads them.
 
 A **restore point** is a position an output committed (`contracts.checkpoints.Commit`) with the
 generation and query it belongs to; control collects them from the output's checkpoint and thins
@@ -6,11 +7,16 @@ old ones (`thin`). A **rewind** takes one output back to a position: the router 
 output's next checkpoint generation there, replays at a bounded rate until it reaches `until`
 (where the fronting topic ended when the rewind was asked), labels what it writes again to Kafka
 with `ks_replay`, and has a Hive output replace the batches the rewind undoes (`replaced`).
+
+A **backfill** routes a time range of the stream's archive through one output's current spec,
+as an application of its own the fleet starts and watches; it records how far it has come in a
+`BackfillProgress` file.
 """
 
 from __future__ import annotations
 
 from enum import StrEnum
+from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -111,3 +117,89 @@ def thin(points: list[RestorePoint], now: float, keep_seconds: float) -> list[Re
                 drop.append(earlier)
             newest_in[bucket] = point
     return drop
+
+
+class BackfillPhase(StrEnum):
+    RUNNING = "running"  # its application runs (or the fleet starts it again)
+    CANCELLING = "cancelling"  # asked to stop: the fleet stops its application
+    DONE = "done"
+    CANCELLED = "cancelled"
+    FAILED = "failed"  # its application failed too often in a row
+
+
+class Backfill(_Record):
+    """One output's latest backfill: its events ingested in [start, end), read again from the
+    stream's archive and routed through the output's spec as it is now, as an application
+    of its own beside the router."""
+
+    id: str = Field(pattern=r"^bf-[0-9a-f]{12}$")
+    output: str
+    start: int = Field(ge=0, description="Ingest time from, epoch ms (inclusive).")
+    end: int = Field(ge=0, description="Ingest time to, epoch ms (exclusive).")
+    rate: int = Field(ge=1, description="Events per second read at most.")
+    phase: BackfillPhase = BackfillPhase.RUNNING
+    requested_at: float
+    by: str
+    attempts: int = Field(0, ge=0, description="Times its application was started.")
+    error: str = ""
+    finished_at: float = 0.0
+
+    @property
+    def active(self) -> bool:
+        return self.phase in (BackfillPhase.RUNNING, BackfillPhase.CANCELLING)
+
+
+class HourDone(_Record):
+    """What a backfill did with one hour of the archive."""
+
+    events: int = Field(0, ge=0, description="Archived events of the range in the hour.")
+    slices: int = Field(0, ge=0, description="Slices of the hour written, in order.")
+    read: int = Field(0, ge=0, description="Archived events of the slices written.")
+    delivered: int = Field(0, ge=0)
+    dead_lettered: int = Field(0, ge=0)
+    done: bool = False
+
+
+class BackfillProgress(BaseModel):
+    """Where a backfill's application is, in a file beside the checkpoints that it alone
+    writes (`<state>/backfills/<stream>/<id>.json`) and control reads: a started application
+    goes on from it."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    total: int | None = Field(None, description="Archived events of the range, once counted.")
+    hours: dict[str, HourDone] = Field(
+        default_factory=dict, description="By hour, 'yyyymmddhh' (UTC)."
+    )
+    done: bool = False
+
+    @property
+    def read(self) -> int:
+        """Archived events of the range routed so far."""
+        return sum(h.read for h in self.hours.values())
+
+    @property
+    def delivered(self) -> int:
+        return sum(h.delivered for h in self.hours.values())
+
+    @property
+    def dead_lettered(self) -> int:
+        return sum(h.dead_lettered for h in self.hours.values())
+
+    @staticmethod
+    def path(state_dir: Path, stream: str, backfill: str) -> Path:
+        return state_dir / "backfills" / stream / f"{backfill}.json"
+
+    @classmethod
+    def load(cls, path: Path) -> BackfillProgress:
+        """As last saved; a backfill with none yet (or one that does not read) starts afresh."""
+        try:
+            return cls.model_validate_json(path.read_bytes())
+        except (OSError, ValueError):
+            return cls()
+
+    def save(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        staging = path.with_suffix(".tmp")
+        staging.write_text(self.model_dump_json())
+        staging.replace(path)

@@ -21,6 +21,7 @@ that WATCHes it knows nobody changed anything between its checks and its write.
     keystone:version            incremented on every registry change
     keystone:router:<stream>    hash: the fleet's view of the stream's router (RouterState)
     keystone:rewinds:<stream>   hash: per output, its latest rewind (contracts.recovery.Rewind)
+    keystone:backfills:<stream> hash: per output, its latest backfill (contracts.recovery.Backfill)
     keystone:restore_points:<stream>:<output>
                                 sorted set: the output's restore points by time (RestorePoint)
     keystone:harvested:<stream> hash: per output, the last batch collected ('<generation>:<batch>')
@@ -47,7 +48,7 @@ from redis.retry import Retry
 
 from keystone.contracts.errors import Conflict, InvalidName, NotFound, Unavailable
 from keystone.contracts.names import check_stream_name, valid_name
-from keystone.contracts.recovery import RestorePoint, Rewind
+from keystone.contracts.recovery import Backfill, RestorePoint, Rewind
 from keystone.contracts.settings import Settings
 from keystone.contracts.spec import Principal, StreamSpec
 
@@ -314,6 +315,21 @@ class RegistryReader:
             else:
                 found[output] = rewind
         return found, unreadable
+
+    def backfills(self, stream: str) -> dict[str, Backfill]:
+        """Each output's latest backfill; a record that does not read is skipped and logged."""
+        raw = self._call(self.redis.hgetall, key("backfills", check_stream_name(stream)))
+        found = {}
+        for field_name, data in raw.items():
+            output = field_name.decode(errors="replace")
+            try:
+                backfill = Backfill.model_validate_json(data)
+            except ValidationError as e:
+                log.warning("a backfill record of %s.%s does not read: %s", stream, output, e)
+                continue
+            if backfill.output == output and valid_name(output):
+                found[output] = backfill
+        return found
 
     def restore_points(self, stream: str, output: str) -> list[RestorePoint]:
         """The output's restore points, newest first."""

@@ -297,6 +297,15 @@ class Settings(BaseSettings, Limits):
         return self.logs_dir / "routers"
 
     @property
+    def backfills_run_dir(self) -> Path:
+        """The fleet's record of each backfill application it runs (pid files)."""
+        return self.run_dir / "backfills"
+
+    @property
+    def backfills_logs_dir(self) -> Path:
+        return self.logs_dir / "backfills"
+
+    @property
     def dashboards_dir(self) -> Path:
         """Each stream's generated Grafana dashboard model."""
         return self.state_dir / "dashboards"

@@ -15,6 +15,8 @@ from keystone.control.models import (
     AppKey,
     AppPublic,
     AuditPublic,
+    BackfillPublic,
+    BackfillRequest,
     OwnerCreate,
     OwnerToken,
     PreviewPublic,
@@ -212,6 +214,55 @@ def rewind(
 def rewind_progress(stream: str, output: str, plane: PlaneDep, who: CallerDep) -> RewindPublic:
     """The output's latest rewind: replaying (events replayed of all, ETA) or caught up."""
     return RewindPublic.of_progress(stream, plane.rewinds.progress(who, stream, output))
+
+
+@router.post(
+    "/streams/{stream}/outputs/{output}/backfill",
+    response_model=BackfillPublic,
+    status_code=202,
+    tags=["recovery"],
+)
+def backfill(
+    stream: str,
+    output: str,
+    body: BackfillRequest,
+    plane: PlaneDep,
+    who: CallerDep,
+    response: Response,
+) -> BackfillPublic:
+    """Routes the events ingested in [from, to) again from the stream's archive through this
+    output as it is now, as an application of its own beside the router, at the stream's
+    recovery rate. With dry_run, only says what it would do (200)."""
+    args = (who, stream, output, body.start, body.end, body.max_events_per_second)
+    if body.dry_run:
+        response.status_code = 200
+        return BackfillPublic.of_plan(stream, plane.backfills.plan(*args), started=False)
+    return BackfillPublic.of_plan(stream, plane.backfills.start(*args), started=True)
+
+
+@router.get(
+    "/streams/{stream}/outputs/{output}/backfill",
+    response_model=BackfillPublic,
+    tags=["recovery"],
+)
+def backfill_progress(stream: str, output: str, plane: PlaneDep, who: CallerDep) -> BackfillPublic:
+    """The output's latest backfill: events routed of all, hours done, ETA; or how it ended."""
+    view = plane.backfills.progress(who, stream, output)
+    return BackfillPublic.of_view(stream, view)
+
+
+@router.delete(
+    "/streams/{stream}/outputs/{output}/backfill",
+    response_model=BackfillPublic,
+    status_code=202,
+    tags=["recovery"],
+)
+def backfill_cancel(stream: str, output: str, plane: PlaneDep, who: CallerDep) -> BackfillPublic:
+    """Stops the output's backfill: the hours it has done stay done; a Hive hour under way is
+    left as it was."""
+    plane.backfills.cancel(who, stream, output)
+    view = plane.backfills.progress(who, stream, output)
+    return BackfillPublic.of_view(stream, view)
 
 
 # Apps

@@ -16,6 +16,7 @@ from keystone.control.models import (
     AppKey,
     AppPublic,
     AuditPublic,
+    BackfillPublic,
     OwnerToken,
     PreviewPublic,
     RestorePointPublic,
@@ -37,6 +38,7 @@ _OWNER_TOKEN = TypeAdapter(OwnerToken)
 _OWNERS = TypeAdapter(list[str])
 _AUDIT = TypeAdapter(list[AuditPublic])
 _POINTS = TypeAdapter(list[RestorePointPublic])
+_BACKFILL = TypeAdapter(BackfillPublic)
 _REWIND = TypeAdapter(RewindPublic)
 
 
@@ -156,6 +158,17 @@ class ControlClient:
 
     def rewind_progress(self, stream: str, output: str) -> RewindPublic:
         return self._read(_REWIND, "GET", f"/v1/streams/{stream}/outputs/{output}/rewind")
+
+    def backfill(self, stream: str, output: str, request: dict[str, Any]) -> BackfillPublic:
+        """`request`: a `BackfillRequest`'s fields (from, to, max_events_per_second, dry_run)."""
+        path = f"/v1/streams/{stream}/outputs/{output}/backfill"
+        return self._read(_BACKFILL, "POST", path, request)
+
+    def backfill_progress(self, stream: str, output: str) -> BackfillPublic:
+        return self._read(_BACKFILL, "GET", f"/v1/streams/{stream}/outputs/{output}/backfill")
+
+    def cancel_backfill(self, stream: str, output: str) -> BackfillPublic:
+        return self._read(_BACKFILL, "DELETE", f"/v1/streams/{stream}/outputs/{output}/backfill")
 
     # Apps and owners
 

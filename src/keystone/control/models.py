@@ -9,9 +9,10 @@ from typing import Any
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, NonNegativeInt, model_validator
 
-from keystone.contracts.recovery import RestorePoint, Rewind
+from keystone.contracts.recovery import Backfill, RestorePoint, Rewind
 from keystone.contracts.registry import App, RouterPhase, RouterState
 from keystone.contracts.spec import Principal, StreamSpec
+from keystone.control.backfills import BackfillPlan, BackfillView
 from keystone.control.rewinds import Plan, Progress, Target
 from keystone.control.store import AuditEntry
 from keystone.control.tenancy import Caller
@@ -209,6 +210,93 @@ def _rewind_fields(stream: str, rewind: Rewind) -> dict[str, Any]:
         "rate": rewind.rate,
         "requested_at": datetime.fromtimestamp(rewind.requested_at, UTC),
         "by": rewind.by,
+    }
+
+
+class BackfillRequest(BaseModel):
+    """A range of ingest time, [from, to), to route again from the stream's archive."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    start: AwareDatetime = Field(alias="from", description="With its zone: '2026-11-01T00:00Z'.")
+    end: AwareDatetime = Field(alias="to", description="Exclusive; at the latest now.")
+    max_events_per_second: int | None = Field(
+        None, ge=1, description="Its rate; default the stream's recovery setting."
+    )
+    dry_run: bool = Field(False, description="Only say what the backfill would do.")
+
+
+class BackfillPublic(BaseModel):
+    model_config = ConfigDict(populate_by_name=True)
+
+    id: str
+    stream: str
+    output: str
+    state: str = Field(
+        description="planned (a dry run), running, cancelling, done, cancelled or failed"
+    )
+    start: datetime = Field(alias="from", description="Ingest time from (inclusive).")
+    end: datetime = Field(alias="to", description="Ingest time to (exclusive).")
+    rate: int = Field(description="Events per second it reads at most.")
+    events: int | None = Field(None, description="Archived events of the range, once counted.")
+    read: int = Field(0, description="Of those, how many it has routed.")
+    delivered: int = Field(0, description="Records the sink took.")
+    dead_lettered: int = Field(0, description="Events the sink refused (in the dead-letter topic).")
+    hours: int | None = Field(None, description="Hours of the archive it reads, once known.")
+    hours_done: int = 0
+    eta_seconds: float | None = Field(None, description="Until it is done, at its rate.")
+    attempts: int = Field(0, description="Times its application was started.")
+    error: str | None = None
+    requested_at: datetime
+    by: str
+    finished_at: datetime | None = None
+    archived_until: datetime | None = Field(
+        None, description="A plan: the archive holds every event ingested before this."
+    )
+    sink: SinkReplayPublic
+
+    @classmethod
+    def of_plan(cls, stream: str, plan: BackfillPlan, started: bool) -> BackfillPublic:
+        backfill = plan.backfill
+        return cls(
+            **_backfill_fields(stream, backfill),
+            state="running" if started else "planned",
+            archived_until=datetime.fromtimestamp(plan.archived_until, UTC),
+            sink=SinkReplayPublic(kind=plan.replay, effect=plan.effect),
+        )
+
+    @classmethod
+    def of_view(cls, stream: str, view: BackfillView) -> BackfillPublic:
+        backfill, progress = view.backfill, view.progress
+        return cls(
+            **_backfill_fields(stream, backfill),
+            state=backfill.phase,
+            events=progress.total,
+            read=progress.read,
+            delivered=progress.delivered,
+            dead_lettered=progress.dead_lettered,
+            hours=len(progress.hours) or None,
+            hours_done=sum(h.done for h in progress.hours.values()),
+            eta_seconds=round(view.eta_seconds, 1) if view.eta_seconds is not None else None,
+            attempts=backfill.attempts,
+            error=backfill.error or None,
+            finished_at=(
+                datetime.fromtimestamp(backfill.finished_at, UTC) if backfill.finished_at else None
+            ),
+            sink=SinkReplayPublic(kind=view.replay or "unknown"),
+        )
+
+
+def _backfill_fields(stream: str, backfill: Backfill) -> dict[str, Any]:
+    return {
+        "id": backfill.id,
+        "stream": stream,
+        "output": backfill.output,
+        "from": datetime.fromtimestamp(backfill.start / 1000, UTC),
+        "to": datetime.fromtimestamp(backfill.end / 1000, UTC),
+        "rate": backfill.rate,
+        "requested_at": datetime.fromtimestamp(backfill.requested_at, UTC),
+        "by": backfill.by,
     }
 
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from keystone.contracts.settings import Settings
 from keystone.control.accounts import Accounts
+from keystone.control.backfills import Backfills
 from keystone.control.fleet import Fleet
 from keystone.control.rewinds import Rewinds
 from keystone.control.store import Store
@@ -21,6 +22,7 @@ class Plane:
     streams: Streams
     accounts: Accounts
     rewinds: Rewinds
+    backfills: Backfills
     fleet: Fleet
 
     @classmethod
@@ -34,5 +36,6 @@ class Plane:
             streams=streams,
             accounts=Accounts(store, settings),
             rewinds=Rewinds(settings, store, streams),
+            backfills=Backfills(settings, store, streams),
             fleet=Fleet(settings, store),
         )

@@ -9,6 +9,8 @@
   then a crash could still need them).
 
 The router does the rest: it sees the rewind in the registry and restarts the output's query.
+
+- each **backfill**'s application kept running until it is done (`control.backfills`).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from keystone.contracts.names import fronting_topic
 from keystone.contracts.recovery import RestorePoint, Rewind, RewindPhase, thin
 from keystone.contracts.settings import Settings
 from keystone.contracts.spec import StreamSpec
+from keystone.control.backfills import BackfillRuns
 from keystone.control.store import Store
 
 log = logging.getLogger(__name__)
@@ -57,8 +60,10 @@ class Recovery:
         self.store = store
         self.clock = clock
         self._thinned: dict[tuple[str, str], float] = {}
+        self.backfills = BackfillRuns(settings, store, clock)
 
     def step(self, spec: StreamSpec) -> None:
+        self.backfills.step(spec)
         rewinds = self.store.rewinds(spec.name)
         marks = self.store.harvested(spec.name)
         now = self.clock()
@@ -72,6 +77,7 @@ class Recovery:
                 self._advance(spec.name, rewind, path, now)
 
     def forget(self, stream: str, output: str | None = None) -> None:
+        self.backfills.forget(stream, output)
         self.store.forget_recovery(stream, output)
         for known in list(self._thinned):
             if known[0] == stream and output in (None, known[1]):

@@ -17,7 +17,7 @@ from pydantic import ValidationError
 
 from keystone.contracts.errors import Conflict, InvalidName, InvalidSpec, NotFound
 from keystone.contracts.names import check_stream_name, topic_key, valid_name
-from keystone.contracts.recovery import RestorePoint, Rewind
+from keystone.contracts.recovery import Backfill, RestorePoint, Rewind
 from keystone.contracts.registry import (
     AUDIT,
     RETIRED,
@@ -440,6 +440,61 @@ class Store(RegistryReader):
             stream, rewind.output, lambda now: now is not None and now.id == rewind.id, write
         )
 
+    def start_backfill(
+        self, stream: str, backfill: Backfill, planned: OutputSpec, audit: dict[str, Any]
+    ) -> None:
+        """Records the output's backfill unless another of it is under way (409) or the output
+        changed since it was planned (404 or 409), with the audit entry."""
+        backfills = key("backfills", stream)
+
+        def write(tx: redis.client.Pipeline) -> None:
+            tx.watch(backfills)
+            raw = tx.get(key("stream", stream))
+            now = read_spec(stream, raw).output(backfill.output) if raw is not None else None
+            if now is None:
+                raise NotFound(f"stream {stream!r} has no output {backfill.output!r}")
+            if now != planned:
+                raise Conflict(f"output {backfill.output!r} changed meanwhile: ask again")
+            current = _backfill_or_none(tx.hget(backfills, backfill.output))
+            if current is not None and current.active:
+                raise Conflict(
+                    f"output {backfill.output!r} is being backfilled ({current.id}): one "
+                    "backfill per output at a time; cancel it first",
+                    backfill=current.id,
+                )
+            tx.multi()
+            tx.hset(backfills, backfill.output, backfill.model_dump_json())
+
+        self._transact(write, audit)
+
+    def update_backfill(
+        self,
+        stream: str,
+        backfill: Backfill,
+        holds: Callable[[Backfill], bool] = lambda _: True,
+        audit: dict[str, Any] | None = None,
+    ) -> bool:
+        """Replaces the output's backfill record with `backfill` if it is still the same
+        backfill, `holds` of it as it is, and nobody changes it meanwhile; whether it was (the
+        audit entry with it)."""
+        backfills = key("backfills", stream)
+        with self.redis.pipeline() as tx:
+            try:
+                self._call(tx.watch, backfills)
+                current = _backfill_or_none(tx.hget(backfills, backfill.output))
+                if current is None or current.id != backfill.id or not holds(current):
+                    return False
+                tx.multi()
+                tx.hset(backfills, backfill.output, backfill.model_dump_json())
+                if audit is not None:
+                    _append_audit(tx, audit)
+                self._call(tx.execute)
+                return True
+            except redis.WatchError:
+                return False
+            finally:
+                tx.reset()
+
     def harvested(self, stream: str) -> dict[str, tuple[int, int]]:
         """Per output, the generation and batch of its last restore point collected."""
         raw = self._call(self.redis.hgetall, key("harvested", stream))
@@ -518,6 +573,10 @@ class Store(RegistryReader):
                 o.decode(errors="replace")
                 for o in self._call(self.redis.hkeys, key("rewinds", stream))
             ]
+            + [
+                o.decode(errors="replace")
+                for o in self._call(self.redis.hkeys, key("backfills", stream))
+            ]
         )
         with self.redis.pipeline(transaction=True) as tx:
             for name in set(outputs):
@@ -525,6 +584,7 @@ class Store(RegistryReader):
                     tx.delete(restore_points_key(stream, name))
                 tx.hdel(key("harvested", stream), name)
                 tx.hdel(key("rewinds", stream), name)
+                tx.hdel(key("backfills", stream), name)
             self._call(tx.execute)
 
     # Web sessions: a random id in the browser's cookie, the token's hash here, for a while.
@@ -564,14 +624,7 @@ class Store(RegistryReader):
                     result = write(tx)
                     tx.incr(VERSION)
                     if audit is not None:
-                        entry = _audit_fields(audit)
-                        tx.xadd(AUDIT, entry, maxlen=AUDIT_KEPT, approximate=True)
-                        tx.xadd(
-                            _owner_audit(audit["owner"]),
-                            entry,
-                            maxlen=AUDIT_KEPT_PER_OWNER,
-                            approximate=True,
-                        )
+                        _append_audit(tx, audit)
                     self._call(tx.execute)
                     return result
                 except redis.WatchError:
@@ -587,6 +640,15 @@ def _rewind_or_none(raw: bytes | None) -> Rewind | None:
         return Rewind.model_validate_json(raw) if raw is not None else None
     except ValidationError:
         log.warning("replacing a rewind record that does not read")
+        return None
+
+
+def _backfill_or_none(raw: bytes | None) -> Backfill | None:
+    """A stored backfill record, or None when there is none or it does not read."""
+    try:
+        return Backfill.model_validate_json(raw) if raw is not None else None
+    except ValidationError:
+        log.warning("replacing a backfill record that does not read")
         return None
 
 
@@ -614,6 +676,13 @@ def audit(who: str, action: str, target: str, *, owner: str, **detail: Any) -> d
     """An audit entry for a `Store` write. `owner` is whose the target is (an owner's name, or
     "admin" for the admin's apps): an owner's view of the log is the entries with theirs."""
     return {"who": who, "action": action, "target": target, "owner": owner, "detail": detail}
+
+
+def _append_audit(tx: redis.client.Pipeline, audit: dict[str, Any]) -> None:
+    """Queues the audit entry in the log and in its owner's."""
+    entry = _audit_fields(audit)
+    tx.xadd(AUDIT, entry, maxlen=AUDIT_KEPT, approximate=True)
+    tx.xadd(_owner_audit(audit["owner"]), entry, maxlen=AUDIT_KEPT_PER_OWNER, approximate=True)
 
 
 def _audit_fields(entry: dict[str, Any]) -> dict[str, str]:

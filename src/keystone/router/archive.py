@@ -30,7 +30,7 @@ from keystone.contracts.settings import Settings
 from keystone.contracts.spec import StreamSpec
 from keystone.router.counts import Outcome
 from keystone.router.metrics import latency_columns
-from keystone.router.sinks.hive import HiveTable, hour_columns
+from keystone.router.sinks.hive import HiveTable, hour_columns, hour_of
 
 COLUMNS = (
     "guid STRING, `timestamp` BIGINT, host STRING, app STRING, key BINARY, value BINARY, "
@@ -145,12 +145,6 @@ def archive_records(spark: SparkSession, stream: str, start_ms: int, end_ms: int
             "offset",
         )
     )
-
-
-def hour_of(epoch_ms: int) -> tuple[int, int]:
-    """The (dateint, hour) partition of a time, in UTC."""
-    when = time.gmtime(epoch_ms / 1000)
-    return int(time.strftime("%Y%m%d", when)), when.tm_hour
 
 
 def hour_start(dateint: int, hour: int) -> float:

@@ -110,14 +110,15 @@ def routed(
     source: DataFrame,
     output: OutputSpec,
     meter: Meter | None,
-    rewind: Rewind | None = None,
-    bound: Offsets | None = None,
+    replay: Column | None = None,
 ) -> DataFrame:
     """The output's events from the source's columns, as the columns of `ROUTED`: those its
-    filter matches, the record projected, a replay marked. Counted on the way by the output's
-    meter if it has one (a replayed event's latency left out), else observed per batch as
-    `read` (in) and `matched`."""
-    source = source.withColumn("replay", replay_column(rewind, bound))
+    filter matches, the record projected, a replay marked with its operation's id (`replay`,
+    else none is). Counted on the way by the output's meter if it has one (a replayed event's
+    latency left out), else observed per batch as `read` (in) and `matched`."""
+    if replay is None:
+        replay = F.lit(None).cast("string")
+    source = source.withColumn("replay", replay)
     metadata = {name: F.col(name) for name in ("guid", "timestamp", "host", "app")}
     condition = compile_filter(
         parse_filter(output.filter) if output.filter else None, F.col("payload"), metadata
@@ -255,7 +256,7 @@ class Router:
         else:
             limit = None if realtime else BATCH_LIMIT
         source = self._source(starting, limit, paths=paths_read_by([output]))
-        frame = writer.frame(routed(source, output, meter, rewind, bound))
+        frame = writer.frame(routed(source, output, meter, replay_column(rewind, bound)))
         stream_writer = self._writer(frame, route.name, route.checkpoint.as_posix())
         if rewind is not None and rewind.replaying:
             stream_writer = stream_writer.trigger(processingTime="1 second")

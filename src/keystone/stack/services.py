@@ -676,11 +676,13 @@ class Control(UvicornService):
         return self.settings.control_port
 
     def after_stop(self) -> None:
-        """Stops every router the fleet started, gracefully (their Python process first,
-        which stops its queries and its JVM)."""
+        """Stops every router and backfill the fleet started, gracefully (their Python process
+        first, which stops its queries and its JVM); a backfill goes on where it was when the
+        fleet starts it again."""
         timeout = self.settings.router_stop_timeout_seconds
-        for record in sorted(self.settings.routers_run_dir.glob("*.json")):
-            stop(PidFile(record), signal.SIGTERM, timeout, group=False)
+        for folder in (self.settings.routers_run_dir, self.settings.backfills_run_dir):
+            for record in sorted(folder.glob("*.json")):
+                stop(PidFile(record), signal.SIGTERM, timeout, group=False)
 
 
 SERVICES: tuple[type[Service], ...] = (

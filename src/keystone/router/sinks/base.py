@@ -20,9 +20,9 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from typing import ClassVar
+from typing import ClassVar, TypeVar
 
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, DataFrameWriter, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import DataStreamWriter
 
@@ -57,6 +57,20 @@ class Writer(ABC):
     def attach(self, writer: DataStreamWriter, report: Callable[[Outcome], None]) -> None:
         """Points the writer at the sink; `report` receives each batch's outcome when the sink
         knows it (Spark's Kafka sink reports through query progress instead)."""
+
+    @abstractmethod
+    def write_replay(self, routed: DataFrame, tag: str) -> Outcome | None:
+        """Writes one slice of a backfill (a batch frame of `ROUTED` columns, every row a
+        replay), all of it, before returning; `tag` names the slice, the same if it is written
+        again. Its outcome, or None where the writer's meter counted it."""
+
+    def end_replay(
+        self, spark: SparkSession, window: tuple[int, int], tags: list[str], keep: bool
+    ) -> None:
+        """After the slices (`tags`) of a backfill's hour, `window` its [start, end) in epoch
+        ms: a sink that takes a replayed range whole (Hive) replaces the window's rows with
+        them (`keep`) or discards them (a cancelled backfill). Others wrote them already."""
+        return None  # most sinks have nothing left to do
 
 
 class RecordWriter(Writer):
@@ -112,8 +126,15 @@ class RecordWriter(Writer):
     def attach(self, writer: DataStreamWriter, report: Callable[[Outcome], None]) -> None:
         to_kafka(writer, self.route.settings)
 
+    def write_replay(self, routed: DataFrame, tag: str) -> Outcome | None:
+        to_kafka(self.frame(routed).write, self.route.settings).save()
+        return None
 
-def to_kafka(writer: DataStreamWriter, settings: Settings) -> DataStreamWriter:
+
+W = TypeVar("W", DataStreamWriter, DataFrameWriter)
+
+
+def to_kafka(writer: W, settings: Settings) -> W:
     """The writer pointed at Spark's Kafka sink, taking records as large as the project's."""
     return (
         writer.format("kafka")
@@ -134,6 +155,9 @@ class BatchWriter(Writer):
             report(self.write_batch(frame, batch_id))
 
         writer.foreachBatch(deliver)
+
+    def write_replay(self, routed: DataFrame, tag: str) -> Outcome | None:
+        return self.write_batch(self.frame(routed), -1)
 
 
 def writer_for(route: Route, meter: Meter | None = None) -> Writer:

@@ -17,8 +17,10 @@ once; an hour being replayed is partly filled until the replay has passed it.
 
 from __future__ import annotations
 
+import calendar
 import json
 import re
+import secrets
 import time
 
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -97,6 +99,53 @@ class HiveTable:
         self.add_partitions(spark, sorted(partitions))
         return sorted(partitions)
 
+    def replace_hour(
+        self,
+        spark: SparkSession,
+        hour: tuple[int, int],
+        window: tuple[int, int],
+        staged: list[str],
+        prefix: str,
+    ) -> None:
+        """Replaces the rows of `hour` whose `timestamp` is in `window` ([start, end), epoch
+        ms) by the files staged under `staged`: the hour's other rows are staged again beside
+        them, the new files moved in as `<prefix>-<n>.parquet`, then the hour's earlier files
+        deleted. Done again (after a crash), it gives the same rows: `prefix` must be new for
+        each attempt."""
+        fs, path = self.fs(spark)
+        dateint, hour_of_day = hour
+        folder = path(self.location, f"dateint={dateint}/hour={hour_of_day}")
+        earlier = [s.getPath() for s in fs.globStatus(path(folder, "*.parquet")) or []]
+        start, end = window
+        begins = calendar.timegm(time.strptime(f"{dateint}{hour_of_day:02d}", "%Y%m%d%H")) * 1000
+        whole = start <= begins and end >= begins + 3_600_000
+        if earlier and not whole:
+            kept = (
+                spark.read.parquet(*(p.toString() for p in earlier))
+                .where((F.col("timestamp") < start) | (F.col("timestamp") >= end))
+                .select("guid", "timestamp", "record", *hour_columns())
+            )
+            staged = [*staged, self.stage(kept, f"{prefix}-kept")]
+        files = [
+            status.getPath()
+            for where in staged
+            for status in fs.globStatus(path(f"{where}/dateint=*/hour=*/*.parquet")) or []
+        ]
+        fs.mkdirs(folder)
+        for n, file in enumerate(files):
+            if not fs.rename(file, path(folder, f"{prefix}-{n:05d}.parquet")):
+                raise OSError(f"could not move {file} into {folder}")
+        for file in earlier:
+            fs.delete(file, False)
+        for where in staged:
+            fs.delete(path(where), True)
+        self.add_partitions(spark, [hour])
+
+    def unstage(self, spark: SparkSession, staged: list[str]) -> None:
+        fs, path = self.fs(spark)
+        for where in staged:
+            fs.delete(path(where), True)
+
     def add_partitions(self, spark: SparkSession, partitions: list[tuple[int, int]]) -> None:
         if partitions:
             spark.sql(
@@ -147,6 +196,28 @@ class HiveWriter(BatchWriter):
             rows.unpersist()
         return Outcome(delivered=count, latency=latency)
 
+    def write_replay(self, routed: DataFrame, tag: str) -> Outcome | None:
+        """Staged only: the hour is replaced whole once all its slices are (`end_replay`)."""
+        rows = routed.select("guid", "timestamp", "record", *hour_columns()).persist()
+        try:
+            count = rows.count()
+            self.table.stage(rows, tag)
+        finally:
+            rows.unpersist()
+        return Outcome(delivered=count)
+
+    def end_replay(
+        self, spark: SparkSession, window: tuple[int, int], tags: list[str], keep: bool
+    ) -> None:
+        staged = [f"{self.table.location}/_staging/{tag}" for tag in tags]
+        if not keep:
+            self.table.unstage(spark, staged)
+            return
+        hour = hour_of(window[0])
+        # A new name each time: the files of an attempt that died halfway are earlier files.
+        prefix = f"{tags[0]}-{secrets.token_hex(4)}" if tags else f"replay-{secrets.token_hex(4)}"
+        self.table.replace_hour(spark, hour, window, staged, prefix)
+
     def _query_id(self) -> str:
         # Stable across restarts from the checkpoint, new for a new one: batch ids of a
         # recreated output start again at 0 and must not replace the old output's files.
@@ -168,6 +239,12 @@ class HiveWriter(BatchWriter):
                 continue
             if up_to is None or _hour(status) <= up_to:
                 fs.delete(status.getPath(), False)
+
+
+def hour_of(epoch_ms: int) -> tuple[int, int]:
+    """The (dateint, hour) partition of a time, in UTC."""
+    when = time.gmtime(epoch_ms / 1000)
+    return int(time.strftime("%Y%m%d", when)), when.tm_hour
 
 
 def _hour(status) -> tuple[int, int]:

@@ -1,0 +1,365 @@
+"""Backfills: an output's events of a time range routed again from the stream's archive.
+
+`Backfills` is what owners ask (API, CLI, UI): `plan` checks a range and says what each sink
+will do with it, `start` records the backfill (one per output at a time, in the audit log),
+`cancel` asks it to stop, `progress` says how far it has come. `BackfillRuns` is the fleet's
+side, each pass (`keystone.control.recovery`): it starts the backfill's application
+(`python -m keystone.router.backfill`) in a session of its own, recorded by pid file under
+`<state>/run/backfills/`, so a restarted control finds it running; starts it again where it
+stopped if it ended early; and marks the backfill done, cancelled or failed.
+
+A range must lie within what the archive holds: after the retention's start and before the
+archive's last write (an event of the range the archive has yet to write would be missed; and
+a Hive output's hours are replaced whole by what the archive has).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import secrets
+import signal
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from keystone.contracts.checkpoints import latest
+from keystone.contracts.errors import Conflict, KeystoneError, NotFound, Unprocessable
+from keystone.contracts.limits import check_limit
+from keystone.contracts.names import ARCHIVE_QUERY, HIVE_DATABASE, archive_table, fronting_topic
+from keystone.contracts.processes import PidFile, reap, spawn
+from keystone.contracts.recovery import Backfill, BackfillPhase, BackfillProgress
+from keystone.contracts.settings import Settings
+from keystone.contracts.spec import OutputSpec, StreamSpec
+from keystone.control.launcher import last_error
+from keystone.control.positions import Positions
+from keystone.control.store import Store, audit
+from keystone.control.streams import Streams
+from keystone.control.tenancy import Caller
+from keystone.router.sinks.registry import SINKS, Replay
+
+log = logging.getLogger(__name__)
+
+MAX_ATTEMPTS = 10  # starts of one backfill's application before it is failed
+STOP_SECONDS = 60.0  # a cancelled application that has not stopped by then is killed
+
+
+@dataclass(frozen=True)
+class BackfillPlan:
+    backfill: Backfill
+    replay: Replay  # what the sink does with records written again
+    effect: str  # that, in words, for this output
+    archived_until: float  # the archive holds every event ingested before this (epoch s)
+
+
+@dataclass(frozen=True)
+class BackfillView:
+    backfill: Backfill
+    progress: BackfillProgress
+    eta_seconds: float | None  # at the backfill's rate, while it runs and its total is known
+    replay: Replay | None  # what the output's sink does with records written again
+
+
+def iso(epoch_seconds: float) -> str:
+    return datetime.fromtimestamp(epoch_seconds, UTC).isoformat().replace("+00:00", "Z")
+
+
+def progress_of(
+    settings: Settings, stream: str, backfill: Backfill, replay: Replay | None = None
+) -> BackfillView:
+    progress = BackfillProgress.load(BackfillProgress.path(settings.state_dir, stream, backfill.id))
+    eta = None
+    if backfill.active and progress.total is not None:
+        eta = max(0, progress.total - progress.read) / backfill.rate
+    return BackfillView(backfill, progress, eta, replay)
+
+
+class Backfills:
+    def __init__(
+        self,
+        settings: Settings,
+        store: Store,
+        streams: Streams,
+        positions: Positions | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.streams = streams
+        self.positions = positions if positions is not None else Positions(settings)
+        self.clock = clock
+
+    def plan(
+        self,
+        caller: Caller,
+        stream: str,
+        output: str,
+        start: datetime,
+        end: datetime,
+        rate: int | None,
+    ) -> BackfillPlan:
+        spec, out = self._output(caller, stream, output)
+        if not spec.archive.enabled:
+            raise Conflict(
+                f"stream {stream!r} keeps no archive to backfill from: turn it on with "
+                "archive.enabled: true in its spec (it then keeps what arrives from then on, and "
+                "what the fronting topic still holds)"
+            )
+        current = self.store.backfills(stream).get(output)
+        if current is not None and current.active:
+            raise Conflict(
+                f"output {stream}.{output} is being backfilled ({current.id}): one backfill per "
+                "output at a time; cancel it first",
+                backfill=current.id,
+            )
+        if rate is not None:
+            check_limit(
+                self.settings,
+                "max_replay_events_per_second",
+                rate,
+                "events per second",
+                "max_events_per_second",
+            )
+        begins, ends = _utc(start).timestamp(), _utc(end).timestamp()
+        now = self.clock()
+        if begins >= ends:
+            raise Unprocessable(f"the range is empty: {iso(begins)} is not before {iso(ends)}")
+        if ends > now:
+            raise Unprocessable(f"{iso(ends)} is in the future (it is {iso(now)})")
+        kept_from = now - spec.archive.keep_days * 86400
+        if begins < kept_from:
+            raise Unprocessable(
+                f"{iso(begins)} is before what the archive keeps ({spec.archive.keep_days} days "
+                f"of ingest time): the earliest is {iso(kept_from)}",
+                earliest=iso(kept_from),
+            )
+        until = self.archived_until(spec, int(ends * 1000))
+        if until < ends:
+            raise Unprocessable(
+                f"the archive holds every event ingested up to {iso(until)} so far, not yet to "
+                f"{iso(ends)}: end the range by then, or wait for its next write (every "
+                f"{spec.archive.trigger})",
+                archived_until=iso(until),
+            )
+        backfill = Backfill(
+            id=f"bf-{secrets.token_hex(6)}",
+            output=output,
+            start=int(begins * 1000),
+            end=int(ends * 1000),
+            rate=rate or spec.recovery.max_events_per_second,
+            requested_at=now,
+            by=caller.name,
+        )
+        replay = SINKS[out.sink.type].replay
+        return BackfillPlan(backfill, replay, _effect(spec, out, backfill, replay), until)
+
+    def archived_until(self, spec: StreamSpec, end_ms: int) -> float:
+        """`end_ms` (epoch s) if the archive holds every event ingested before it, else when
+        its last write was (what it holds up to, at least)."""
+        topic = fronting_topic(spec.name)
+        archive = self.settings.checkpoints_dir / spec.name / ARCHIVE_QUERY
+        written = latest(archive, topic)
+        if written is not None:
+            needed = self.positions.at_time(topic, end_ms)
+            if all(written.offsets.get(p, 0) >= o for p, o in needed.items()):
+                return end_ms / 1000
+            return min(written.time, end_ms / 1000)
+        return 0.0
+
+    def start(
+        self,
+        caller: Caller,
+        stream: str,
+        output: str,
+        start: datetime,
+        end: datetime,
+        rate: int | None,
+    ) -> BackfillPlan:
+        plan = self.plan(caller, stream, output, start, end, rate)
+        backfill = plan.backfill
+        spec, out = self._output(caller, stream, output)
+        entry = audit(
+            caller.name,
+            "output.backfill",
+            stream,
+            owner=spec.owner,
+            output=output,
+            backfill=backfill.id,
+            **{"from": iso(backfill.start / 1000), "to": iso(backfill.end / 1000)},
+            rate=backfill.rate,
+        )
+        self.store.start_backfill(stream, backfill, out, entry)
+        return plan
+
+    def cancel(self, caller: Caller, stream: str, output: str) -> Backfill:
+        spec, _ = self._output(caller, stream, output)
+        current = self.store.backfills(stream).get(output)
+        if current is None:
+            raise NotFound(f"output {stream}.{output} has not been backfilled")
+        if not current.active:
+            raise Conflict(f"backfill {current.id} is {current.phase.value}: nothing to cancel")
+        cancelling = current.model_copy(update={"phase": BackfillPhase.CANCELLING})
+        entry = audit(
+            caller.name,
+            "output.backfill.cancel",
+            stream,
+            owner=spec.owner,
+            output=output,
+            backfill=current.id,
+        )
+        if not self.store.update_backfill(stream, cancelling, lambda b: b.active, entry):
+            raise Conflict(f"backfill {current.id} changed meanwhile: ask again")
+        return cancelling
+
+    def progress(self, caller: Caller, stream: str, output: str) -> BackfillView:
+        """The output's latest backfill and how far it has come (404 if it has none)."""
+        _, out = self._output(caller, stream, output)
+        current = self.store.backfills(stream).get(output)
+        if current is None:
+            raise NotFound(f"output {stream}.{output} has not been backfilled")
+        return progress_of(self.settings, stream, current, SINKS[out.sink.type].replay)
+
+    def _output(self, caller: Caller, stream: str, output: str) -> tuple[StreamSpec, OutputSpec]:
+        spec = self.streams.get(caller, stream)
+        found = spec.output(output)
+        if found is None:
+            raise NotFound(f"stream {stream!r} has no output {output!r}")
+        return spec, found
+
+
+def _recorded_pid(record: PidFile) -> int | None:
+    try:
+        pid = json.loads(record.path.read_text()).get("pid")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return pid if isinstance(pid, int) else None
+
+
+def _utc(when: datetime) -> datetime:
+    return when if when.tzinfo else when.replace(tzinfo=UTC)
+
+
+def _effect(spec: StreamSpec, output: OutputSpec, backfill: Backfill, replay: Replay) -> str:
+    source = (
+        f"the archive's events ingested from {iso(backfill.start / 1000)} to "
+        f"{iso(backfill.end / 1000)} ({HIVE_DATABASE}.{archive_table(spec.name)}) are routed "
+        f"through the output as it is now, at most {backfill.rate:,} a second"
+    )
+    if replay is Replay.IDEMPOTENT:
+        return (
+            f"{source}; Elasticsearch documents are written again under their guids, replacing "
+            "the earlier ones in place (documents the output's filter now leaves out stay)"
+        )
+    if replay is Replay.RESETTABLE:
+        return (
+            f"{source}; the Hive table's rows of the range are replaced hour by hour, each hour "
+            "at once when its events are all written"
+        )
+    return (
+        f"{source}; each record is written again beside any first copy, with the header "
+        f"ks_replay={backfill.id}"
+    )
+
+
+class BackfillRuns:
+    """The fleet's side: each active backfill's application kept running until it is done,
+    cancelled or has failed `MAX_ATTEMPTS` times."""
+
+    def __init__(self, settings: Settings, store: Store, clock: Callable[[], float]) -> None:
+        self.settings = settings
+        self.store = store
+        self.clock = clock
+        self._stopping: dict[str, float] = {}  # backfill id -> when it was asked to stop
+        self._retry_at: dict[str, float] = {}
+
+    def record(self, stream: str, output: str) -> PidFile:
+        return PidFile(self.settings.backfills_run_dir / f"{stream}.{output}.json")
+
+    def log_path(self, stream: str, output: str):
+        return self.settings.backfills_logs_dir / f"{stream}.{output}.log"
+
+    def step(self, spec: StreamSpec) -> None:
+        for output, backfill in self.store.backfills(spec.name).items():
+            if backfill.active:
+                try:
+                    self._step(spec, output, backfill)
+                except KeystoneError as e:  # Redis away: next pass
+                    log.warning("backfill %s: %s", backfill.id, e)
+
+    def _step(self, spec: StreamSpec, output: str, backfill: Backfill) -> None:
+        record = self.record(spec.name, output)
+        recorded = _recorded_pid(record)
+        pid = record.running_pid()
+        if pid is None and recorded is not None:  # ended: reaped, its JVM ended with it
+            reap(recorded, timeout=5)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(recorded, signal.SIGKILL)
+        now = self.clock()
+        if backfill.phase is BackfillPhase.CANCELLING or spec.output(output) is None:
+            if pid is not None:
+                self._stop(backfill, pid, now)
+                return
+            self._stopping.pop(backfill.id, None)
+            self._finish(spec.name, backfill, BackfillPhase.CANCELLED, now)
+            return
+        if pid is not None:
+            return
+        progress = progress_of(self.settings, spec.name, backfill).progress
+        if progress.done:
+            self._finish(spec.name, backfill, BackfillPhase.DONE, now)
+            return
+        if backfill.attempts >= MAX_ATTEMPTS:
+            error = last_error(self.log_path(spec.name, output)) or "its application kept ending"
+            self._finish(spec.name, backfill, BackfillPhase.FAILED, now, error)
+            return
+        if now < self._retry_at.get(backfill.id, 0.0):
+            return
+        started = backfill.model_copy(update={"attempts": backfill.attempts + 1})
+        if not self.store.update_backfill(spec.name, started, lambda b: b.active):
+            return
+        self._retry_at[backfill.id] = now + min(300.0, 2.0**backfill.attempts)
+        argv = [sys.executable, "-P", "-m", "keystone.router.backfill"]
+        argv += ["--stream", spec.name, "--output", output, "--id", backfill.id]
+        pid = spawn(
+            argv,
+            self.log_path(spec.name, output),
+            record,
+            cwd=self.settings.state_dir,
+            env={**self.settings.to_env(), "PYTHONUNBUFFERED": "1"},
+        )
+        log.info("backfill %s of %s.%s started (pid %d)", backfill.id, spec.name, output, pid)
+
+    def _stop(self, backfill: Backfill, pid: int, now: float) -> None:
+        asked = self._stopping.setdefault(backfill.id, now)
+        if asked == now:
+            log.info("stopping backfill %s (pid %d)", backfill.id, pid)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+        elif now - asked > STOP_SECONDS:
+            log.warning("backfill %s did not stop in time: killing it", backfill.id)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)
+        reap(pid)
+
+    def _finish(
+        self, stream: str, backfill: Backfill, phase: BackfillPhase, now: float, error: str = ""
+    ) -> None:
+        ended = backfill.model_copy(update={"phase": phase, "finished_at": now, "error": error})
+        if self.store.update_backfill(stream, ended, lambda b: b.active):
+            self._retry_at.pop(backfill.id, None)
+            log.info("backfill %s of %s.%s %s", backfill.id, stream, backfill.output, phase.value)
+
+    def forget(self, stream: str, output: str | None = None) -> None:
+        """Stops the stream's (or output's) backfill applications: their records go."""
+        pattern = f"{stream}.{output}.json" if output is not None else f"{stream}.*.json"
+        for path in self.settings.backfills_run_dir.glob(pattern):
+            pid = PidFile(path).running_pid()
+            if pid is not None:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(pid, signal.SIGKILL)
+                reap(pid, timeout=5)
+            path.unlink(missing_ok=True)
