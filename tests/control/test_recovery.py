@@ -1,5 +1,5 @@
 """The fleet's side of recovery against the real registry (Redis), over checkpoints written
-here in Spark's format (tests/router/test_rewind.py has Spark write them): restore points
+here in Spark's format (tests/router/test_recovery.py has Spark write them): restore points
 collected once each, thinned past an hour, dropped past the stream's retention and kept whatever
 the router does; a rewind followed to its end, the checkpoint it left behind deleted once the
 new one has committed."""

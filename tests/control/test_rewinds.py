@@ -1,6 +1,6 @@
 """Rewinds planned on their own: where a replay starts and stops, what each sink is told, and
 what is refused, with the registry, the streams and Kafka's positions given as plain values
-(the real ones: tests/router/test_rewind.py)."""
+(the real ones: tests/router/test_recovery.py)."""
 
 from __future__ import annotations
 

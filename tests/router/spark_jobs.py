@@ -13,6 +13,7 @@ import sys
 from pyspark.sql import functions as F
 
 from keystone.contracts.settings import Settings
+from keystone.router.archive import archive_records
 from keystone.router.source import fronting
 from keystone.router.spark import spark_session
 
@@ -48,15 +49,29 @@ def read_fronting(stream: str, *paths: str) -> list[dict]:
 
 def read_tables() -> None:
     """For each Hive table named on stdin, its rows as one JSON line, from one long-lived
-    session through the metastore (a Spark application's start is most of a `keystone sql`)."""
+    session through the metastore (a Spark application's start is most of a `keystone sql`).
+    A line `{"archive": STREAM, "from": MS, "to": MS}` answers the files a backfill of that
+    range reads from the stream's archive instead (what partition pruning leaves)."""
     spark = spark_session(Settings(), "test-read-tables")
     print(json.dumps("ready"), flush=True)
     for line in sys.stdin:
+        if line.startswith("{"):
+            asked = json.loads(line)
+            frame = archive_records(spark, asked["archive"], asked["from"], asked["to"])
+            print(json.dumps(frame.inputFiles()), flush=True)
+            continue
         table = line.strip()
         spark.catalog.refreshTable(table)  # new files and partitions since the last read
         rows = spark.table(table).collect()
-        print(json.dumps([row.asDict() for row in rows]), flush=True)
+        print(json.dumps([row.asDict(recursive=True) for row in rows], default=_text), flush=True)
     spark.stop()
+
+
+def _text(value: object) -> str:
+    """Binary columns (an archive's key, value and headers) as UTF-8 text."""
+    if isinstance(value, bytes | bytearray):
+        return bytes(value).decode(errors="replace")
+    raise TypeError(f"{type(value).__name__} is not JSON")
 
 
 if __name__ == "__main__":

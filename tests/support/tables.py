@@ -27,6 +27,13 @@ class Tables:
         self.job.stdin.flush()
         return self._answer()
 
+    def archive_files(self, stream: str, start_ms: int, end_ms: int) -> list[str]:
+        """The files a backfill of [start_ms, end_ms) reads from the stream's archive."""
+        asked = {"archive": stream, "from": start_ms, "to": end_ms}
+        self.job.stdin.write(json.dumps(asked) + "\n")
+        self.job.stdin.flush()
+        return self._answer()
+
     def close(self) -> None:
         self.job.stdin.close()
         self.job.wait(timeout=60)

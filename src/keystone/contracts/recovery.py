@@ -157,6 +157,7 @@ class HourDone(_Record):
     read: int = Field(0, ge=0, description="Archived events of the slices written.")
     delivered: int = Field(0, ge=0)
     dead_lettered: int = Field(0, ge=0)
+    removed: int = Field(0, ge=0, description="Records taken out: events left out now.")
     done: bool = False
 
 
@@ -185,6 +186,10 @@ class BackfillProgress(BaseModel):
     @property
     def dead_lettered(self) -> int:
         return sum(h.dead_lettered for h in self.hours.values())
+
+    @property
+    def removed(self) -> int:
+        return sum(h.removed for h in self.hours.values())
 
     @staticmethod
     def path(state_dir: Path, stream: str, backfill: str) -> Path:

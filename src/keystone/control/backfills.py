@@ -158,17 +158,18 @@ class Backfills:
         return BackfillPlan(backfill, replay, _effect(spec, out, backfill, replay), until)
 
     def archived_until(self, spec: StreamSpec, end_ms: int) -> float:
-        """`end_ms` (epoch s) if the archive holds every event ingested before it, else when
-        its last write was (what it holds up to, at least)."""
+        """`end_ms` (as epoch s) if the archive holds every event ingested before it, else the
+        time of the first event it has yet to write (0 if it has written nothing)."""
         topic = fronting_topic(spec.name)
         archive = self.settings.checkpoints_dir / spec.name / ARCHIVE_QUERY
         written = latest(archive, topic)
-        if written is not None:
-            needed = self.positions.at_time(topic, end_ms)
-            if all(written.offsets.get(p, 0) >= o for p, o in needed.items()):
-                return end_ms / 1000
-            return min(written.time, end_ms / 1000)
-        return 0.0
+        if written is None:
+            return 0.0
+        needed = self.positions.at_time(topic, end_ms)
+        if all(written.offsets.get(p, 0) >= o for p, o in needed.items()):
+            return end_ms / 1000
+        first = self.positions.first_timestamp(topic, written.offsets)
+        return min(first if first is not None else 0.0, end_ms / 1000)
 
     def start(
         self,
@@ -252,16 +253,17 @@ def _effect(spec: StreamSpec, output: OutputSpec, backfill: Backfill, replay: Re
     if replay is Replay.IDEMPOTENT:
         return (
             f"{source}; Elasticsearch documents are written again under their guids, replacing "
-            "the earlier ones in place (documents the output's filter now leaves out stay)"
+            "the earlier ones in place, and the range's documents of events the output now "
+            "leaves out are deleted"
         )
     if replay is Replay.RESETTABLE:
         return (
-            f"{source}; the Hive table's rows of the range are replaced hour by hour, each hour "
-            "at once when its events are all written"
+            f"{source}; the Hive table's rows of the range are replaced hour by hour by what the "
+            "output gives now, each hour at once when its events are all written"
         )
     return (
         f"{source}; each record is written again beside any first copy, with the header "
-        f"ks_replay={backfill.id}"
+        f"ks_replay={backfill.id} (records the output would now leave out stay in the topic)"
     )
 
 

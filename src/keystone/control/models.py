@@ -242,6 +242,9 @@ class BackfillPublic(BaseModel):
     read: int = Field(0, description="Of those, how many it has routed.")
     delivered: int = Field(0, description="Records the sink took.")
     dead_lettered: int = Field(0, description="Events the sink refused (in the dead-letter topic).")
+    removed: int = Field(
+        0, description="Records taken out of the sink: events the output leaves out now."
+    )
     hours: int | None = Field(None, description="Hours of the archive it reads, once known.")
     hours_done: int = 0
     eta_seconds: float | None = Field(None, description="Until it is done, at its rate.")
@@ -275,6 +278,7 @@ class BackfillPublic(BaseModel):
             read=progress.read,
             delivered=progress.delivered,
             dead_lettered=progress.dead_lettered,
+            removed=progress.removed,
             hours=len(progress.hours) or None,
             hours_done=sum(h.done for h in progress.hours.values()),
             eta_seconds=round(view.eta_seconds, 1) if view.eta_seconds is not None else None,

@@ -36,7 +36,7 @@ from keystone.contracts.schema import parse_schema
 from keystone.contracts.settings import Settings
 from keystone.contracts.spec import OutputSpec, StreamSpec
 from keystone.router.archive import archive_records, hour_start, partitions
-from keystone.router.job import paths_read_by, routed
+from keystone.router.job import left_out, paths_read_by, routed
 from keystone.router.meter import Meter
 from keystone.router.sinks.base import writer_for
 from keystone.router.sinks.hive import HiveTable
@@ -127,16 +127,18 @@ class Backfiller:
             began = time.monotonic()
             source = envelope(records.where(place == n), self.schema, self.paths)
             frame = routed(source, self.output, self.meter, F.lit(backfill.id))
-            outcome = self.writer.write_replay(frame, tags[n])
+            outcome = self.writer.write_replay(frame, tags[n], left_out(source, self.output))
             counts = self.meter.take()
             delivered = outcome.delivered if outcome is not None else counts.delivered
             dead = outcome.dead_lettered if outcome is not None else counts.dead_lettered
+            removed = outcome.removed if outcome is not None else 0
             done = done.model_copy(
                 update={
                     "slices": n + 1,
                     "read": done.read + counts.read,
                     "delivered": done.delivered + delivered,
                     "dead_lettered": done.dead_lettered + dead,
+                    "removed": done.removed + removed,
                 }
             )
             progress.hours[key] = done

@@ -16,6 +16,7 @@ class Outcome:
 
     delivered: int = 0
     dead_lettered: int = 0
+    removed: int = 0  # records a backfill took out of the sink (events the output leaves out now)
     latency: dict[str, float] = field(default_factory=dict)
 
 

@@ -119,17 +119,13 @@ def routed(
     if replay is None:
         replay = F.lit(None).cast("string")
     source = source.withColumn("replay", replay)
-    metadata = {name: F.col(name) for name in ("guid", "timestamp", "host", "app")}
-    condition = compile_filter(
-        parse_filter(output.filter) if output.filter else None, F.col("payload"), metadata
-    )
     record = compile_projection(
         parse_projection(output.projection),
         F.col("payload"),
         F.col("value").cast("string"),
-        metadata,
+        _metadata(),
     )
-    keep = F.col("problem").isNull() & condition
+    keep = F.col("problem").isNull() & _condition(output)
     if meter is not None:
         # Counted in a column, then filtered: a filter's condition is pushed below the source's
         # projection, with the parse inlined (and run again) for each field it reads.
@@ -143,6 +139,22 @@ def routed(
             .observe("matched", F.count(F.lit(1)).alias("matched"))
         )
     return matched.select(*ROUTED[:-1], record.alias("record"))
+
+
+def left_out(source: DataFrame, output: OutputSpec) -> DataFrame:
+    """The source's events the output's filter leaves out (readable ones: `guid`, `timestamp`),
+    for a backfill to take out of a sink that holds them from before a fix."""
+    kept = F.coalesce(_condition(output), F.lit(False))
+    return source.where(F.col("problem").isNull() & ~kept).select("guid", "timestamp")
+
+
+def _metadata() -> dict[str, Column]:
+    return {name: F.col(name) for name in ("guid", "timestamp", "host", "app")}
+
+
+def _condition(output: OutputSpec) -> Column:
+    parsed = parse_filter(output.filter) if output.filter else None
+    return compile_filter(parsed, F.col("payload"), _metadata())
 
 
 class RewindWatch:

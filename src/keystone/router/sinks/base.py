@@ -59,10 +59,14 @@ class Writer(ABC):
         knows it (Spark's Kafka sink reports through query progress instead)."""
 
     @abstractmethod
-    def write_replay(self, routed: DataFrame, tag: str) -> Outcome | None:
+    def write_replay(
+        self, routed: DataFrame, tag: str, left_out: DataFrame | None = None
+    ) -> Outcome | None:
         """Writes one slice of a backfill (a batch frame of `ROUTED` columns, every row a
         replay), all of it, before returning; `tag` names the slice, the same if it is written
-        again. Its outcome, or None where the writer's meter counted it."""
+        again. `left_out`: the slice's events the output leaves out now (`guid`, `timestamp`),
+        which a sink that can take records out takes out (Elasticsearch). Its outcome, or None
+        where the writer's meter counted it."""
 
     def end_replay(
         self, spark: SparkSession, window: tuple[int, int], tags: list[str], keep: bool
@@ -126,7 +130,10 @@ class RecordWriter(Writer):
     def attach(self, writer: DataStreamWriter, report: Callable[[Outcome], None]) -> None:
         to_kafka(writer, self.route.settings)
 
-    def write_replay(self, routed: DataFrame, tag: str) -> Outcome | None:
+    def write_replay(
+        self, routed: DataFrame, tag: str, left_out: DataFrame | None = None
+    ) -> Outcome | None:
+        # Append-only: what the output took before stays there.
         to_kafka(self.frame(routed).write, self.route.settings).save()
         return None
 
@@ -156,7 +163,9 @@ class BatchWriter(Writer):
 
         writer.foreachBatch(deliver)
 
-    def write_replay(self, routed: DataFrame, tag: str) -> Outcome | None:
+    def write_replay(
+        self, routed: DataFrame, tag: str, left_out: DataFrame | None = None
+    ) -> Outcome | None:
         return self.write_batch(self.frame(routed), -1)
 
 

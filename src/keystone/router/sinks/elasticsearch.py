@@ -20,6 +20,7 @@ from datetime import UTC, datetime
 import httpx
 import orjson
 from pyspark.sql import DataFrame, Row
+from pyspark.sql import functions as F
 
 from keystone.contracts.errors import SinkError
 from keystone.contracts.names import dead_letter_topic, index_prefix
@@ -51,11 +52,15 @@ class RetryPolicy:
 class Doc:
     row: Row
     lines: bytes  # the action line and the source line of a bulk request
+    action: str = "index"
 
 
 def _doc(prefix: str, row: Row) -> Doc:
     day = datetime.fromtimestamp(row.timestamp / 1000, UTC).strftime("%Y.%m.%d")
-    action = orjson.dumps({"index": {"_index": f"{prefix}{day}", "_id": row.guid}})
+    target = {"_index": f"{prefix}{day}", "_id": row.guid}
+    if row.record is None:  # an event the output leaves out now: its document goes
+        return Doc(row, orjson.dumps({"delete": target}) + b"\n", "delete")
+    action = orjson.dumps({"index": target})
     source = row.record.encode()
     if b"\n" in source or b"\r" in source:  # a bulk source must be one line
         # A JSON string cannot hold a raw line break, so these are whitespace between tokens:
@@ -85,7 +90,7 @@ class BulkWriter:
     max_bytes: int = 5 * 1024 * 1024
 
     def __call__(self, rows: Iterable[Row]) -> Iterator[dict]:
-        summary: dict = {"delivered": 0, "dead_lettered": 0}
+        summary: dict = {"delivered": 0, "dead_lettered": 0, "removed": 0}
         with httpx.Client(base_url=self.url, timeout=60) as client:
             for chunk in self._chunks(rows):
                 merge_counts(summary, self.write(client, chunk))
@@ -106,6 +111,7 @@ class BulkWriter:
 
     def write(self, client: httpx.Client, docs: list[Doc]) -> dict:
         pending, refused, delivered = docs, [], []
+        removed = 0
         delays = self.policy.delays()
         while pending:
             try:
@@ -128,8 +134,10 @@ class BulkWriter:
             now = time.time()
             retry = []
             for doc, item in zip(pending, response.json()["items"], strict=True):
-                result = item["index"]
-                if result["status"] < 300:
+                result = item[doc.action]
+                if doc.action == "delete" and result["status"] in (200, 404):
+                    removed += 1  # gone, or never there
+                elif result["status"] < 300:
                     # A replayed event's latency is the replay's, not delivery's: left out.
                     replayed = doc.row.replay is not None
                     delivered.append(None if replayed else now - doc.row.timestamp / 1000)
@@ -145,6 +153,7 @@ class BulkWriter:
         return {
             "delivered": len(delivered),
             "dead_lettered": len(refused),
+            "removed": removed,
             **latency_counts(latencies),
         }
 
@@ -155,12 +164,36 @@ class BulkWriter:
         time.sleep(delay)
 
 
+BULK_COLUMNS = ("key", "value", "headers", "guid", "timestamp", "replay", "record")
+
+
 class ElasticsearchWriter(BatchWriter):
     @property
     def prefix(self) -> str:
         return index_prefix(self.route.stream.name, self.route.output.name)
 
     def write_batch(self, frame: DataFrame, batch_id: int) -> Outcome:
+        return self._bulk(frame.select(*BULK_COLUMNS))
+
+    def write_replay(
+        self, routed: DataFrame, tag: str, left_out: DataFrame | None = None
+    ) -> Outcome | None:
+        """The slice's documents written again by guid, and those of the events the output
+        leaves out now deleted (a fixed filter's backfill leaves the range as the fixed
+        output gives it)."""
+        rows = self.frame(routed).select(*BULK_COLUMNS)
+        if left_out is not None:
+            gone = left_out.select(
+                *(F.lit(None).alias(c) for c in ("key", "value", "headers")),
+                "guid",
+                "timestamp",
+                F.lit(None).cast("string").alias("replay"),
+                F.lit(None).cast("string").alias("record"),
+            )
+            rows = rows.unionByName(gone, allowMissingColumns=False)
+        return self._bulk(rows)
+
+    def _bulk(self, rows: DataFrame) -> Outcome:
         route = self.route
         writer = BulkWriter(
             url=route.settings.elasticsearch_url,
@@ -172,12 +205,12 @@ class ElasticsearchWriter(BatchWriter):
                 route.settings.max_record_bytes,
             ),
         )
-        rows = frame.select("key", "value", "headers", "guid", "timestamp", "replay", "record")
-        summary: dict = {"delivered": 0, "dead_lettered": 0}
+        summary: dict = {"delivered": 0, "dead_lettered": 0, "removed": 0}
         for part in rows.rdd.mapPartitions(writer).collect():
             merge_counts(summary, part)
         return Outcome(
             delivered=summary.pop("delivered"),
             dead_lettered=summary.pop("dead_lettered"),
+            removed=summary.pop("removed"),
             latency=summary,
         )

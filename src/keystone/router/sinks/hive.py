@@ -196,8 +196,11 @@ class HiveWriter(BatchWriter):
             rows.unpersist()
         return Outcome(delivered=count, latency=latency)
 
-    def write_replay(self, routed: DataFrame, tag: str) -> Outcome | None:
-        """Staged only: the hour is replaced whole once all its slices are (`end_replay`)."""
+    def write_replay(
+        self, routed: DataFrame, tag: str, left_out: DataFrame | None = None
+    ) -> Outcome | None:
+        """Staged only: the hour's rows of the range are replaced whole once all its slices
+        are (`end_replay`), so what the output leaves out now is gone with them."""
         rows = routed.select("guid", "timestamp", "record", *hour_columns()).persist()
         try:
             count = rows.count()

@@ -1,0 +1,502 @@
+"""Rewinds and backfills end to end on the real stack (issues 30 and 31): a stream with one
+output per sink type to rewind, and one per sink type (but Keystone) to backfill, receives known
+events over three hours of ingest time (stamped by the test); a "bad deploy" (a wrong
+projection, and for the backfilled outputs a wrong filter too) runs during the middle hour and
+is fixed. Each rewound output goes back to its restore point from before the bad deploy; each
+backfilled output routes the middle hour again from the stream's archive. Afterwards each sink
+holds exactly what the fixed spec gives, computed independently with the Python evaluator:
+Hive and Elasticsearch each event once, Kafka and Keystone each event with its replayed copy
+flagged `ks_replay`. Then a rewind whose router is killed halfway, and a backfill whose
+application is killed halfway, lose nothing; and requests that cannot be carried out move
+nothing.
+
+The tests share one stream and run in order of need: each checks what it needs first.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+import httpx
+import pytest
+
+from keystone.contracts import envelope
+from keystone.contracts.processes import PidFile
+from keystone.control.launcher import Deployment
+from keystone.ingest_proxy.client import DirectProducer
+from keystone.loadtest.topics import read_topic
+from keystone.router.lang.evaluate import project
+from keystone.router.lang.parser import parse_projection
+from tests.support.api import Api, owner
+from tests.support.stack import Stack
+from tests.support.tables import Tables
+from tests.support.waiting import eventually
+
+STREAM, TARGET, OWNER, APP = "rw_main", "rw_copy", "team-rewind", "rw_app"
+GOOD = ["n", "kind", "user.id as uid"]
+BAD = ["n", "kind as wrong"]  # the bad deploy's projection
+FILTERS = {True: "kind = 'click'", False: "kind = 'view'"}  # the backfilled outputs', good or bad
+BATCH = 200  # events per phase, each phase an hour of ingest time
+HOUR_MS = 3_600_000
+
+
+def outputs(good: bool) -> list[dict]:
+    """One output per sink type to rewind, one per sink type (but Keystone) to backfill, each
+    with the good or the bad projection (and filter), from the topic's start."""
+    realtime = {"mode": "realtime", "trigger": "5 seconds"}
+    batches = {"mode": "microbatch", "trigger": "5 seconds"}
+    sinks = {
+        "clicks": ({"type": "kafka"}, realtime),
+        "copy": ({"type": "keystone", "stream": TARGET}, realtime),
+        "search": ({"type": "elasticsearch"}, realtime),
+        "warehouse": ({"type": "hive"}, batches),
+    }
+    backfilled = {
+        "bf_clicks": ({"type": "kafka"}, batches),
+        "bf_search": ({"type": "elasticsearch"}, batches),
+        "bf_warehouse": ({"type": "hive"}, batches),
+    }
+    projection = GOOD if good else BAD
+    every = [
+        {"name": name, "projection": projection, "sink": sink, "delivery": delivery}
+        for name, (sink, delivery) in sinks.items()
+    ]
+    every += [
+        {"name": n, "projection": projection, "filter": FILTERS[good], "sink": s, "delivery": d}
+        for n, (s, d) in backfilled.items()
+    ]
+    return [output | {"start": "earliest"} for output in every]
+
+
+def event(n: int) -> dict:
+    return {"n": n, "kind": ("click", "view")[n % 2], "user": {"id": n % 13}}
+
+
+@dataclass
+class Rewound:
+    stack: Stack
+    api: Api
+    tables: Tables
+    producer: DirectProducer
+    sent: dict[str, dict] = field(default_factory=dict)  # guid -> event
+    before_bad: dict[str, str] = field(default_factory=dict)  # output -> its good restore point
+    # The three hours of ingest time the phases are stamped with, the bad deploy's the middle.
+    first_hour: int = field(
+        default_factory=lambda: (int(time.time() * 1000) // HOUR_MS - 3) * HOUR_MS
+    )
+    hour_of: dict[str, int] = field(default_factory=dict)  # guid -> its phase's hour (0-2)
+
+    def send(self, numbers: range, hour: int) -> None:
+        events = [event(n) for n in numbers]
+        at = self.first_hour + hour * HOUR_MS + numbers.start  # within the hour
+        guids = self.producer.send(STREAM, events, at=at).guids
+        assert len(guids) == len(events)
+        self.sent.update(zip(guids, events, strict=True))
+        self.hour_of.update(dict.fromkeys(guids, hour))
+
+    def spec(self, good: bool, **extra: object) -> dict:
+        return {
+            "name": STREAM,
+            "owner": OWNER,
+            "partitions": 2,
+            "producers": [APP],
+            "outputs": outputs(good),
+            "archive": {"trigger": "5 seconds"},
+            **extra,
+        }
+
+    def router_pid(self) -> int | None:
+        deployed = Deployment.load(self.stack.settings, STREAM)
+        return deployed.pid if deployed is not None and deployed.alive() else None
+
+    def good(self, guid: str) -> dict:
+        return project(parse_projection(GOOD), self.sent[guid], {"guid": guid})
+
+    # Each sink read back: every copy of every record, by guid.
+
+    def kafka(self, output: str = "clicks") -> list[tuple[str, dict, dict]]:
+        return [
+            (m.key().decode(), json.loads(m.value()), _headers(m))
+            for m in read_topic(self.stack.address("kafka"), f"{STREAM}.{output}")
+        ]
+
+    def keystone(self) -> list[tuple[str, dict, dict]]:
+        found = []
+        for m in read_topic(self.stack.address("kafka"), f"keystone.{TARGET}"):
+            headers = _headers(m)
+            found.append((headers[envelope.GUID], json.loads(m.value()), headers))
+        return found
+
+    def search(self, output: str = "search") -> list[tuple[str, dict]]:
+        es = self.stack.address("elasticsearch")
+        indices = f"{STREAM}-{output}-*"
+        httpx.post(f"{es}/{indices}/_refresh", timeout=30)
+        hits = httpx.get(f"{es}/{indices}/_search", params={"size": 10000}, timeout=30).json()[
+            "hits"
+        ]["hits"]
+        return [(h["_id"], h["_source"]) for h in hits]
+
+    def warehouse(self, output: str = "warehouse") -> list[tuple[str, dict]]:
+        rows = self.tables.read(f"keystone.{STREAM}__{output}")
+        return [(r["guid"], json.loads(r["record"])) for r in rows]
+
+    def kept(self, good: bool, hours: tuple[int, ...] = (0, 1, 2)) -> set[str]:
+        """The events of `hours` a backfilled output's good (or bad) filter keeps."""
+        wanted = FILTERS[good].split("'")[1]
+        return {g for g, e in self.sent.items() if e["kind"] == wanted and self.hour_of[g] in hours}
+
+    def holds_everything(self) -> bool:
+        """Every event sent is in every output (in some form); each backfilled output has the
+        events its filter kept, as it was when they were sent."""
+        sent = set(self.sent)
+        delivered = self.kept(True, (0, 2)) | self.kept(False, (1,))
+        return (
+            sent <= {g for g, _, _ in self.kafka()}
+            and sent <= {g for g, _, _ in self.keystone()}
+            and sent <= {g for g, _ in self.search()}
+            and sent <= {g for g, _ in self.warehouse()}
+            and delivered <= {g for g, _, _ in self.kafka("bf_clicks")}
+            and delivered <= {g for g, _ in self.search("bf_search")}
+            and delivered <= {g for g, _ in self.warehouse("bf_warehouse")}
+        )
+
+    def points(self, output: str) -> list[dict]:
+        return self.api.ok("GET", f"/v1/streams/{STREAM}/outputs/{output}/restore-points")
+
+    def rewind(self, output: str, **body: object) -> dict:
+        return self.api.ok("POST", f"/v1/streams/{STREAM}/outputs/{output}/rewind", body)
+
+    def state(self, output: str) -> dict:
+        return self.api.ok("GET", f"/v1/streams/{STREAM}/outputs/{output}/rewind")
+
+    def replaying(self, output: str) -> bool:
+        """Whether the output's latest rewind replays (none yet: it does not)."""
+        answer = self.api.call("GET", f"/v1/streams/{STREAM}/outputs/{output}/rewind")
+        if answer.status_code == 404:
+            return False
+        assert answer.status_code == 200, answer.text
+        return answer.json()["state"] == "replaying"
+
+
+def _headers(message) -> dict[str, str]:
+    return {k: v.decode() for k, v in message.headers() or []}
+
+
+def _delivered_all(points: list[dict], count: int) -> dict | None:
+    """The newest restore point at or after `count` events (both partitions together)."""
+    for point in points:
+        if sum(point["offsets"].values()) >= count:
+            return point
+    return None
+
+
+@pytest.fixture(scope="module")
+def rewound(stack: Stack, admin: Api) -> Iterator[Rewound]:
+    team = owner(admin, OWNER)
+    team.ok("POST", "/v1/apps", {"name": APP})
+    team.ok("POST", "/v1/streams", {"name": TARGET, "owner": OWNER, "partitions": 2})
+    handle = Rewound(stack, team, Tables(stack), DirectProducer(stack.address("kafka"), APP))
+    team.ok("POST", "/v1/streams", handle.spec(good=True))
+    handle.send(range(0, BATCH), hour=0)
+    eventually("the first events in every output", handle.holds_everything, timeout=240)
+    # Each output's restore point once it had them: where the good days end.
+    for output in ("clicks", "copy", "search", "warehouse"):
+        eventually(
+            f"a restore point of {output} after the first events",
+            lambda o=output: _delivered_all(handle.points(o), BATCH) is not None,
+            timeout=60,
+        )
+        point = _delivered_all(handle.points(output), BATCH)
+        assert point is not None
+        handle.before_bad[output] = point["id"]
+    # The bad deploy, its events, and the fix (each a redeploy of the router).
+    team.ok("PUT", f"/v1/streams/{STREAM}", handle.spec(good=False))
+    handle.send(range(BATCH, 2 * BATCH), hour=1)
+
+    def wrong_everywhere() -> bool:
+        late = {g for g, e in handle.sent.items() if e["n"] >= BATCH}
+        return late <= {g for g, r in handle.warehouse() if "wrong" in r} and late <= {
+            g for g, r, _ in handle.kafka() if "wrong" in r
+        }
+
+    eventually("the bad deploy's records", wrong_everywhere, timeout=240)
+    eventually("every output to have the bad deploy's events", handle.holds_everything, 120)
+    team.ok("PUT", f"/v1/streams/{STREAM}", handle.spec(good=True))
+    handle.send(range(2 * BATCH, 3 * BATCH), hour=2)
+    eventually("the fixed deploy's events", handle.holds_everything, timeout=240)
+    yield handle
+    handle.tables.close()
+    for stream in (STREAM, TARGET):
+        team.call("DELETE", f"/v1/streams/{stream}")
+
+
+def test_rewinding_each_output_past_a_bad_deploy_leaves_each_sink_right(
+    rewound: Rewound,
+) -> None:
+    pid = rewound.router_pid()
+    started = {}
+    for output, point in rewound.before_bad.items():
+        plan = rewound.rewind(output, restore_point=point, dry_run=True)
+        assert plan["state"] == "planned" and plan["restore_point"] == point
+        assert plan["events"] >= 2 * BATCH  # the bad deploy's and the fix's
+        started[output] = rewound.rewind(output, restore_point=point)["id"]
+    kinds = {o: rewound.state(o)["sink"]["kind"] for o in started}
+    assert kinds == {
+        "clicks": "append-only",
+        "copy": "append-only",
+        "search": "idempotent",
+        "warehouse": "resettable",
+    }
+    for output in started:
+        eventually(
+            f"{output} to catch up",
+            lambda o=output: rewound.state(o)["state"] == "caught_up",
+            timeout=180,
+        )
+    assert rewound.router_pid() == pid  # only the outputs moved, never the router
+
+    sent = set(rewound.sent)
+    late = {g for g, e in rewound.sent.items() if e["n"] >= BATCH}
+    # Hive and Elasticsearch: each event once, as the fixed projection makes it.
+    eventually("Hive to hold the period once", lambda: len(rewound.warehouse()) == len(sent), 120)
+    warehouse = rewound.warehouse()
+    assert sorted(g for g, _ in warehouse) == sorted(sent)  # no row twice, none missing
+    assert {g: r for g, r in warehouse} == {g: rewound.good(g) for g in sent}
+    search = rewound.search()
+    assert {g: r for g, r in search} == {g: rewound.good(g) for g in sent}
+    assert len(search) == len(sent)
+    # Kafka and Keystone: the replayed copies flagged with their rewind, each as it should be.
+    for output, records in (("clicks", rewound.kafka()), ("copy", rewound.keystone())):
+        replays = [(g, r) for g, r, h in records if h.get(envelope.REPLAY) == started[output]]
+        assert {g for g, _ in replays} == late, output  # the whole period after the point
+        assert all(r == rewound.good(g) for g, r in replays), output
+        firsts = [(g, r) for g, r, h in records if envelope.REPLAY not in h]
+        assert {g for g, _ in firsts} == sent, output  # delivered before, without the flag
+    audit = rewound.api.ok("GET", "/v1/audit", limit=50)
+    logged = {e["detail"]["rewind"] for e in audit if e["action"] == "output.rewind"}
+    assert set(started.values()) <= logged
+
+
+def test_a_router_killed_during_a_rewind_loses_nothing(rewound: Rewound) -> None:
+    slowly = 25  # events per second: the period's 400 events take 16 s
+    ids = {}
+    for output in ("warehouse", "search"):
+        eventually(
+            f"{output} not replaying", lambda o=output: not rewound.replaying(o), timeout=180
+        )
+        point = rewound.before_bad[output]
+        ids[output] = rewound.rewind(output, restore_point=point, max_events_per_second=slowly)
+    eventually(
+        "the replay to be under way",
+        lambda: 0 < rewound.state("warehouse")["replayed"] < 2 * BATCH,
+        timeout=90,
+    )
+    kept = {p["id"] for p in rewound.points("warehouse")}  # up to the rewind's start
+    pid = rewound.router_pid()
+    assert pid is not None
+    os.killpg(pid, signal.SIGKILL)  # the router and its JVM, mid-replay
+    for output in ids:
+        eventually(
+            f"{output} to catch up after the crash",
+            lambda o=output: rewound.state(o)["state"] == "caught_up",
+            timeout=300,
+        )
+    assert rewound.router_pid() not in (None, pid)  # the fleet started it again
+    assert kept <= {p["id"] for p in rewound.points("warehouse")}  # the restart kept the points
+    sent = set(rewound.sent)
+    warehouse = rewound.warehouse()
+    assert sorted(g for g, _ in warehouse) == sorted(sent)  # no row twice, none missing
+    assert dict(warehouse) == {g: rewound.good(g) for g in sent}
+    assert dict(rewound.search()) == {g: rewound.good(g) for g in sent}
+
+
+def test_requests_that_cannot_be_carried_out_move_nothing(rewound: Rewound, admin: Api) -> None:
+    path = f"/v1/streams/{STREAM}/outputs/clicks/rewind"
+    before = rewound.api.call("GET", path).json()
+    stranger = owner(admin, "team-stranger")
+    assert stranger.call("POST", path, {"restore_point": "0-0"}).status_code == 404
+    nowhere = f"/v1/streams/{STREAM}/outputs/nowhere/rewind"
+    assert rewound.api.call("POST", nowhere, {"restore_point": "0-0"}).status_code == 404
+    future = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
+    answer = rewound.api.call("POST", path, {"to": future})
+    assert answer.status_code == 422 and "future" in answer.json()["message"]
+    answer = rewound.api.call("POST", path, {"restore_point": "9-999"})
+    assert answer.status_code == 410
+    answer = rewound.api.call("POST", path, {"offsets": {"7": 0}})
+    assert answer.status_code == 422 and "partition 7" in answer.json()["message"]
+    both = {"restore_point": "0-0", "to": future}
+    assert rewound.api.call("POST", path, both).status_code == 422
+    naive = {"to": "2026-11-25T10:00:00"}  # no zone: which 10:00?
+    assert rewound.api.call("POST", path, naive).status_code == 422
+    assert rewound.api.call("GET", path).json() == before  # nothing moved
+    # One rewind per output at a time: a second one while the first replays is refused (it
+    # replays until the fleet has seen it commit, seconds at least).
+    eventually("clicks not replaying", lambda: not rewound.replaying("clicks"), timeout=180)
+    first = rewound.rewind("clicks", restore_point=rewound.before_bad["clicks"])
+    answer = rewound.api.call("POST", path, {"restore_point": rewound.before_bad["clicks"]})
+    assert answer.status_code == 409 and first["id"] in answer.json()["message"]
+    eventually(
+        "the first to catch up", lambda: rewound.state("clicks")["state"] == "caught_up", 120
+    )
+
+
+# Backfills (issue 31): the backfilled outputs' middle hour, routed again from the archive.
+
+
+def _iso(epoch_ms: int) -> str:
+    return datetime.fromtimestamp(epoch_ms / 1000, UTC).isoformat().replace("+00:00", "Z")
+
+
+def _backfill(rewound: Rewound, output: str, start: int, end: int, **body: object) -> dict:
+    path = f"/v1/streams/{STREAM}/outputs/{output}/backfill"
+    return rewound.api.ok("POST", path, {"from": _iso(start), "to": _iso(end), **body})
+
+
+def _backfilled(rewound: Rewound, output: str) -> dict | None:
+    """The output's latest backfill, None if it has none."""
+    answer = rewound.api.call("GET", f"/v1/streams/{STREAM}/outputs/{output}/backfill")
+    if answer.status_code == 404:
+        return None
+    assert answer.status_code == 200, answer.text
+    return answer.json()
+
+
+def _idle(rewound: Rewound, output: str) -> bool:
+    latest = _backfilled(rewound, output)
+    return latest is None or latest["state"] not in ("running", "cancelling")
+
+
+def _archived(rewound: Rewound) -> bool:
+    """The archive holds every event sent, once (and ran a batch since: the backfill's plan
+    asks that it has written up to the range's end)."""
+    guids = [r["guid"] for r in rewound.tables.read(f"keystone.{STREAM}__archive")]
+    return sorted(guids) == sorted(rewound.sent)
+
+
+def _application(rewound: Rewound, output: str) -> int | None:
+    """The pid of the output's backfill application while it runs."""
+    record = rewound.stack.settings.backfills_run_dir / f"{STREAM}.{output}.json"
+    return PidFile(record).running_pid()
+
+
+def test_backfilling_the_bad_hour_from_the_archive_leaves_each_sink_right(
+    rewound: Rewound,
+) -> None:
+    eventually("the archive to hold every event", lambda: _archived(rewound), timeout=120)
+    start, end = rewound.first_hour + HOUR_MS, rewound.first_hour + 2 * HOUR_MS
+    # Only the middle hour's files are read: partition pruning leaves the others out.
+    files = rewound.tables.archive_files(STREAM, start, end)
+    hour = time.gmtime(start / 1000)
+    partition = f"/dateint={time.strftime('%Y%m%d', hour)}/hour={hour.tm_hour}/"
+    assert files and all(partition in f for f in files), files
+    ids = {}
+    for output in ("bf_clicks", "bf_search", "bf_warehouse"):
+        eventually(f"{output} not being backfilled", lambda o=output: _idle(rewound, o), 300)
+        plan = _backfill(rewound, output, start, end, dry_run=True)
+        assert plan["state"] == "planned" and plan["sink"]["effect"]
+        ids[output] = _backfill(rewound, output, start, end)["id"]
+    for output, backfill_id in ids.items():
+        eventually(
+            f"{output}'s backfill to be done",
+            lambda o=output: (_backfilled(rewound, o) or {}).get("state") == "done",
+            timeout=240,
+        )
+        state = _backfilled(rewound, output)
+        assert state is not None and state["id"] == backfill_id
+        assert (state["events"], state["read"]) == (BATCH, BATCH)  # the archive's middle hour
+        assert state["delivered"] == len(rewound.kept(True, (1,)))
+        assert state["hours"] == state["hours_done"] == 1
+    # Elasticsearch and Hive: each event once, as the fixed output gives it; the bad deploy's
+    # documents and rows of the hour are gone.
+    good = {g: rewound.good(g) for g in rewound.kept(True)}
+    warehouse = rewound.warehouse("bf_warehouse")
+    assert sorted(g for g, _ in warehouse) == sorted(good)  # no row twice, none missing
+    assert dict(warehouse) == good
+    search = rewound.search("bf_search")
+    assert len(search) == len(good) and dict(search) == good
+    assert _backfilled(rewound, "bf_search")["removed"] == len(rewound.kept(False, (1,)))
+    # Kafka: the hour's records written again, flagged with the backfill; the first copies stay.
+    records = rewound.kafka("bf_clicks")
+    replays = [(g, r) for g, r, h in records if h.get(envelope.REPLAY) == ids["bf_clicks"]]
+    assert sorted(g for g, _ in replays) == sorted(rewound.kept(True, (1,)))
+    assert all(r == rewound.good(g) for g, r in replays)
+    live = sorted(g for g, _, h in records if envelope.REPLAY not in h)
+    assert live == sorted(rewound.kept(True, (0, 2)) | rewound.kept(False, (1,)))
+    audit = rewound.api.ok("GET", "/v1/audit", limit=100)
+    logged = {e["detail"]["backfill"] for e in audit if e["action"] == "output.backfill"}
+    assert set(ids.values()) <= logged
+
+
+def test_a_backfill_application_killed_halfway_is_started_again_and_exact(
+    rewound: Rewound,
+) -> None:
+    eventually("the archive to hold every event", lambda: _archived(rewound), timeout=120)
+    eventually("bf_warehouse not being backfilled", lambda: _idle(rewound, "bf_warehouse"), 300)
+    start, end = rewound.first_hour, rewound.first_hour + 3 * HOUR_MS
+    slowly = 20  # events per second: an hour's 200 events take 10 s
+    started = _backfill(rewound, "bf_warehouse", start, end, max_events_per_second=slowly)
+
+    def an_hour_done() -> bool:
+        state = _backfilled(rewound, "bf_warehouse") or {}
+        return state.get("hours_done", 0) >= 1 and state.get("state") == "running"
+
+    eventually("the first hour to be done", an_hour_done, timeout=180)
+    pid = _application(rewound, "bf_warehouse")
+    assert pid is not None
+    os.killpg(pid, signal.SIGKILL)  # the application and its JVM, mid-range
+    eventually(
+        "the backfill to be done after the crash",
+        lambda: (_backfilled(rewound, "bf_warehouse") or {}).get("state") == "done",
+        timeout=300,
+    )
+    state = _backfilled(rewound, "bf_warehouse")
+    assert state is not None and state["id"] == started["id"] and state["attempts"] >= 2
+    assert state["read"] == 3 * BATCH  # each hour once: the one under way started again
+    good = {g: rewound.good(g) for g in rewound.kept(True)}
+    warehouse = rewound.warehouse("bf_warehouse")
+    assert sorted(g for g, _ in warehouse) == sorted(good)  # no row twice, none missing
+    assert dict(warehouse) == good
+
+
+def test_a_backfill_is_cancelled_and_requests_that_cannot_be_carried_out_start_nothing(
+    rewound: Rewound, admin: Api
+) -> None:
+    eventually("the archive to hold every event", lambda: _archived(rewound), timeout=120)
+    path = f"/v1/streams/{STREAM}/outputs/bf_search/backfill"
+    start, end = rewound.first_hour, rewound.first_hour + 3 * HOUR_MS
+    body = {"from": _iso(start), "to": _iso(end)}
+    stranger = owner(admin, "team-stranger-bf")
+    assert stranger.call("POST", path, body).status_code == 404
+    nowhere = f"/v1/streams/{STREAM}/outputs/nowhere/backfill"
+    assert rewound.api.call("POST", nowhere, body).status_code == 404
+    future = {"from": _iso(start), "to": (datetime.now(UTC) + timedelta(hours=1)).isoformat()}
+    answer = rewound.api.call("POST", path, future)
+    assert answer.status_code == 422 and "future" in answer.json()["message"]
+    naive = {"from": "2026-11-25T10:00:00", "to": _iso(end)}  # no zone: which 10:00?
+    assert rewound.api.call("POST", path, naive).status_code == 422
+    # One per output at a time; a cancelled one stops its application.
+    eventually("bf_search not being backfilled", lambda: _idle(rewound, "bf_search"), 300)
+    first = _backfill(rewound, "bf_search", start, end, max_events_per_second=1)
+    answer = rewound.api.call("POST", path, body)
+    assert answer.status_code == 409 and first["id"] in answer.json()["message"]
+    eventually("its application to run", lambda: _application(rewound, "bf_search"), 60)
+    cancelling = rewound.api.call("DELETE", path)
+    assert cancelling.status_code == 202 and cancelling.json()["state"] == "cancelling"
+    eventually(
+        "the backfill to be cancelled",
+        lambda: (_backfilled(rewound, "bf_search") or {}).get("state") == "cancelled",
+        timeout=120,
+    )
+    assert _application(rewound, "bf_search") is None
+    assert rewound.api.call("DELETE", path).status_code == 409  # nothing left to cancel
+    audit = rewound.api.ok("GET", "/v1/audit", limit=100)
+    assert any(
+        e["action"] == "output.backfill.cancel" and e["detail"]["backfill"] == first["id"]
+        for e in audit
+    )
