@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -21,13 +22,14 @@ from prometheus_client import CollectorRegistry, generate_latest
 from keystone.contracts import metrics as names
 from keystone.contracts.checkpoints import Offsets, checkpoint_dir
 from keystone.contracts.errors import Conflict, NotFound, Unavailable
-from keystone.contracts.names import fronting_topic
-from keystone.contracts.recovery import RestorePoint, Rewind, RewindPhase
+from keystone.contracts.names import ARCHIVE_QUERY, fronting_topic
+from keystone.contracts.recovery import Backfill, RestorePoint, Rewind, RewindPhase
 from keystone.contracts.registry import RouterState, Unreadable, hash_key
 from keystone.contracts.settings import Settings
 from keystone.contracts.spec import OutputSpec, StreamSpec, load_spec
 from keystone.control import ui
 from keystone.control.app import FleetCollector, create_app
+from keystone.control.backfills import Backfills
 from keystone.control.plane import Plane
 from keystone.control.positions import Extent
 from keystone.control.rewinds import Rewinds
@@ -100,6 +102,7 @@ class FakeStore:
     owners: dict[str, str] = field(default_factory=dict)  # token digest -> owner
     audits: list[dict[str, Any]] = field(default_factory=list)
     broken: set[str] = field(default_factory=set)  # streams whose rewinds do not read
+    backfill_records: dict[str, dict[str, Backfill]] = field(default_factory=dict)
 
     def get_stream(self, name: str) -> StreamSpec:
         if name not in self.specs:
@@ -131,6 +134,33 @@ class FakeStore:
 
     def restore_points(self, stream: str, output: str) -> list[RestorePoint]:
         return sorted(self.points.get((stream, output), []), key=lambda p: -p.time)
+
+    def backfills(self, stream: str) -> dict[str, Backfill]:
+        return dict(self.backfill_records.get(stream, {}))
+
+    def start_backfill(
+        self, stream: str, backfill: Backfill, planned: OutputSpec, audit: dict[str, Any]
+    ) -> None:
+        current = self.backfill_records.get(stream, {}).get(backfill.output)
+        if current is not None and current.active:
+            raise Conflict(f"output {backfill.output!r} is being backfilled ({current.id})")
+        self.backfill_records.setdefault(stream, {})[backfill.output] = backfill
+        self.audits.append(audit)
+
+    def update_backfill(
+        self,
+        stream: str,
+        backfill: Backfill,
+        holds: Callable[[Backfill], bool] = lambda _: True,
+        audit: dict[str, Any] | None = None,
+    ) -> bool:
+        current = self.backfill_records.get(stream, {}).get(backfill.output)
+        if current is None or current.id != backfill.id or not holds(current):
+            return False
+        self.backfill_records[stream][backfill.output] = backfill
+        if audit is not None:
+            self.audits.append(audit)
+        return True
 
     def start_rewind(
         self,
@@ -208,6 +238,7 @@ def world(tmp_path: Path) -> Iterator[World]:
         streams=streams,
         accounts=None,  # type: ignore[arg-type]
         rewinds=Rewinds(settings, store, streams, FakePositions(), clock=lambda: NOW),  # type: ignore[arg-type]
+        backfills=Backfills(settings, store, streams, FakePositions(), clock=lambda: NOW),  # type: ignore[arg-type]
         fleet=None,  # type: ignore[arg-type]
     )
     app = create_app(settings)
@@ -342,6 +373,54 @@ def test_a_rewind_from_another_site_or_of_another_owners_output_is_refused(world
     )
     assert signed_out.status_code == 303 and signed_out.headers["location"] == "/ui/login"
     assert world.store.rewind_records == {}
+
+
+# Backfills from the page
+
+
+def backfill_range(**extra: object) -> dict[str, object]:
+    hours = (NOW - 2 * 3600, NOW - 3600)
+    span = [datetime.fromtimestamp(t, UTC).isoformat() for t in hours]
+    return {"from": span[0], "to": span[1], **extra}
+
+
+def test_each_output_has_a_backfill_form_while_its_stream_keeps_an_archive(world: World) -> None:
+    page = world.client.get(f"/ui/streams/{STREAM}", headers={"Accept": "text/html"}).text
+    for output in ("clicks", "search"):
+        assert f'<form class="backfill-form" data-output="{output}">' in page
+        assert f'id="backfill-{output}-from" name="from" type="datetime-local"' in page
+    assert '<dialog id="backfill-dialog">' in page
+    assert 'id="output-_archive" data-output="_archive"' in page  # counted like an output
+    world.store.specs[STREAM] = load_spec(
+        {**spec().model_dump(by_alias=True), "archive": {"enabled": False}}
+    )
+    page = world.client.get(f"/ui/streams/{STREAM}", headers={"Accept": "text/html"}).text
+    assert "backfill-form" not in page and "output-_archive" not in page
+
+
+def test_a_backfill_is_planned_started_shown_and_cancelled_from_the_page(world: World) -> None:
+    commit(world.settings, STREAM, ARCHIVE_QUERY, 0, END)  # the archive has written it all
+    path = f"/ui/streams/{STREAM}/outputs/search/backfill"
+    accept = {"Accept": "application/json"}
+    plan = world.client.post(path, json=backfill_range(dry_run=True), headers=accept)
+    assert plan.status_code == 200, plan.text
+    assert plan.json()["state"] == "planned" and plan.json()["sink"]["kind"] == "idempotent"
+    assert world.store.backfill_records == {}
+    started = world.client.post(path, json=backfill_range(max_events_per_second=10), headers=accept)
+    assert started.status_code == 202, started.text
+    shown = world.status()["search"]["backfill"]
+    assert (shown["id"], shown["state"], shown["rate"]) == (started.json()["id"], "running", 10)
+    assert shown["from"].endswith("Z") and "backfill" not in world.status()["clicks"]
+    cancelled = world.client.delete(path, headers=accept)
+    assert cancelled.status_code == 202 and cancelled.json()["state"] == "cancelling"
+    assert [a["action"] for a in world.store.audits] == [
+        "output.backfill",
+        "output.backfill.cancel",
+    ]
+    elsewhere = world.client.post(
+        path, json=backfill_range(), headers={**accept, "Origin": "http://elsewhere.example"}
+    )
+    assert elsewhere.status_code == 403
 
 
 def test_the_stream_dashboards_data_carries_its_rewinds_to_mark(

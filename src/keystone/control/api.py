@@ -136,7 +136,13 @@ def status(stream: str, plane: PlaneDep, who: CallerDep) -> StatusPublic:
     its rates (events/s over the last minute), lag and p99 delivery latency."""
     spec = plane.streams.get(who, stream)
     store = plane.store
-    return stream_status(plane.settings, spec, store.router_state(stream), store.rewinds(stream))
+    return stream_status(
+        plane.settings,
+        spec,
+        store.router_state(stream),
+        store.rewinds(stream),
+        store.backfills(stream),
+    )
 
 
 @router.get("/streams/{stream}/dashboard", tags=["streams"])

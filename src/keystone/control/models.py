@@ -76,6 +76,7 @@ class OutputStatusPublic(BaseModel):
     lag: float | None = Field(None, description="Records behind the fronting topic's end.")
     latency_p99: float | None = Field(None, description="Delivery latency's p99, seconds.")
     rewind: RewindPublic | None = Field(None, description="Its latest rewind, if any.")
+    backfill: BackfillPublic | None = Field(None, description="Its latest backfill, if any.")
 
 
 class RestorePointPublic(BaseModel):

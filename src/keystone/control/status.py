@@ -1,5 +1,6 @@
 """A stream's status: its router as the fleet sees it, per output its rates, lag and latency as
-Prometheus has scraped them from the router, and its latest rewind; its archive's figures too."""
+Prometheus has scraped them from the router, and its latest rewind and backfill; its archive's
+figures too."""
 
 from __future__ import annotations
 
@@ -7,13 +8,21 @@ from typing import Any
 
 from keystone.contracts import metrics as names
 from keystone.contracts.names import ARCHIVE_QUERY
-from keystone.contracts.recovery import Rewind
+from keystone.contracts.recovery import Backfill, Rewind
 from keystone.contracts.registry import RouterState
 from keystone.contracts.settings import Settings
 from keystone.contracts.spec import StreamSpec
-from keystone.control.models import OutputStatusPublic, RewindPublic, RouterPublic, StatusPublic
+from keystone.control.backfills import progress_of
+from keystone.control.models import (
+    BackfillPublic,
+    OutputStatusPublic,
+    RewindPublic,
+    RouterPublic,
+    StatusPublic,
+)
 from keystone.control.rewinds import progress
 from keystone.dashboards.prometheus import PrometheusError, instant
+from keystone.router.sinks.registry import SINKS
 
 RATE_WINDOW = "1m"
 
@@ -23,8 +32,9 @@ def stream_status(
     spec: StreamSpec,
     state: RouterState | None,
     rewinds: dict[str, Rewind] | None = None,
+    backfills: dict[str, Backfill] | None = None,
 ) -> StatusPublic:
-    """`rewinds`: the outputs' latest, each shown with its replay's progress."""
+    """`rewinds` and `backfills`: the outputs' latest, each shown with its progress."""
     # Every field given, so that each is in the answer (the route leaves out what is unset: a
     # router without a record says only its state).
     outputs = {
@@ -43,6 +53,11 @@ def stream_status(
         archive = OutputStatusPublic(
             name=ARCHIVE_QUERY, sink="hive", rates={}, totals={}, lag=None, latency_p99=None
         )
+    for name, backfill in (backfills or {}).items():
+        output = spec.output(name)
+        if output is not None:
+            view = progress_of(settings, spec.name, backfill, SINKS[output.sink.type].replay)
+            outputs[name].backfill = BackfillPublic.of_view(spec.name, view)
     status = StatusPublic(
         stream=spec.name,
         router=RouterPublic.of(state, bool(spec.outputs)),

@@ -26,6 +26,8 @@ from keystone.contracts.errors import Forbidden, InvalidSpec, KeystoneError, Una
 from keystone.contracts.spec import DEFAULT_TRIGGERS, OutputSpec, StreamSpec, field_errors
 from keystone.control.api import PlaneDep
 from keystone.control.models import (
+    BackfillPublic,
+    BackfillRequest,
     PreviewRequest,
     RestorePointPublic,
     RewindPublic,
@@ -313,8 +315,8 @@ def preview_draft(
     return JSONResponse(result.__dict__)
 
 
-# Recovery: the page lists an output's restore points, and asks for a rewind's plan (a dry run)
-# to confirm before it asks for the rewind itself.
+# Recovery: the page lists an output's restore points, and asks for a rewind's (or a
+# backfill's) plan (a dry run) to confirm before it asks for the rewind (or backfill) itself.
 
 
 @router.get("/streams/{stream}/outputs/{output}/restore-points")
@@ -335,6 +337,28 @@ def rewind(
         return JSONResponse(planned.model_dump(mode="json"))
     started = RewindPublic.of_plan(stream, plane.rewinds.start(*args), started=True)
     return JSONResponse(started.model_dump(mode="json"), status_code=202)
+
+
+@router.post("/streams/{stream}/outputs/{output}/backfill", dependencies=[Depends(same_site)])
+def backfill(
+    stream: str, output: str, body: BackfillRequest, plane: PlaneDep, who: UICaller
+) -> JSONResponse:
+    """With dry_run, what the backfill would do (200), for the page's confirmation; without,
+    the backfill started (202)."""
+    args = (who, stream, output, body.start, body.end, body.max_events_per_second)
+    if body.dry_run:
+        planned = BackfillPublic.of_plan(stream, plane.backfills.plan(*args), started=False)
+        return JSONResponse(planned.model_dump(mode="json", by_alias=True))
+    started = BackfillPublic.of_plan(stream, plane.backfills.start(*args), started=True)
+    return JSONResponse(started.model_dump(mode="json", by_alias=True), status_code=202)
+
+
+@router.delete("/streams/{stream}/outputs/{output}/backfill", dependencies=[Depends(same_site)])
+def cancel_backfill(stream: str, output: str, plane: PlaneDep, who: UICaller) -> JSONResponse:
+    plane.backfills.cancel(who, stream, output)
+    view = plane.backfills.progress(who, stream, output)
+    answer = BackfillPublic.of_view(stream, view).model_dump(mode="json", by_alias=True)
+    return JSONResponse(answer, status_code=202)
 
 
 # Dashboards: the stream's, and the overview of the caller's streams.
@@ -412,13 +436,17 @@ def _projection(text: str) -> list[str]:
 
 
 def _status_of(plane: Plane, spec: StreamSpec) -> dict[str, Any]:
-    """The status as the API answers it, each output with its latest rewind (the page's
-    progress of a replay)."""
+    """The status as the API answers it, each output with its latest rewind and backfill (the
+    page's progress of a replay)."""
     store = plane.store
     status = stream_status(
-        plane.settings, spec, store.router_state(spec.name), store.rewinds(spec.name)
+        plane.settings,
+        spec,
+        store.router_state(spec.name),
+        store.rewinds(spec.name),
+        store.backfills(spec.name),
     )
-    return status.model_dump(mode="json", exclude_unset=True)
+    return status.model_dump(mode="json", exclude_unset=True, by_alias=True)
 
 
 def _explain(error: Exception, prefix: str = "") -> tuple[str, dict[str, str]]:

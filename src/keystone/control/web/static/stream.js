@@ -36,7 +36,10 @@ async function refresh() {
     row.querySelector("[data-lag]").textContent = figure(output.lag, 0);
     const p99 = output.latency_p99;
     row.querySelector("[data-p99]").textContent = p99 === null ? "–" : `${(p99 * 1000).toFixed(0)} ms`;
-    if (output !== status.archive) showRewind(output.name, output.rewind);
+    if (output !== status.archive) {
+      showRewind(output.name, output.rewind);
+      showBackfill(output.name, output.backfill);
+    }
   }
 }
 
@@ -209,6 +212,106 @@ async function rewind(event) {
   }
 }
 
+// Backfills: the output's latest, from the status; a new one confirmed once its plan is shown.
+
+const utcInput = (local) => `${local.length === 16 ? `${local}:00` : local}Z`;  // shown as UTC
+
+function showBackfill(output, backfill) {
+  const box = recoveryOf(output);
+  const summary = box && box.querySelector("[data-backfill-summary]");
+  if (!summary) return;  // the stream keeps no archive
+  const progress = box.querySelector("[data-backfill-progress]");
+  const button = box.querySelector("[data-backfill-button]");
+  const active = Boolean(backfill) && ["running", "cancelling"].includes(backfill.state);
+  box.dataset.backfillState = backfill ? backfill.state : "none";
+  if (!backfill) {
+    summary.textContent = "not backfilled";
+  } else {
+    const range = `${utc(backfill.from)} to ${utc(backfill.to)} UTC`;
+    const error = backfill.error ? ` (${backfill.error})` : "";
+    summary.textContent = `backfill ${backfill.id} of ${range}: ${backfill.state}, ` +
+      `${count(backfill.read)} events routed, ${count(backfill.delivered)} delivered${error}`;
+  }
+  if (active) {
+    const bar = progress.querySelector("progress");
+    bar.max = Math.max(1, backfill.events ?? 1);
+    bar.value = backfill.read;
+    const of = backfill.events === null || backfill.events === undefined ? "" : ` of ${count(backfill.events)}`;
+    progress.querySelector("[data-backfill-text]").textContent =
+      `${count(backfill.read)}${of} events routed, ${backfill.hours_done} of ${backfill.hours ?? "?"} hours, ` +
+      `about ${duration(backfill.eta_seconds)} left (at most ${count(backfill.rate)} events/s)`;
+  }
+  progress.hidden = !active;
+  button.disabled = active;  // one backfill per output at a time
+  button.title = active ? "This output is being backfilled." : "";
+}
+
+async function sendBackfill(output, method, request) {
+  const answer = await fetch(`/ui/streams/${stream}/outputs/${output}/backfill`, {
+    method,
+    headers: {"Content-Type": "application/json", Accept: "application/json"},
+    body: request ? JSON.stringify(request) : undefined,
+  });
+  const result = await answer.json();
+  if (!answer.ok) {
+    const problems = (result.problems || []).map((p) => p.message);
+    throw new Error([result.message || `The backfill failed (${answer.status})`, ...problems].join(": "));
+  }
+  return result;
+}
+
+function confirmBackfill(plan) {
+  const dialog = document.getElementById("backfill-dialog");
+  const put = (name, text) => { dialog.querySelector(`[data-backfill-plan="${name}"]`).textContent = text; };
+  put("output", `${plan.stream}.${plan.output}`);
+  put("range", `from ${utc(plan.from)} to ${utc(plan.to)} UTC`);
+  put("rate", `${count(plan.rate)} events/s`);
+  put("kind", plan.sink.kind);
+  put("effect", plan.sink.effect || "");
+  dialog.returnValue = "";
+  dialog.showModal();
+  return new Promise((resolve) => {
+    dialog.addEventListener("close", () => resolve(dialog.returnValue === "confirm"), {once: true});
+  });
+}
+
+async function backfill(event) {
+  event.preventDefault();
+  const form = event.currentTarget;
+  const box = form.closest("details.recovery");
+  const error = form.querySelector("[data-backfill-error]");
+  const button = form.querySelector("[data-backfill-button]");
+  error.hidden = true;
+  button.disabled = true;
+  try {
+    const request = {from: utcInput(form.elements.from.value), to: utcInput(form.elements.to.value)};
+    const rate = form.elements.max_events_per_second.value;
+    if (rate) request.max_events_per_second = Number(rate);
+    const plan = await sendBackfill(form.dataset.output, "POST", {...request, dry_run: true});
+    if (!(await confirmBackfill(plan))) return;
+    await sendBackfill(form.dataset.output, "POST", request);
+    await refresh();
+  } catch (e) {
+    error.textContent = e.message;
+    error.hidden = false;
+  } finally {
+    button.disabled = ["running", "cancelling"].includes(box.dataset.backfillState);
+  }
+}
+
+async function cancelBackfill(event) {
+  const box = event.currentTarget.closest("details.recovery");
+  if (!confirm(`Cancel the backfill of ${box.dataset.output}? The hours done stay done.`)) return;
+  const error = box.querySelector("[data-backfill-error]");
+  try {
+    await sendBackfill(box.dataset.output, "DELETE");
+    await refresh();
+  } catch (e) {
+    error.textContent = e.message;
+    error.hidden = false;
+  }
+}
+
 function showTargetField(form) {
   for (const field of form.querySelectorAll("[data-kind]")) {
     field.hidden = field.dataset.kind !== form.elements.kind.value;
@@ -220,6 +323,11 @@ for (const box of document.querySelectorAll("details.recovery")) {
   const form = box.querySelector("form.rewind-form");
   form.elements.kind.addEventListener("change", () => showTargetField(form));
   form.addEventListener("submit", rewind);
+  const backfillForm = box.querySelector("form.backfill-form");
+  if (backfillForm) {
+    backfillForm.addEventListener("submit", backfill);
+    box.querySelector("[data-backfill-cancel]").addEventListener("click", cancelBackfill);
+  }
 }
 if (location.hash.startsWith("#recovery-")) {
   const box = document.getElementById(location.hash.slice(1));
