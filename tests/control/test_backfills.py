@@ -13,7 +13,7 @@ import pytest
 from keystone.contracts.checkpoints import Offsets
 from keystone.contracts.errors import Conflict, LimitExceeded, NotFound, Unprocessable
 from keystone.contracts.names import ARCHIVE_QUERY
-from keystone.contracts.recovery import Backfill, BackfillPhase, BackfillProgress, HourDone
+from keystone.contracts.recovery import Backfill, BackfillProgress, HourDone, JobPhase
 from keystone.contracts.settings import Settings
 from keystone.contracts.spec import StreamSpec, load_spec
 from keystone.control.backfills import Backfills, progress_of
@@ -102,7 +102,7 @@ def test_a_range_the_archive_holds_is_planned_at_the_streams_rate(tmp_path: Path
     assert backfill.start == int((NOW - 3 * HOUR) * 1000)
     assert backfill.end == int((NOW - HOUR) * 1000)
     assert backfill.rate == SPEC.recovery.max_events_per_second
-    assert backfill.phase is BackfillPhase.RUNNING and backfill.by == "team-a"
+    assert backfill.phase is JobPhase.RUNNING and backfill.by == "team-a"
     assert backfill.id.startswith("bf-")
     assert plan.archived_until == NOW - HOUR
     assert "replaced hour by hour" in plan.effect
@@ -168,7 +168,7 @@ def test_one_backfill_per_output_at_a_time(tmp_path: Path) -> None:
     assert refused.value.details["backfill"] == first.id
     # Another output, or once it has ended, is fine.
     backfills(tmp_path, store).plan(TEAM, "plays", "search", at(2 * HOUR), at(HOUR), None)
-    store.latest["clicks"] = first.model_copy(update={"phase": BackfillPhase.DONE})
+    store.latest["clicks"] = first.model_copy(update={"phase": JobPhase.DONE})
     backfills(tmp_path, store).plan(TEAM, "plays", "clicks", at(2 * HOUR), at(HOUR), None)
 
 
@@ -199,7 +199,7 @@ def test_progress_counts_the_slices_written_and_the_time_left(tmp_path: Path) ->
     view = progress_of(settings, "plays", backfill.backfill)
     assert (view.progress.read, view.progress.delivered) == (2500, 1100)
     assert view.eta_seconds == 5.0  # 500 events left at 100 a second
-    ended = backfill.backfill.model_copy(update={"phase": BackfillPhase.DONE})
+    ended = backfill.backfill.model_copy(update={"phase": JobPhase.DONE})
     assert progress_of(settings, "plays", ended).eta_seconds is None
     # A file that does not read is a backfill that starts afresh.
     BackfillProgress.path(tmp_path, "plays", "bf-000000000000").write_text("{")

@@ -23,7 +23,7 @@ from keystone.contracts import metrics as names
 from keystone.contracts.checkpoints import Offsets, checkpoint_dir
 from keystone.contracts.errors import Conflict, NotFound, Unavailable
 from keystone.contracts.names import ARCHIVE_QUERY, fronting_topic
-from keystone.contracts.recovery import Backfill, RestorePoint, Rewind, RewindPhase
+from keystone.contracts.recovery import Backfill, Redrive, RestorePoint, Rewind, RewindPhase
 from keystone.contracts.registry import RouterState, Unreadable, hash_key
 from keystone.contracts.settings import Settings
 from keystone.contracts.spec import OutputSpec, StreamSpec, load_spec
@@ -138,6 +138,9 @@ class FakeStore:
     def backfills(self, stream: str) -> dict[str, Backfill]:
         return dict(self.backfill_records.get(stream, {}))
 
+    def redrive(self, stream: str) -> Redrive | None:
+        return None  # a stream's redrive, through the API: tests/router/test_redrive.py
+
     def start_backfill(
         self, stream: str, backfill: Backfill, planned: OutputSpec, audit: dict[str, Any]
     ) -> None:
@@ -239,6 +242,7 @@ def world(tmp_path: Path) -> Iterator[World]:
         accounts=None,  # type: ignore[arg-type]
         rewinds=Rewinds(settings, store, streams, FakePositions(), clock=lambda: NOW),  # type: ignore[arg-type]
         backfills=Backfills(settings, store, streams, FakePositions(), clock=lambda: NOW),  # type: ignore[arg-type]
+        dead_letters=None,  # type: ignore[arg-type]
         fleet=None,  # type: ignore[arg-type]
     )
     app = create_app(settings)
@@ -391,6 +395,7 @@ def test_each_output_has_a_backfill_form_while_its_stream_keeps_an_archive(world
         assert f'id="backfill-{output}-from" name="from" type="datetime-local"' in page
     assert '<dialog id="backfill-dialog">' in page
     assert 'id="output-_archive" data-output="_archive"' in page  # counted like an output
+    assert '<details class="card" id="dead-letters-box">' in page and "data-redrive-all" in page
     world.store.specs[STREAM] = load_spec(
         {**spec().model_dump(by_alias=True), "archive": {"enabled": False}}
     )

@@ -18,7 +18,18 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.text import Text
 
-from keystone.cli import apps, audit, dashboard, loadtest, outputs, owners, send, stack, streams
+from keystone.cli import (
+    apps,
+    audit,
+    dashboard,
+    deadletters,
+    loadtest,
+    outputs,
+    owners,
+    send,
+    stack,
+    streams,
+)
 from keystone.contracts.errors import KeystoneError
 from keystone.contracts.settings import Settings
 
@@ -38,6 +49,7 @@ app.command()(loadtest.demo)
 app.add_typer(stack.app, name="stack")
 app.add_typer(streams.app, name="stream")
 app.add_typer(outputs.app, name="output")
+app.add_typer(deadletters.app, name="dead-letters")
 app.add_typer(apps.app, name="app")
 app.add_typer(owners.app, name="owner")
 

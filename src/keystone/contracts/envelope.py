@@ -10,13 +10,16 @@ HOST = "ks_host"  # the proxy's host name
 APP = "ks_app"  # the authenticated producing app
 STREAM = "ks_stream"
 HOPS = "ks_hops"  # Keystone sinks passed; absent means 0
-# On a record a rewind wrote again to a Kafka or Keystone output: the rewind's id.
+# On a record a rewind, a backfill or a redrive wrote again to a Kafka or Keystone output: its id.
 REPLAY = "ks_replay"
 
 # Added to a record in the dead-letter topic: why it is there and which output sent it
 # (absent when the stream itself could not read the event).
 DLQ_REASON = "ks_dlq_reason"
 DLQ_OUTPUT = "ks_dlq_output"
+# How many times a redrive has sent the event again (absent: never); a dead letter a redrive
+# writes carries it on.
+REDRIVES = "ks_redrives"
 
 # Metadata names in filters and projections, and the header each one reads.
 METADATA = {"guid": GUID, "timestamp": TIMESTAMP, "host": HOST, "app": APP}

@@ -85,6 +85,13 @@ class Limits(BaseModel):
         "(archive.keep_days, 422).",
     )
 
+    max_dead_letters_scanned: int = Field(
+        1_000_000,
+        ge=1,
+        description="Dead letters control reads to list a stream's, or to plan a redrive (the "
+        "rest are said to be left out; a redrive itself reads them all).",
+    )
+
     # The routing language.
     max_filter_chars: int = Field(4096, ge=16, description="One filter's text (422).")
     max_projection_fields: int = Field(256, ge=1, description="Fields one projection lists.")

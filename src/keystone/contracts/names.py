@@ -54,6 +54,12 @@ def dead_letter_topic(stream: str) -> str:
     return f"{fronting_topic(stream)}.dlq"
 
 
+def redriven_topic(stream: str) -> str:
+    """The dead letters redrives have sent again, by position (a compacted topic): a second
+    redrive of the same ones sends nothing."""
+    return f"{dead_letter_topic(stream)}.redriven"
+
+
 def topic_key(topic: str) -> str:
     """Kafka's collision form of a topic name: it refuses two topics that differ only in '.'
     against '_', so topics are owned, and compared, in this form."""

@@ -119,7 +119,9 @@ def thin(points: list[RestorePoint], now: float, keep_seconds: float) -> list[Re
     return drop
 
 
-class BackfillPhase(StrEnum):
+class JobPhase(StrEnum):
+    """A backfill's or a redrive's: each runs as an application of its own."""
+
     RUNNING = "running"  # its application runs (or the fleet starts it again)
     CANCELLING = "cancelling"  # asked to stop: the fleet stops its application
     DONE = "done"
@@ -137,7 +139,7 @@ class Backfill(_Record):
     start: int = Field(ge=0, description="Ingest time from, epoch ms (inclusive).")
     end: int = Field(ge=0, description="Ingest time to, epoch ms (exclusive).")
     rate: int = Field(ge=1, description="Events per second read at most.")
-    phase: BackfillPhase = BackfillPhase.RUNNING
+    phase: JobPhase = JobPhase.RUNNING
     requested_at: float
     by: str
     attempts: int = Field(0, ge=0, description="Times its application was started.")
@@ -146,7 +148,7 @@ class Backfill(_Record):
 
     @property
     def active(self) -> bool:
-        return self.phase in (BackfillPhase.RUNNING, BackfillPhase.CANCELLING)
+        return self.phase in (JobPhase.RUNNING, JobPhase.CANCELLING)
 
 
 class HourDone(_Record):
@@ -198,6 +200,71 @@ class BackfillProgress(BaseModel):
     @classmethod
     def load(cls, path: Path) -> BackfillProgress:
         """As last saved; a backfill with none yet (or one that does not read) starts afresh."""
+        try:
+            return cls.model_validate_json(path.read_bytes())
+        except (OSError, ValueError):
+            return cls()
+
+    def save(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        staging = path.with_suffix(".tmp")
+        staging.write_text(self.model_dump_json())
+        staging.replace(path)
+
+
+class Selection(_Record):
+    """Which dead letters a redrive sends again: those matching every field given."""
+
+    reason: str | None = Field(None, description="The reason, exactly as listed.")
+    output: str | None = Field(
+        None, description="The output that refused them ('_stream': the stream could not read)."
+    )
+    start: int | None = Field(None, ge=0, description="Dead-lettered from, epoch ms.")
+    end: int | None = Field(None, ge=0, description="Dead-lettered before, epoch ms.")
+
+
+class Redrive(_Record):
+    """A stream's latest redrive: its dead letters up to `until` (the dead-letter topic's end
+    when it was asked) that match `selection`, sent again through the current spec, each only
+    to the outputs it failed in."""
+
+    id: str = Field(pattern=r"^rd-[0-9a-f]{12}$")
+    selection: Selection
+    until: dict[int, int] = Field(description="Per dead-letter partition, where it ended.")
+    rate: int = Field(ge=1)
+    phase: JobPhase = JobPhase.RUNNING
+    requested_at: float
+    by: str
+    attempts: int = Field(0, ge=0)
+    error: str = ""
+    finished_at: float = 0.0
+
+    @property
+    def active(self) -> bool:
+        return self.phase in (JobPhase.RUNNING, JobPhase.CANCELLING)
+
+
+class RedriveProgress(BaseModel):
+    """Where a redrive's application is (`<state>/redrives/<stream>/<id>.json`): slices of its
+    selection done, and what became of their events."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    total: int | None = Field(None, description="Dead letters selected, not redriven before.")
+    slices: int | None = None
+    slices_done: int = 0
+    read: int = 0
+    delivered: dict[str, int] = Field(default_factory=dict, description="Per output.")
+    dead_lettered: int = Field(0, description="Events that failed again (dead letters anew).")
+    skipped: int = Field(0, description="Dead letters of outputs the stream no longer has.")
+    done: bool = False
+
+    @staticmethod
+    def path(state_dir: Path, stream: str, redrive: str) -> Path:
+        return state_dir / "redrives" / stream / f"{redrive}.json"
+
+    @classmethod
+    def load(cls, path: Path) -> RedriveProgress:
         try:
             return cls.model_validate_json(path.read_bytes())
         except (OSError, ValueError):

@@ -22,6 +22,7 @@ that WATCHes it knows nobody changed anything between its checks and its write.
     keystone:router:<stream>    hash: the fleet's view of the stream's router (RouterState)
     keystone:rewinds:<stream>   hash: per output, its latest rewind (contracts.recovery.Rewind)
     keystone:backfills:<stream> hash: per output, its latest backfill (contracts.recovery.Backfill)
+    keystone:redrives           hash: per stream, its latest redrive of dead letters (Redrive)
     keystone:restore_points:<stream>:<output>
                                 sorted set: the output's restore points by time (RestorePoint)
     keystone:harvested:<stream> hash: per output, the last batch collected ('<generation>:<batch>')
@@ -48,7 +49,7 @@ from redis.retry import Retry
 
 from keystone.contracts.errors import Conflict, InvalidName, NotFound, Unavailable
 from keystone.contracts.names import check_stream_name, valid_name
-from keystone.contracts.recovery import Backfill, RestorePoint, Rewind
+from keystone.contracts.recovery import Backfill, Redrive, RestorePoint, Rewind
 from keystone.contracts.settings import Settings
 from keystone.contracts.spec import Principal, StreamSpec
 
@@ -63,6 +64,7 @@ def key(*parts: str) -> str:
 
 VERSION = key("version")
 AUDIT = key("audit")
+REDRIVES = key("redrives")
 # Deleted streams' names and their owners: the topics, tables and indices stay, so the name does.
 RETIRED = key("retired_streams")
 # Removed owners' names, never given again.
@@ -330,6 +332,17 @@ class RegistryReader:
             if backfill.output == output and valid_name(output):
                 found[output] = backfill
         return found
+
+    def redrive(self, stream: str) -> Redrive | None:
+        """The stream's latest redrive; a record that does not read is none (logged)."""
+        raw = self._call(self.redis.hget, REDRIVES, check_stream_name(stream))
+        if raw is None:
+            return None
+        try:
+            return Redrive.model_validate_json(raw)
+        except ValidationError as e:
+            log.warning("the redrive record of %s does not read: %s", stream, e)
+            return None
 
     def restore_points(self, stream: str, output: str) -> list[RestorePoint]:
         """The output's restore points, newest first."""

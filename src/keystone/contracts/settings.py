@@ -306,6 +306,15 @@ class Settings(BaseSettings, Limits):
         return self.logs_dir / "backfills"
 
     @property
+    def redrives_run_dir(self) -> Path:
+        """The fleet's record of each redrive application it runs (pid files)."""
+        return self.run_dir / "redrives"
+
+    @property
+    def redrives_logs_dir(self) -> Path:
+        return self.logs_dir / "redrives"
+
+    @property
     def dashboards_dir(self) -> Path:
         """Each stream's generated Grafana dashboard model."""
         return self.state_dir / "dashboards"

@@ -17,10 +17,13 @@ from keystone.control.models import (
     AuditPublic,
     BackfillPublic,
     BackfillRequest,
+    DeadLettersPublic,
     OwnerCreate,
     OwnerToken,
     PreviewPublic,
     PreviewRequest,
+    RedrivePublic,
+    RedriveRequest,
     RestorePointPublic,
     RewindPublic,
     RewindRequest,
@@ -142,6 +145,7 @@ def status(stream: str, plane: PlaneDep, who: CallerDep) -> StatusPublic:
         store.router_state(stream),
         store.rewinds(stream),
         store.backfills(stream),
+        store.redrive(stream),
     )
 
 
@@ -220,6 +224,57 @@ def rewind(
 def rewind_progress(stream: str, output: str, plane: PlaneDep, who: CallerDep) -> RewindPublic:
     """The output's latest rewind: replaying (events replayed of all, ETA) or caught up."""
     return RewindPublic.of_progress(stream, plane.rewinds.progress(who, stream, output))
+
+
+@router.get("/streams/{stream}/dead-letters", response_model=DeadLettersPublic, tags=["recovery"])
+def dead_letters(stream: str, plane: PlaneDep, who: CallerDep) -> DeadLettersPublic:
+    """The stream's dead letters grouped by the output that refused them ('_stream': the
+    stream could not read them) and reason, most first: counts, first and last, samples, and
+    how many a redrive has sent again."""
+    return DeadLettersPublic.of(stream, plane.dead_letters.groups(who, stream))
+
+
+@router.post(
+    "/streams/{stream}/dead-letters/redrive",
+    response_model=RedrivePublic,
+    status_code=202,
+    tags=["recovery"],
+)
+def redrive(
+    stream: str, body: RedriveRequest, plane: PlaneDep, who: CallerDep, response: Response
+) -> RedrivePublic:
+    """Sends the dead letters the selection matches (and no redrive sent before) again through
+    the stream's current spec, each only to the outputs it failed in, as an application of its
+    own at the stream's recovery rate. With dry_run, only counts them (200); a selection that
+    matches nothing is a redrive of none."""
+    args = (who, stream, body.selection(), body.max_events_per_second)
+    if body.dry_run:
+        response.status_code = 200
+        return RedrivePublic.of_plan(stream, plane.dead_letters.plan(*args), started=False)
+    plan = plane.dead_letters.start(*args)
+    if not plan.redrive.active:  # it matched nothing: done already
+        response.status_code = 200
+    return RedrivePublic.of_plan(stream, plan, started=True)
+
+
+@router.get(
+    "/streams/{stream}/dead-letters/redrive", response_model=RedrivePublic, tags=["recovery"]
+)
+def redrive_progress(stream: str, plane: PlaneDep, who: CallerDep) -> RedrivePublic:
+    """The stream's latest redrive: dead letters sent of all, per output, ETA; or its end."""
+    return RedrivePublic.of_view(stream, plane.dead_letters.progress(who, stream))
+
+
+@router.delete(
+    "/streams/{stream}/dead-letters/redrive",
+    response_model=RedrivePublic,
+    status_code=202,
+    tags=["recovery"],
+)
+def redrive_cancel(stream: str, plane: PlaneDep, who: CallerDep) -> RedrivePublic:
+    """Stops the stream's redrive: the slices sent stay sent (and marked)."""
+    plane.dead_letters.cancel(who, stream)
+    return RedrivePublic.of_view(stream, plane.dead_letters.progress(who, stream))
 
 
 @router.post(

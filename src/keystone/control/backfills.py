@@ -3,10 +3,8 @@
 `Backfills` is what owners ask (API, CLI, UI): `plan` checks a range and says what each sink
 will do with it, `start` records the backfill (one per output at a time, in the audit log),
 `cancel` asks it to stop, `progress` says how far it has come. `BackfillRuns` is the fleet's
-side, each pass (`keystone.control.recovery`): it starts the backfill's application
-(`python -m keystone.router.backfill`) in a session of its own, recorded by pid file under
-`<state>/run/backfills/`, so a restarted control finds it running; starts it again where it
-stopped if it ended early; and marks the backfill done, cancelled or failed.
+side, each pass (`keystone.control.recovery`): it has the backfill's application
+(`python -m keystone.router.backfill`) run until it is done (`keystone.control.jobs`).
 
 A range must lie within what the archive holds: after the retention's start and before the
 archive's last write (an event of the range the archive has yet to write would be missed; and
@@ -15,13 +13,8 @@ a Hive output's hours are replaced whole by what the archive has).
 
 from __future__ import annotations
 
-import contextlib
-import json
 import logging
-import os
 import secrets
-import signal
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -31,11 +24,10 @@ from keystone.contracts.checkpoints import latest
 from keystone.contracts.errors import Conflict, KeystoneError, NotFound, Unprocessable
 from keystone.contracts.limits import check_limit
 from keystone.contracts.names import ARCHIVE_QUERY, HIVE_DATABASE, archive_table, fronting_topic
-from keystone.contracts.processes import PidFile, reap, spawn
-from keystone.contracts.recovery import Backfill, BackfillPhase, BackfillProgress
+from keystone.contracts.recovery import Backfill, BackfillProgress, JobPhase
 from keystone.contracts.settings import Settings
 from keystone.contracts.spec import OutputSpec, StreamSpec
-from keystone.control.launcher import last_error
+from keystone.control.jobs import Job, JobRuns
 from keystone.control.positions import Positions
 from keystone.control.store import Store, audit
 from keystone.control.streams import Streams
@@ -43,9 +35,6 @@ from keystone.control.tenancy import Caller
 from keystone.router.sinks.registry import SINKS, Replay
 
 log = logging.getLogger(__name__)
-
-MAX_ATTEMPTS = 10  # starts of one backfill's application before it is failed
-STOP_SECONDS = 60.0  # a cancelled application that has not stopped by then is killed
 
 
 @dataclass(frozen=True)
@@ -203,7 +192,7 @@ class Backfills:
             raise NotFound(f"output {stream}.{output} has not been backfilled")
         if not current.active:
             raise Conflict(f"backfill {current.id} is {current.phase.value}: nothing to cancel")
-        cancelling = current.model_copy(update={"phase": BackfillPhase.CANCELLING})
+        cancelling = current.model_copy(update={"phase": JobPhase.CANCELLING})
         entry = audit(
             caller.name,
             "output.backfill.cancel",
@@ -230,14 +219,6 @@ class Backfills:
         if found is None:
             raise NotFound(f"stream {stream!r} has no output {output!r}")
         return spec, found
-
-
-def _recorded_pid(record: PidFile) -> int | None:
-    try:
-        pid = json.loads(record.path.read_text()).get("pid")
-    except (OSError, ValueError, AttributeError):
-        return None
-    return pid if isinstance(pid, int) else None
 
 
 def _utc(when: datetime) -> datetime:
@@ -269,99 +250,34 @@ def _effect(spec: StreamSpec, output: OutputSpec, backfill: Backfill, replay: Re
 
 class BackfillRuns:
     """The fleet's side: each active backfill's application kept running until it is done,
-    cancelled or has failed `MAX_ATTEMPTS` times."""
+    cancelled or has failed (`control.jobs`)."""
 
     def __init__(self, settings: Settings, store: Store, clock: Callable[[], float]) -> None:
         self.settings = settings
         self.store = store
-        self.clock = clock
-        self._stopping: dict[str, float] = {}  # backfill id -> when it was asked to stop
-        self._retry_at: dict[str, float] = {}
-
-    def record(self, stream: str, output: str) -> PidFile:
-        return PidFile(self.settings.backfills_run_dir / f"{stream}.{output}.json")
-
-    def log_path(self, stream: str, output: str):
-        return self.settings.backfills_logs_dir / f"{stream}.{output}.log"
+        self.runs = JobRuns(settings, "backfills", clock)
 
     def step(self, spec: StreamSpec) -> None:
         for output, backfill in self.store.backfills(spec.name).items():
-            if backfill.active:
-                try:
-                    self._step(spec, output, backfill)
-                except KeystoneError as e:  # Redis away: next pass
-                    log.warning("backfill %s: %s", backfill.id, e)
-
-    def _step(self, spec: StreamSpec, output: str, backfill: Backfill) -> None:
-        record = self.record(spec.name, output)
-        recorded = _recorded_pid(record)
-        pid = record.running_pid()
-        if pid is None and recorded is not None:  # ended: reaped, its JVM ended with it
-            reap(recorded, timeout=5)
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(recorded, signal.SIGKILL)
-        now = self.clock()
-        if backfill.phase is BackfillPhase.CANCELLING or spec.output(output) is None:
-            if pid is not None:
-                self._stop(backfill, pid, now)
-                return
-            self._stopping.pop(backfill.id, None)
-            self._finish(spec.name, backfill, BackfillPhase.CANCELLED, now)
-            return
-        if pid is not None:
-            return
-        progress = progress_of(self.settings, spec.name, backfill).progress
-        if progress.done:
-            self._finish(spec.name, backfill, BackfillPhase.DONE, now)
-            return
-        if backfill.attempts >= MAX_ATTEMPTS:
-            error = last_error(self.log_path(spec.name, output)) or "its application kept ending"
-            self._finish(spec.name, backfill, BackfillPhase.FAILED, now, error)
-            return
-        if now < self._retry_at.get(backfill.id, 0.0):
-            return
-        started = backfill.model_copy(update={"attempts": backfill.attempts + 1})
-        if not self.store.update_backfill(spec.name, started, lambda b: b.active):
-            return
-        self._retry_at[backfill.id] = now + min(300.0, 2.0**backfill.attempts)
-        argv = [sys.executable, "-P", "-m", "keystone.router.backfill"]
-        argv += ["--stream", spec.name, "--output", output, "--id", backfill.id]
-        pid = spawn(
-            argv,
-            self.log_path(spec.name, output),
-            record,
-            cwd=self.settings.state_dir,
-            env={**self.settings.to_env(), "PYTHONUNBUFFERED": "1"},
-        )
-        log.info("backfill %s of %s.%s started (pid %d)", backfill.id, spec.name, output, pid)
-
-    def _stop(self, backfill: Backfill, pid: int, now: float) -> None:
-        asked = self._stopping.setdefault(backfill.id, now)
-        if asked == now:
-            log.info("stopping backfill %s (pid %d)", backfill.id, pid)
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGTERM)
-        elif now - asked > STOP_SECONDS:
-            log.warning("backfill %s did not stop in time: killing it", backfill.id)
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(pid, signal.SIGKILL)
-        reap(pid)
-
-    def _finish(
-        self, stream: str, backfill: Backfill, phase: BackfillPhase, now: float, error: str = ""
-    ) -> None:
-        ended = backfill.model_copy(update={"phase": phase, "finished_at": now, "error": error})
-        if self.store.update_backfill(stream, ended, lambda b: b.active):
-            self._retry_at.pop(backfill.id, None)
-            log.info("backfill %s of %s.%s %s", backfill.id, stream, backfill.output, phase.value)
+            if not backfill.active:
+                continue
+            progress = progress_of(self.settings, spec.name, backfill).progress
+            job = Job(
+                name=f"{spec.name}.{output}",
+                record=backfill,
+                argv=[
+                    *("-m", "keystone.router.backfill", "--stream", spec.name),
+                    *("--output", output, "--id", backfill.id),
+                ],
+                finished=progress.done,
+                wanted=spec.output(output) is not None,
+                update=lambda b, s=spec.name: self.store.update_backfill(s, b, lambda c: c.active),
+            )
+            try:
+                self.runs.step(job)
+            except KeystoneError as e:  # Redis away: next pass
+                log.warning("backfill %s: %s", backfill.id, e)
 
     def forget(self, stream: str, output: str | None = None) -> None:
-        """Stops the stream's (or output's) backfill applications: their records go."""
-        pattern = f"{stream}.{output}.json" if output is not None else f"{stream}.*.json"
-        for path in self.settings.backfills_run_dir.glob(pattern):
-            pid = PidFile(path).running_pid()
-            if pid is not None:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(pid, signal.SIGKILL)
-                reap(pid, timeout=5)
-            path.unlink(missing_ok=True)
+        """Stops the stream's (or output's) backfill applications."""
+        self.runs.forget(f"{stream}.{output}" if output is not None else f"{stream}.*")

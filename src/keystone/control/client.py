@@ -17,8 +17,10 @@ from keystone.control.models import (
     AppPublic,
     AuditPublic,
     BackfillPublic,
+    DeadLettersPublic,
     OwnerToken,
     PreviewPublic,
+    RedrivePublic,
     RestorePointPublic,
     RewindPublic,
     StatusPublic,
@@ -39,6 +41,8 @@ _OWNERS = TypeAdapter(list[str])
 _AUDIT = TypeAdapter(list[AuditPublic])
 _POINTS = TypeAdapter(list[RestorePointPublic])
 _BACKFILL = TypeAdapter(BackfillPublic)
+_DEAD_LETTERS = TypeAdapter(DeadLettersPublic)
+_REDRIVE = TypeAdapter(RedrivePublic)
 _REWIND = TypeAdapter(RewindPublic)
 
 
@@ -169,6 +173,22 @@ class ControlClient:
 
     def cancel_backfill(self, stream: str, output: str) -> BackfillPublic:
         return self._read(_BACKFILL, "DELETE", f"/v1/streams/{stream}/outputs/{output}/backfill")
+
+    # Dead letters
+
+    def dead_letters(self, stream: str) -> DeadLettersPublic:
+        return self._read(_DEAD_LETTERS, "GET", f"/v1/streams/{stream}/dead-letters")
+
+    def redrive(self, stream: str, request: dict[str, Any]) -> RedrivePublic:
+        """`request`: a `RedriveRequest`'s fields (reason, output, from, to, dry_run...)."""
+        path = f"/v1/streams/{stream}/dead-letters/redrive"
+        return self._read(_REDRIVE, "POST", path, request)
+
+    def redrive_progress(self, stream: str) -> RedrivePublic:
+        return self._read(_REDRIVE, "GET", f"/v1/streams/{stream}/dead-letters/redrive")
+
+    def cancel_redrive(self, stream: str) -> RedrivePublic:
+        return self._read(_REDRIVE, "DELETE", f"/v1/streams/{stream}/dead-letters/redrive")
 
     # Apps and owners
 

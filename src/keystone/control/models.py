@@ -9,10 +9,11 @@ from typing import Any
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, NonNegativeInt, model_validator
 
-from keystone.contracts.recovery import Backfill, RestorePoint, Rewind
+from keystone.contracts.recovery import Backfill, Redrive, RestorePoint, Rewind, Selection
 from keystone.contracts.registry import App, RouterPhase, RouterState
 from keystone.contracts.spec import Principal, StreamSpec
 from keystone.control.backfills import BackfillPlan, BackfillView
+from keystone.control.deadletters import Listing, RedrivePlan, RedriveView
 from keystone.control.rewinds import Plan, Progress, Target
 from keystone.control.store import AuditEntry
 from keystone.control.tenancy import Caller
@@ -305,6 +306,160 @@ def _backfill_fields(stream: str, backfill: Backfill) -> dict[str, Any]:
     }
 
 
+class DeadLetterSamplePublic(BaseModel):
+    partition: int
+    offset: int
+    time: datetime = Field(description="When it was dead-lettered.")
+    guid: str | None
+    event: str = Field(description="The event's first bytes, as text.")
+
+
+class DeadLetterGroupPublic(BaseModel):
+    output: str = Field(
+        description="The output that refused them; '_stream': the stream could not read them."
+    )
+    reason: str
+    count: int
+    redriven: int = Field(description="Of them, sent again by a redrive already.")
+    first: datetime
+    last: datetime
+    samples: list[DeadLetterSamplePublic]
+
+
+class DeadLettersPublic(BaseModel):
+    stream: str
+    groups: list[DeadLetterGroupPublic] = Field(description="Most dead letters first.")
+    scanned: int = Field(description="Dead letters read.")
+    truncated: bool = Field(description="More were there than max_dead_letters_scanned.")
+
+    @classmethod
+    def of(cls, stream: str, listing: Listing) -> DeadLettersPublic:
+        def when(epoch: float) -> datetime:
+            return datetime.fromtimestamp(epoch, UTC)
+
+        return cls(
+            stream=stream,
+            groups=[
+                DeadLetterGroupPublic(
+                    output=g.output,
+                    reason=g.reason,
+                    count=g.count,
+                    redriven=g.redriven,
+                    first=when(g.first),
+                    last=when(g.last),
+                    samples=[
+                        DeadLetterSamplePublic(
+                            partition=x.partition,
+                            offset=x.offset,
+                            time=when(x.time),
+                            guid=x.guid,
+                            event=x.preview,
+                        )
+                        for x in g.samples
+                    ],
+                )
+                for g in listing.groups
+            ],
+            scanned=listing.scanned,
+            truncated=listing.truncated,
+        )
+
+
+class RedriveRequest(BaseModel):
+    """Which dead letters to send again: those matching every field given (none: all)."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    reason: str | None = Field(None, description="A reason exactly as listed.")
+    output: str | None = Field(
+        None, description="The output that refused them; '_stream': the stream could not read."
+    )
+    start: AwareDatetime | None = Field(None, alias="from", description="Dead-lettered from.")
+    end: AwareDatetime | None = Field(None, alias="to", description="Dead-lettered before.")
+    max_events_per_second: int | None = Field(
+        None, ge=1, description="Its rate; default the stream's recovery setting."
+    )
+    dry_run: bool = Field(False, description="Only say what the redrive would do.")
+
+    def selection(self) -> Selection:
+        def ms(when: datetime | None) -> int | None:
+            return int(when.timestamp() * 1000) if when is not None else None
+
+        return Selection(
+            reason=self.reason, output=self.output, start=ms(self.start), end=ms(self.end)
+        )
+
+
+class RedrivePublic(BaseModel):
+    id: str
+    stream: str
+    state: str = Field(
+        description="planned (a dry run), running, cancelling, done, cancelled or failed"
+    )
+    selection: dict[str, Any] = Field(description="What it sends again.")
+    events: int | None = Field(
+        None, description="Dead letters it sends again (not sent by a redrive before)."
+    )
+    outputs: dict[str, int] | None = Field(
+        None, description="A plan: of those, per output they reach (the stream's go to all)."
+    )
+    read: int = Field(0, description="Of those, how many it has sent.")
+    delivered: dict[str, int] = Field(default_factory=dict, description="Per output.")
+    dead_lettered: int = Field(0, description="Events that failed again: dead letters anew.")
+    skipped: int = Field(0, description="Dead letters of outputs the stream no longer has.")
+    rate: int
+    eta_seconds: float | None = None
+    attempts: int = 0
+    error: str | None = None
+    requested_at: datetime
+    by: str
+    finished_at: datetime | None = None
+    truncated: bool = Field(
+        False, description="A plan counted from the first max_dead_letters_scanned only."
+    )
+
+    @classmethod
+    def of_plan(cls, stream: str, plan: RedrivePlan, started: bool) -> RedrivePublic:
+        return cls(
+            **_redrive_fields(stream, plan.redrive),
+            state=plan.redrive.phase if started else "planned",
+            events=plan.events,
+            outputs=plan.outputs,
+            skipped=plan.skipped,
+            truncated=plan.truncated,
+        )
+
+    @classmethod
+    def of_view(cls, stream: str, view: RedriveView) -> RedrivePublic:
+        redrive, progress = view.redrive, view.progress
+        return cls(
+            **_redrive_fields(stream, redrive),
+            state=redrive.phase,
+            events=progress.total,
+            read=progress.read,
+            delivered=progress.delivered,
+            dead_lettered=progress.dead_lettered,
+            skipped=progress.skipped,
+            eta_seconds=round(view.eta_seconds, 1) if view.eta_seconds is not None else None,
+            attempts=redrive.attempts,
+            error=redrive.error or None,
+            finished_at=(
+                datetime.fromtimestamp(redrive.finished_at, UTC) if redrive.finished_at else None
+            ),
+        )
+
+
+def _redrive_fields(stream: str, redrive: Redrive) -> dict[str, Any]:
+    return {
+        "id": redrive.id,
+        "stream": stream,
+        "selection": redrive.selection.model_dump(exclude_none=True),
+        "rate": redrive.rate,
+        "requested_at": datetime.fromtimestamp(redrive.requested_at, UTC),
+        "by": redrive.by,
+    }
+
+
 class StatusPublic(BaseModel):
     """A stream's router, as the fleet sees it, and its outputs as Prometheus last scraped
     them (an output's figures are missing until the router has run)."""
@@ -314,6 +469,9 @@ class StatusPublic(BaseModel):
     outputs: list[OutputStatusPublic]
     archive: OutputStatusPublic | None = Field(
         None, description="The stream's archive (written like a Hive output), if it keeps one."
+    )
+    redrive: RedrivePublic | None = Field(
+        None, description="The stream's latest redrive of dead letters, if any."
     )
     metrics_error: str | None = Field(None, description="Why the figures are missing, if so.")
 

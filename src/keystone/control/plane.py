@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from keystone.contracts.settings import Settings
 from keystone.control.accounts import Accounts
 from keystone.control.backfills import Backfills
+from keystone.control.deadletters import DeadLetters
 from keystone.control.fleet import Fleet
 from keystone.control.rewinds import Rewinds
 from keystone.control.store import Store
@@ -23,6 +24,7 @@ class Plane:
     accounts: Accounts
     rewinds: Rewinds
     backfills: Backfills
+    dead_letters: DeadLetters
     fleet: Fleet
 
     @classmethod
@@ -37,5 +39,6 @@ class Plane:
             accounts=Accounts(store, settings),
             rewinds=Rewinds(settings, store, streams),
             backfills=Backfills(settings, store, streams),
+            dead_letters=DeadLetters(settings, store, streams),
             fleet=Fleet(settings, store),
         )

@@ -10,7 +10,8 @@
 
 The router does the rest: it sees the rewind in the registry and restarts the output's query.
 
-- each **backfill**'s application kept running until it is done (`control.backfills`).
+- each **backfill**'s and **redrive**'s application kept running until it is done
+  (`control.backfills`, `control.deadletters`).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from keystone.contracts.recovery import RestorePoint, Rewind, RewindPhase, thin
 from keystone.contracts.settings import Settings
 from keystone.contracts.spec import StreamSpec
 from keystone.control.backfills import BackfillRuns
+from keystone.control.deadletters import RedriveRuns
 from keystone.control.store import Store
 
 log = logging.getLogger(__name__)
@@ -61,9 +63,11 @@ class Recovery:
         self.clock = clock
         self._thinned: dict[tuple[str, str], float] = {}
         self.backfills = BackfillRuns(settings, store, clock)
+        self.redrives = RedriveRuns(settings, store, clock)
 
     def step(self, spec: StreamSpec) -> None:
         self.backfills.step(spec)
+        self.redrives.step(spec)
         rewinds = self.store.rewinds(spec.name)
         marks = self.store.harvested(spec.name)
         now = self.clock()
@@ -78,6 +82,8 @@ class Recovery:
 
     def forget(self, stream: str, output: str | None = None) -> None:
         self.backfills.forget(stream, output)
+        if output is None:
+            self.redrives.forget(stream)
         self.store.forget_recovery(stream, output)
         for known in list(self._thinned):
             if known[0] == stream and output in (None, known[1]):

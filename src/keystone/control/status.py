@@ -8,14 +8,16 @@ from typing import Any
 
 from keystone.contracts import metrics as names
 from keystone.contracts.names import ARCHIVE_QUERY
-from keystone.contracts.recovery import Backfill, Rewind
+from keystone.contracts.recovery import Backfill, Redrive, Rewind
 from keystone.contracts.registry import RouterState
 from keystone.contracts.settings import Settings
 from keystone.contracts.spec import StreamSpec
 from keystone.control.backfills import progress_of
+from keystone.control.deadletters import progress_of as redrive_progress
 from keystone.control.models import (
     BackfillPublic,
     OutputStatusPublic,
+    RedrivePublic,
     RewindPublic,
     RouterPublic,
     StatusPublic,
@@ -33,8 +35,10 @@ def stream_status(
     state: RouterState | None,
     rewinds: dict[str, Rewind] | None = None,
     backfills: dict[str, Backfill] | None = None,
+    redrive: Redrive | None = None,
 ) -> StatusPublic:
-    """`rewinds` and `backfills`: the outputs' latest, each shown with its progress."""
+    """`rewinds` and `backfills`: the outputs' latest, each shown with its progress; `redrive`
+    the stream's latest, likewise."""
     # Every field given, so that each is in the answer (the route leaves out what is unset: a
     # router without a record says only its state).
     outputs = {
@@ -63,6 +67,11 @@ def stream_status(
         router=RouterPublic.of(state, bool(spec.outputs)),
         outputs=list(outputs.values()),
         archive=archive,
+        redrive=(
+            RedrivePublic.of_view(spec.name, redrive_progress(settings, spec.name, redrive))
+            if redrive is not None
+            else None
+        ),
         metrics_error=None,
     )
     if archive is not None:  # figured like an output (after the list is made)

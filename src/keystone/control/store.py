@@ -17,9 +17,10 @@ from pydantic import ValidationError
 
 from keystone.contracts.errors import Conflict, InvalidName, InvalidSpec, NotFound
 from keystone.contracts.names import check_stream_name, topic_key, valid_name
-from keystone.contracts.recovery import Backfill, RestorePoint, Rewind
+from keystone.contracts.recovery import Backfill, Redrive, RestorePoint, Rewind
 from keystone.contracts.registry import (
     AUDIT,
+    REDRIVES,
     RETIRED,
     RETIRED_OWNERS,
     TOPIC_NAMES,
@@ -477,15 +478,55 @@ class Store(RegistryReader):
         """Replaces the output's backfill record with `backfill` if it is still the same
         backfill, `holds` of it as it is, and nobody changes it meanwhile; whether it was (the
         audit entry with it)."""
-        backfills = key("backfills", stream)
+        return self._update_job(
+            key("backfills", stream), backfill.output, backfill, _backfill_or_none, holds, audit
+        )
+
+    def start_redrive(self, stream: str, redrive: Redrive, audit: dict[str, Any]) -> None:
+        """Records the stream's redrive unless another is under way (409), with the audit
+        entry."""
+
+        def write(tx: redis.client.Pipeline) -> None:
+            tx.watch(REDRIVES)
+            current = _redrive_or_none(tx.hget(REDRIVES, stream))
+            if current is not None and current.active:
+                raise Conflict(
+                    f"stream {stream!r} is redriving its dead letters ({current.id}): one "
+                    "redrive per stream at a time; cancel it first",
+                    redrive=current.id,
+                )
+            tx.multi()
+            tx.hset(REDRIVES, stream, redrive.model_dump_json())
+
+        self._transact(write, audit)
+
+    def update_redrive(
+        self,
+        stream: str,
+        redrive: Redrive,
+        holds: Callable[[Redrive], bool] = lambda _: True,
+        audit: dict[str, Any] | None = None,
+    ) -> bool:
+        """As `update_backfill`, for the stream's redrive."""
+        return self._update_job(REDRIVES, stream, redrive, _redrive_or_none, holds, audit)
+
+    def _update_job(
+        self,
+        hash_name: str,
+        field_name: str,
+        record: Any,
+        parse: Callable[[bytes | None], Any],
+        holds: Callable[[Any], bool],
+        audit: dict[str, Any] | None,
+    ) -> bool:
         with self.redis.pipeline() as tx:
             try:
-                self._call(tx.watch, backfills)
-                current = _backfill_or_none(tx.hget(backfills, backfill.output))
-                if current is None or current.id != backfill.id or not holds(current):
+                self._call(tx.watch, hash_name)
+                current = parse(tx.hget(hash_name, field_name))
+                if current is None or current.id != record.id or not holds(current):
                     return False
                 tx.multi()
-                tx.hset(backfills, backfill.output, backfill.model_dump_json())
+                tx.hset(hash_name, field_name, record.model_dump_json())
                 if audit is not None:
                     _append_audit(tx, audit)
                 self._call(tx.execute)
@@ -585,6 +626,8 @@ class Store(RegistryReader):
                 tx.hdel(key("harvested", stream), name)
                 tx.hdel(key("rewinds", stream), name)
                 tx.hdel(key("backfills", stream), name)
+            if output is None:
+                tx.hdel(REDRIVES, stream)
             self._call(tx.execute)
 
     # Web sessions: a random id in the browser's cookie, the token's hash here, for a while.
@@ -649,6 +692,15 @@ def _backfill_or_none(raw: bytes | None) -> Backfill | None:
         return Backfill.model_validate_json(raw) if raw is not None else None
     except ValidationError:
         log.warning("replacing a backfill record that does not read")
+        return None
+
+
+def _redrive_or_none(raw: bytes | None) -> Redrive | None:
+    """A stored redrive record, or None when there is none or it does not read."""
+    try:
+        return Redrive.model_validate_json(raw) if raw is not None else None
+    except ValidationError:
+        log.warning("replacing a redrive record that does not read")
         return None
 
 

@@ -28,7 +28,10 @@ from keystone.control.api import PlaneDep
 from keystone.control.models import (
     BackfillPublic,
     BackfillRequest,
+    DeadLettersPublic,
     PreviewRequest,
+    RedrivePublic,
+    RedriveRequest,
     RestorePointPublic,
     RewindPublic,
     RewindRequest,
@@ -361,6 +364,32 @@ def cancel_backfill(stream: str, output: str, plane: PlaneDep, who: UICaller) ->
     return JSONResponse(answer, status_code=202)
 
 
+@router.get("/streams/{stream}/dead-letters")
+def dead_letters(stream: str, plane: PlaneDep, who: UICaller) -> JSONResponse:
+    listing = DeadLettersPublic.of(stream, plane.dead_letters.groups(who, stream))
+    return JSONResponse(listing.model_dump(mode="json"))
+
+
+@router.post("/streams/{stream}/dead-letters/redrive", dependencies=[Depends(same_site)])
+def redrive(stream: str, body: RedriveRequest, plane: PlaneDep, who: UICaller) -> JSONResponse:
+    """With dry_run, what the redrive would send where (200), for the page's confirmation;
+    without, the redrive started (202; 200 when it matched nothing)."""
+    args = (who, stream, body.selection(), body.max_events_per_second)
+    if body.dry_run:
+        planned = RedrivePublic.of_plan(stream, plane.dead_letters.plan(*args), started=False)
+        return JSONResponse(planned.model_dump(mode="json"))
+    plan = plane.dead_letters.start(*args)
+    started = RedrivePublic.of_plan(stream, plan, started=True)
+    return JSONResponse(started.model_dump(mode="json"), 202 if plan.redrive.active else 200)
+
+
+@router.delete("/streams/{stream}/dead-letters/redrive", dependencies=[Depends(same_site)])
+def cancel_redrive(stream: str, plane: PlaneDep, who: UICaller) -> JSONResponse:
+    plane.dead_letters.cancel(who, stream)
+    view = RedrivePublic.of_view(stream, plane.dead_letters.progress(who, stream))
+    return JSONResponse(view.model_dump(mode="json"), status_code=202)
+
+
 # Dashboards: the stream's, and the overview of the caller's streams.
 
 Minutes = Annotated[int, Query(ge=5, le=7 * 24 * 60)]
@@ -445,6 +474,7 @@ def _status_of(plane: Plane, spec: StreamSpec) -> dict[str, Any]:
         store.router_state(spec.name),
         store.rewinds(spec.name),
         store.backfills(spec.name),
+        store.redrive(spec.name),
     )
     return status.model_dump(mode="json", exclude_unset=True, by_alias=True)
 

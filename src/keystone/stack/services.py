@@ -676,11 +676,16 @@ class Control(UvicornService):
         return self.settings.control_port
 
     def after_stop(self) -> None:
-        """Stops every router and backfill the fleet started, gracefully (their Python process
-        first, which stops its queries and its JVM); a backfill goes on where it was when the
-        fleet starts it again."""
+        """Stops every router, backfill and redrive the fleet started, gracefully (their Python
+        process first, which stops its queries and its JVM); a backfill or redrive goes on
+        where it was when the fleet starts it again."""
         timeout = self.settings.router_stop_timeout_seconds
-        for folder in (self.settings.routers_run_dir, self.settings.backfills_run_dir):
+        settings = self.settings
+        for folder in (
+            settings.routers_run_dir,
+            settings.backfills_run_dir,
+            settings.redrives_run_dir,
+        ):
             for record in sorted(folder.glob("*.json")):
                 stop(PidFile(record), signal.SIGTERM, timeout, group=False)
 

@@ -68,6 +68,12 @@ class Writer(ABC):
         which a sink that can take records out takes out (Elasticsearch). Its outcome, or None
         where the writer's meter counted it."""
 
+    def write_again(self, routed: DataFrame, tag: str) -> Outcome | None:
+        """Adds these records (a redrive's slice of dead letters, every row a replay) to what
+        the sink holds, replacing whatever an earlier attempt of the same `tag` added; its
+        outcome, or None where the writer's meter counted it."""
+        return self.write_replay(routed, tag)
+
     def end_replay(
         self, spark: SparkSession, window: tuple[int, int], tags: list[str], keep: bool
     ) -> None:

@@ -209,6 +209,18 @@ class HiveWriter(BatchWriter):
             rows.unpersist()
         return Outcome(delivered=count)
 
+    def write_again(self, routed: DataFrame, tag: str) -> Outcome | None:
+        """Published under the tag's name: an attempt again replaces its own files."""
+        rows = routed.select("guid", "timestamp", "record", *hour_columns()).persist()
+        try:
+            count = rows.count()
+            if count:
+                spark = rows.sparkSession
+                self.table.publish(spark, self.table.stage(rows, tag), tag)
+        finally:
+            rows.unpersist()
+        return Outcome(delivered=count)
+
     def end_replay(
         self, spark: SparkSession, window: tuple[int, int], tags: list[str], keep: bool
     ) -> None:

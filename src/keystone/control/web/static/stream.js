@@ -41,6 +41,7 @@ async function refresh() {
       showBackfill(output.name, output.backfill);
     }
   }
+  showRedrive(status.redrive);
 }
 
 // Recovery
@@ -310,6 +311,121 @@ async function cancelBackfill(event) {
     error.textContent = e.message;
     error.hidden = false;
   }
+}
+
+// Dead letters: grouped as control lists them, each group (or all) redriven once confirmed.
+
+const deadLetters = document.getElementById("dead-letters-box");
+
+function showRedrive(redrive) {
+  if (!deadLetters) return;
+  const summary = deadLetters.querySelector("[data-redrive-summary]");
+  const progress = deadLetters.querySelector("[data-redrive-progress]");
+  const active = Boolean(redrive) && ["running", "cancelling"].includes(redrive.state);
+  deadLetters.dataset.redriveState = redrive ? redrive.state : "none";
+  summary.textContent = redrive
+    ? `· last redrive ${redrive.id}: ${redrive.state}, ${count(redrive.read)} sent, ` +
+      `${count(redrive.dead_lettered)} dead-lettered again`
+    : "";
+  if (active) {
+    const bar = progress.querySelector("progress");
+    bar.max = Math.max(1, redrive.events ?? 1);
+    bar.value = redrive.read;
+    const of = redrive.events === null || redrive.events === undefined ? "" : ` of ${count(redrive.events)}`;
+    progress.querySelector("[data-redrive-text]").textContent =
+      `${count(redrive.read)}${of} dead letters sent, about ${duration(redrive.eta_seconds)} left`;
+  }
+  progress.hidden = !active;
+  for (const button of deadLetters.querySelectorAll("[data-redrive], [data-redrive-all]")) {
+    button.disabled = active;  // one redrive per stream at a time
+  }
+}
+
+async function loadDeadLetters() {
+  const body = deadLetters.querySelector("#dead-letter-groups tbody");
+  const answer = await fetch(`/ui/streams/${stream}/dead-letters`, {headers: {Accept: "application/json"}});
+  const result = await answer.json();
+  const cell = (text) => { const td = document.createElement("td"); td.textContent = text; return td; };
+  if (!answer.ok) {
+    const tr = document.createElement("tr");
+    const td = cell(result.message || `Dead letters unavailable (${answer.status})`);
+    td.colSpan = 7;
+    td.className = "error";
+    tr.append(td);
+    body.replaceChildren(tr);
+    return;
+  }
+  body.replaceChildren();
+  for (const group of result.groups) {
+    const tr = document.createElement("tr");
+    const sample = group.samples[0];
+    tr.append(cell(group.output), cell(group.reason), cell(count(group.count)),
+      cell(count(group.redriven)), cell(utc(group.last)), cell(sample ? sample.event : ""));
+    for (const td of [tr.children[2], tr.children[3]]) td.className = "num";
+    const action = document.createElement("td");
+    const button = document.createElement("button");
+    button.type = "button";
+    button.className = "link";
+    button.textContent = "redrive…";
+    button.dataset.redrive = "";
+    button.addEventListener("click", () => redriveDeadLetters({output: group.output, reason: group.reason}));
+    action.append(button);
+    tr.append(action);
+    body.append(tr);
+  }
+  if (!result.groups.length) {
+    const tr = document.createElement("tr");
+    const td = cell("None: every event was delivered or is on its way.");
+    td.colSpan = 7;
+    td.className = "dim";
+    tr.append(td);
+    body.append(tr);
+  }
+}
+
+async function sendRedrive(method, request) {
+  const answer = await fetch(`/ui/streams/${stream}/dead-letters/redrive`, {
+    method,
+    headers: {"Content-Type": "application/json", Accept: "application/json"},
+    body: request ? JSON.stringify(request) : undefined,
+  });
+  const result = await answer.json();
+  if (!answer.ok) throw new Error(result.message || `The redrive failed (${answer.status})`);
+  return result;
+}
+
+async function redriveDeadLetters(selection) {
+  const error = deadLetters.querySelector("[data-redrive-error]");
+  error.hidden = true;
+  try {
+    const plan = await sendRedrive("POST", {...selection, dry_run: true});
+    const reach = Object.entries(plan.outputs || {}).map(([o, n]) => `${o}: ${count(n)}`).join(", ");
+    const question = `Send ${count(plan.events)} dead letters again, each only to the outputs ` +
+      `it failed in (${reach}), at most ${count(plan.rate)} events/s?`;
+    if (!confirm(question)) return;
+    await sendRedrive("POST", selection);
+    await refresh();
+    await loadDeadLetters();
+  } catch (e) {
+    error.textContent = e.message;
+    error.hidden = false;
+  }
+}
+
+if (deadLetters) {
+  deadLetters.addEventListener("toggle", () => { if (deadLetters.open) loadDeadLetters(); });
+  deadLetters.querySelector("[data-redrive-all]").addEventListener("click", () => redriveDeadLetters({}));
+  deadLetters.querySelector("[data-redrive-cancel]").addEventListener("click", async () => {
+    if (!confirm("Cancel the redrive? The dead letters sent stay sent.")) return;
+    try {
+      await sendRedrive("DELETE");
+      await refresh();
+    } catch (e) {
+      const error = deadLetters.querySelector("[data-redrive-error]");
+      error.textContent = e.message;
+      error.hidden = false;
+    }
+  });
 }
 
 function showTargetField(form) {

@@ -1,0 +1,374 @@
+"""A stream's dead letters, as owners see them and send them again.
+
+`DeadLetters.groups` reads the dead-letter topic (`keystone.<stream>.dlq`) and groups its records
+by the output that refused them (`_stream`: the stream itself could not read them) and reason,
+with counts, first and last times, samples, and how many a redrive has sent again already (the
+compacted `<dlq>.redriven` topic). `plan` counts what a selection would send again and to which
+outputs; `start` records the redrive (one per stream at a time, in the audit log), whose
+application the fleet runs (`RedriveRuns`, `python -m keystone.router.redrive`); `cancel` and
+`progress` follow it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import secrets
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
+
+from keystone.contracts import envelope
+from keystone.contracts.checkpoints import Offsets
+from keystone.contracts.errors import Conflict, KeystoneError, NotFound, Unavailable
+from keystone.contracts.limits import check_limit
+from keystone.contracts.names import dead_letter_topic, redriven_topic
+from keystone.contracts.recovery import JobPhase, Redrive, RedriveProgress, Selection
+from keystone.contracts.settings import Settings
+from keystone.contracts.spec import StreamSpec
+from keystone.control.jobs import Job, JobRuns
+from keystone.control.store import Store, audit
+from keystone.control.streams import Streams
+from keystone.control.tenancy import Caller
+from keystone.router.topics import watermarks
+
+log = logging.getLogger(__name__)
+
+STREAM_LEVEL = "_stream"  # the output of what the stream itself could not read
+SAMPLES = 3  # per group
+PREVIEW_BYTES = 300  # of a sample's event
+POLL_SECONDS = 5.0  # the longest wait for the next record of a topic being read to its end
+
+
+@dataclass(frozen=True)
+class Letter:
+    """One record of the dead-letter topic."""
+
+    partition: int
+    offset: int
+    time: float  # when it was dead-lettered (the record's timestamp), epoch s
+    output: str  # the output that refused it, or STREAM_LEVEL
+    reason: str
+    guid: str | None
+    preview: str  # the event's first bytes, as text
+
+
+@dataclass
+class Group:
+    output: str
+    reason: str
+    count: int = 0
+    redriven: int = 0  # of them, sent again by a redrive already
+    first: float = 0.0
+    last: float = 0.0
+    samples: list[Letter] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Listing:
+    groups: list[Group]
+    scanned: int
+    truncated: bool  # more were there than max_dead_letters_scanned
+
+
+@dataclass(frozen=True)
+class RedrivePlan:
+    redrive: Redrive
+    events: int  # dead letters it would send again
+    outputs: dict[str, int]  # of those, per output they would reach
+    skipped: int  # dead letters of outputs the stream no longer has
+    truncated: bool  # counted from the first max_dead_letters_scanned only
+
+
+@dataclass(frozen=True)
+class RedriveView:
+    redrive: Redrive
+    progress: RedriveProgress
+    eta_seconds: float | None
+
+
+def read_letters(settings: Settings, stream: str, until: Offsets) -> Iterator[Letter]:
+    """The dead-letter topic's records before `until`, partition by partition."""
+    topic = dead_letter_topic(stream)
+    wanted = {p: o for p, o in until.items() if o > 0}
+    if not wanted:
+        return
+    consumer = _consumer(settings)
+    try:
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in wanted])
+        done: set[int] = set()
+        while len(done) < len(wanted):
+            message = consumer.poll(POLL_SECONDS)
+            if message is None:
+                raise Unavailable(f"{topic} was not read to its end", retry_after=5)
+            error = message.error()
+            if error is not None:
+                if error.code() == KafkaError._PARTITION_EOF:
+                    done.add(message.partition())
+                    continue
+                raise Unavailable(f"{topic} is not readable: {error}", retry_after=5)
+            partition, offset = message.partition(), message.offset()
+            if offset >= wanted[partition]:
+                done.add(partition)
+                consumer.pause([TopicPartition(topic, partition)])
+                continue
+            headers = {k: v for k, v in reversed(message.headers() or [])}  # the first wins
+            yield Letter(
+                partition=partition,
+                offset=offset,
+                time=message.timestamp()[1] / 1000,
+                output=_text(headers.get(envelope.DLQ_OUTPUT)) or STREAM_LEVEL,
+                reason=_text(headers.get(envelope.DLQ_REASON)) or "(no reason given)",
+                guid=_text(headers.get(envelope.GUID)),
+                preview=(message.value() or b"")[:PREVIEW_BYTES].decode(errors="replace"),
+            )
+            if offset + 1 >= wanted[partition]:
+                done.add(partition)
+                consumer.pause([TopicPartition(topic, partition)])
+    except KafkaException as e:
+        raise Unavailable(f"{topic} is not readable: {e}", retry_after=5) from e
+    finally:
+        consumer.close()
+
+
+def redriven_by(settings: Settings, stream: str) -> dict[tuple[int, int], str]:
+    """Per dead letter's position, the redrive that sent it again (none: the topic is empty or
+    not there yet)."""
+    topic = redriven_topic(stream)
+    try:
+        ends = {p: end for p, (_, end) in watermarks(settings, topic).items()}
+    except KeystoneError:
+        return {}  # no redrive yet: the topic is made by the first
+    found: dict[tuple[int, int], str] = {}
+    if not any(ends.values()):
+        return found
+    consumer = _consumer(settings)
+    try:
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in ends])
+        left = {p for p, end in ends.items() if end > 0}
+        while left:
+            message = consumer.poll(POLL_SECONDS)
+            if message is None:
+                raise Unavailable(f"{topic} was not read to its end", retry_after=5)
+            if message.error() is not None:
+                if message.error().code() == KafkaError._PARTITION_EOF:
+                    left.discard(message.partition())
+                continue
+            partition, _, offset = (message.key() or b"").decode(errors="replace").partition(":")
+            if partition.isdigit() and offset.isdigit():
+                found[(int(partition), int(offset))] = (message.value() or b"").decode()
+            if message.offset() + 1 >= ends[message.partition()]:
+                left.discard(message.partition())
+    except KafkaException as e:
+        raise Unavailable(f"{topic} is not readable: {e}", retry_after=5) from e
+    finally:
+        consumer.close()
+    return found
+
+
+def matches(letter: Letter, selection: Selection) -> bool:
+    """Whether a selection takes the dead letter (the application's own test is the Spark
+    twin of this, `router.redrive.selected`)."""
+    return (
+        (selection.reason is None or letter.reason == selection.reason)
+        and (selection.output is None or letter.output == selection.output)
+        and (selection.start is None or letter.time * 1000 >= selection.start)
+        and (selection.end is None or letter.time * 1000 < selection.end)
+    )
+
+
+def progress_of(settings: Settings, stream: str, redrive: Redrive) -> RedriveView:
+    progress = RedriveProgress.load(RedriveProgress.path(settings.state_dir, stream, redrive.id))
+    eta = None
+    if redrive.active and progress.total is not None:
+        eta = max(0, progress.total - progress.read) / redrive.rate
+    return RedriveView(redrive, progress, eta)
+
+
+class DeadLetters:
+    def __init__(
+        self,
+        settings: Settings,
+        store: Store,
+        streams: Streams,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.streams = streams
+        self.clock = clock
+
+    def groups(self, caller: Caller, stream: str) -> Listing:
+        spec = self.streams.get(caller, stream)
+        until = self._end(spec.name)
+        redriven = redriven_by(self.settings, spec.name)
+        groups: dict[tuple[str, str], Group] = {}
+        scanned, truncated = 0, False
+        for letter in read_letters(self.settings, spec.name, until):
+            if scanned >= self.settings.max_dead_letters_scanned:
+                truncated = True
+                break
+            scanned += 1
+            group = groups.setdefault(
+                (letter.output, letter.reason),
+                Group(letter.output, letter.reason, first=letter.time, last=letter.time),
+            )
+            group.count += 1
+            group.redriven += (letter.partition, letter.offset) in redriven
+            group.first, group.last = min(group.first, letter.time), max(group.last, letter.time)
+            if len(group.samples) < SAMPLES:
+                group.samples.append(letter)
+        ordered = sorted(groups.values(), key=lambda g: (-g.count, g.output, g.reason))
+        return Listing(ordered, scanned, truncated)
+
+    def plan(
+        self, caller: Caller, stream: str, selection: Selection, rate: int | None
+    ) -> RedrivePlan:
+        spec = self.streams.get(caller, stream)
+        current = self.store.redrive(stream)
+        if current is not None and current.active:
+            raise Conflict(
+                f"stream {stream!r} is redriving its dead letters ({current.id}): one redrive "
+                "per stream at a time; cancel it first",
+                redrive=current.id,
+            )
+        if rate is not None:
+            check_limit(
+                self.settings,
+                "max_replay_events_per_second",
+                rate,
+                "events per second",
+                "max_events_per_second",
+            )
+        known = {o.name for o in spec.outputs} | {STREAM_LEVEL}
+        if selection.output is not None and selection.output not in known:
+            raise NotFound(f"stream {stream!r} has no output {selection.output!r}")
+        until = self._end(spec.name)
+        redriven = redriven_by(self.settings, spec.name)
+        events, skipped, scanned, truncated = 0, 0, 0, False
+        outputs = dict.fromkeys((o.name for o in spec.outputs), 0)
+        for letter in read_letters(self.settings, spec.name, until):
+            if scanned >= self.settings.max_dead_letters_scanned:
+                truncated = True
+                break
+            scanned += 1
+            if (letter.partition, letter.offset) in redriven or not matches(letter, selection):
+                continue
+            events += 1
+            if letter.output == STREAM_LEVEL:
+                for name in outputs:
+                    outputs[name] += 1
+            elif letter.output in outputs:
+                outputs[letter.output] += 1
+            else:
+                skipped += 1
+        redrive = Redrive(
+            id=f"rd-{secrets.token_hex(6)}",
+            selection=selection,
+            until=until,
+            rate=rate or spec.recovery.max_events_per_second,
+            requested_at=self.clock(),
+            by=caller.name,
+        )
+        return RedrivePlan(redrive, events, outputs, skipped, truncated)
+
+    def start(
+        self, caller: Caller, stream: str, selection: Selection, rate: int | None
+    ) -> RedrivePlan:
+        plan = self.plan(caller, stream, selection, rate)
+        if plan.events == 0:  # nothing to send: done as it starts, no application run
+            done = plan.redrive.model_copy(
+                update={"phase": JobPhase.DONE, "finished_at": plan.redrive.requested_at}
+            )
+            plan = RedrivePlan(done, 0, plan.outputs, plan.skipped, plan.truncated)
+        entry = audit(
+            caller.name,
+            "stream.redrive",
+            stream,
+            owner=self.streams.get(caller, stream).owner,
+            redrive=plan.redrive.id,
+            selection=json.loads(selection.model_dump_json(exclude_none=True)),
+            events=plan.events,
+            rate=plan.redrive.rate,
+        )
+        self.store.start_redrive(stream, plan.redrive, entry)
+        return plan
+
+    def cancel(self, caller: Caller, stream: str) -> Redrive:
+        spec = self.streams.get(caller, stream)
+        current = self.store.redrive(stream)
+        if current is None:
+            raise NotFound(f"stream {stream!r} has not redriven its dead letters")
+        if not current.active:
+            raise Conflict(f"redrive {current.id} is {current.phase.value}: nothing to cancel")
+        cancelling = current.model_copy(update={"phase": JobPhase.CANCELLING})
+        entry = audit(
+            caller.name, "stream.redrive.cancel", stream, owner=spec.owner, redrive=current.id
+        )
+        if not self.store.update_redrive(stream, cancelling, lambda r: r.active, entry):
+            raise Conflict(f"redrive {current.id} changed meanwhile: ask again")
+        return cancelling
+
+    def progress(self, caller: Caller, stream: str) -> RedriveView:
+        self.streams.get(caller, stream)
+        current = self.store.redrive(stream)
+        if current is None:
+            raise NotFound(f"stream {stream!r} has not redriven its dead letters")
+        return progress_of(self.settings, stream, current)
+
+    def _end(self, stream: str) -> Offsets:
+        try:
+            return {
+                p: end
+                for p, (_, end) in watermarks(self.settings, dead_letter_topic(stream)).items()
+            }
+        except KeystoneError as e:
+            raise Unavailable(f"the dead-letter topic of {stream} is not readable: {e}") from e
+
+
+class RedriveRuns:
+    """The fleet's side: a stream's active redrive's application kept running until it is
+    done, cancelled or has failed (`control.jobs`)."""
+
+    def __init__(self, settings: Settings, store: Store, clock: Callable[[], float]) -> None:
+        self.settings = settings
+        self.store = store
+        self.runs = JobRuns(settings, "redrives", clock)
+
+    def step(self, spec: StreamSpec) -> None:
+        redrive = self.store.redrive(spec.name)
+        if redrive is None or not redrive.active:
+            return
+        job = Job(
+            name=spec.name,
+            record=redrive,
+            argv=["-m", "keystone.router.redrive", "--stream", spec.name, "--id", redrive.id],
+            finished=progress_of(self.settings, spec.name, redrive).progress.done,
+            wanted=True,
+            update=lambda r: self.store.update_redrive(spec.name, r, lambda c: c.active),
+        )
+        try:
+            self.runs.step(job)
+        except KeystoneError as e:  # Redis away: next pass
+            log.warning("redrive %s: %s", redrive.id, e)
+
+    def forget(self, stream: str) -> None:
+        self.runs.forget(stream)
+
+
+def _consumer(settings: Settings) -> Consumer:
+    return Consumer(
+        {
+            "bootstrap.servers": settings.kafka_bootstrap,
+            "group.id": f"keystone-control-{uuid.uuid4()}",  # never commits: only assigns
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+        }
+    )
+
+
+def _text(raw: bytes | None) -> str | None:
+    return raw.decode(errors="replace") if raw is not None else None

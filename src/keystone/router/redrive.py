@@ -1,0 +1,308 @@
+"""A redrive: a stream's dead letters sent again through its current spec, each only to the
+outputs it failed in, as a Spark application of its own (`python -m keystone.router.redrive`,
+started and watched by control's fleet).
+
+It reads the dead-letter topic up to where it ended when the redrive was asked, keeps the dead
+letters its selection names (reason, output, time) that no other redrive has sent again, and
+takes them in slices of at most `SLICE_SECONDS` of its rate, paced. Per slice, each record
+(its dead-letter headers taken off, `ks_redrives` counted up) goes through the same
+`envelope()`, filter, projection and sink classes as live: an event the stream could not read
+goes to every output, one an output refused only to that output. An event that fails again is
+a dead letter again, with its new reason and its redrive count. The slice's dead letters are
+then marked redriven, by position, in a compacted topic (`names.redriven_topic`): another
+redrive of the same ones sends nothing. A redrive started again after a crash goes on at the
+slice it was writing; its own marks do not change what it selected.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import signal
+import sys
+import threading
+import time
+
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient, NewTopic
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from keystone.contracts import envelope as names
+from keystone.contracts.errors import KeystoneError
+from keystone.contracts.names import dead_letter_topic, fronting_topic, redriven_topic
+from keystone.contracts.recovery import Redrive, RedriveProgress
+from keystone.contracts.registry import RegistryReader
+from keystone.contracts.schema import parse_schema
+from keystone.contracts.settings import Settings
+from keystone.contracts.spec import StreamSpec
+from keystone.router.deadletter import dead_letter_headers
+from keystone.router.job import dead_letter_paths, routed
+from keystone.router.meter import Meter
+from keystone.router.sinks.base import to_kafka, writer_for
+from keystone.router.sinks.route import Route
+from keystone.router.source import envelope
+from keystone.router.spark import end_session, spark_session
+
+log = logging.getLogger(__name__)
+
+SLICE_SECONDS = 10  # a slice holds at most this many seconds' worth of the rate
+STREAM_LEVEL = "_stream"  # a selection's output for what the stream itself could not read
+_DEAD_LETTER_HEADERS = (names.DLQ_REASON, names.DLQ_OUTPUT, names.REDRIVES)
+
+
+def ensure_redriven_topic(settings: Settings, stream: str) -> None:
+    """The compacted topic of redriven positions, made if it is not there."""
+    admin = AdminClient({"bootstrap.servers": settings.kafka_bootstrap})
+    topic = NewTopic(
+        redriven_topic(stream),
+        num_partitions=1,
+        replication_factor=settings.kafka_replication,
+        config={"cleanup.policy": "compact"},
+    )
+    for future in admin.create_topics([topic], operation_timeout=30).values():
+        try:
+            future.result()
+        except KafkaException as e:
+            if "TOPIC_ALREADY_EXISTS" not in str(e):
+                raise
+
+
+def _header(name: str) -> Column:
+    entries = F.coalesce("headers", F.array().cast("array<struct<key:string,value:binary>>"))
+    return F.map_from_entries(F.reverse(entries))[name].cast("string")
+
+
+def selected(
+    spark: SparkSession, settings: Settings, stream: str, redrive: Redrive
+) -> DataFrame | None:
+    """The dead letters the redrive sends again: up to where the topic ended when it was asked,
+    matching its selection, not sent again by another redrive before (None: the topic held
+    none)."""
+    topic = dead_letter_topic(stream)
+    ends = dict(redrive.until)  # every partition: Spark asks for all of them
+    if not any(ends.values()):
+        return None
+    letters = (
+        spark.read.format("kafka")
+        .option("kafka.bootstrap.servers", settings.kafka_bootstrap)
+        .option("subscribe", topic)
+        .option("includeHeaders", "true")
+        .option("startingOffsets", "earliest")
+        .option("endingOffsets", json.dumps({topic: {str(p): o for p, o in ends.items()}}))
+        .load()
+        .withColumn("reason", _header(names.DLQ_REASON))
+        .withColumn("failed_in", _header(names.DLQ_OUTPUT))
+    )
+    choice = redrive.selection
+    if choice.reason is not None:
+        letters = letters.where(F.col("reason") == choice.reason)
+    if choice.output == STREAM_LEVEL:
+        letters = letters.where(F.col("failed_in").isNull())
+    elif choice.output is not None:
+        letters = letters.where(F.col("failed_in") == choice.output)
+    stamp = F.unix_millis("timestamp")
+    if choice.start is not None:
+        letters = letters.where(stamp >= choice.start)
+    if choice.end is not None:
+        letters = letters.where(stamp < choice.end)
+    marks = (
+        spark.read.format("kafka")
+        .option("kafka.bootstrap.servers", settings.kafka_bootstrap)
+        .option("subscribe", redriven_topic(stream))
+        .option("startingOffsets", "earliest")
+        .load()
+        .select(F.col("key").cast("string").alias("at"), F.col("value").cast("string").alias("by"))
+        # Its own marks do not count: what it selected stays the same when it starts again.
+        .where(F.col("by") != redrive.id)
+        .select(
+            F.split("at", ":").getItem(0).cast("int").alias("partition"),
+            F.split("at", ":").getItem(1).cast("long").alias("offset"),
+        )
+        .distinct()
+    )
+    return letters.join(marks, ["partition", "offset"], "left_anti")
+
+
+def as_fronting(letters: DataFrame, stream: str) -> DataFrame:
+    """Dead letters as the fronting topic's records, `ks_redrives` counted up (their
+    dead-letter headers are taken off by `redriven`, once they are read)."""
+    count = F.coalesce(_header(names.REDRIVES).try_cast("int"), F.lit(0)) + 1
+    redrives = F.struct(
+        F.lit(names.REDRIVES).alias("key"), count.cast("string").cast("binary").alias("value")
+    )
+    headers = F.coalesce("headers", F.array().cast("array<struct<key:string,value:binary>>"))
+    return letters.select(
+        "key",
+        "value",
+        F.concat(headers, F.array(redrives)).alias("headers"),
+        F.lit(fronting_topic(stream)).alias("topic"),
+        "partition",
+        "offset",
+    )
+
+
+def redriven(source: DataFrame) -> DataFrame:
+    """The enveloped dead letters with where each failed (`failed_in`: an output, or null for
+    the stream) and their headers as the event had them (and its redrive count): the
+    dead-letter headers off, the last `ks_redrives` the one that counts."""
+    entries = source["headers"]
+    last = F.element_at(F.filter(entries, lambda h: h["key"] == names.REDRIVES), -1)
+    kept = F.filter(entries, lambda h: ~h["key"].isin(*_DEAD_LETTER_HEADERS))
+    return source.withColumn("failed_in", _header(names.DLQ_OUTPUT)).withColumn(
+        "headers", F.concat(kept, F.array(last))
+    )
+
+
+class Redriver:
+    def __init__(
+        self, spark: SparkSession, settings: Settings, spec: StreamSpec, redrive: Redrive
+    ) -> None:
+        self.spark = spark
+        self.settings = settings
+        self.spec = spec
+        self.redrive = redrive
+        self.path = RedriveProgress.path(settings.state_dir, spec.name, redrive.id)
+        self.progress = RedriveProgress.load(self.path)
+        self.meters = {o.name: Meter(spark, f"redrive.{spec.name}.{o.name}") for o in spec.outputs}
+        self.writers = {
+            o.name: writer_for(Route(settings, spec, o), self.meters[o.name]) for o in spec.outputs
+        }
+        schema = spec.avro_schema
+        self.schema = parse_schema(schema) if schema is not None else None
+
+    def run(self, stop: threading.Event) -> bool:
+        """Goes on from where the progress file says until every slice is done (True) or
+        `stop` is set (False)."""
+        redrive, progress = self.redrive, self.progress
+        ensure_redriven_topic(self.settings, self.spec.name)
+        for writer in self.writers.values():
+            writer.prepare(self.spark)
+        found = selected(self.spark, self.settings, self.spec.name, redrive)
+        if found is None:
+            progress.total, progress.done = 0, True
+            progress.save(self.path)
+            return True
+        letters = found.persist()
+        try:
+            if progress.total is None or progress.slices is None:
+                progress.total = letters.count()
+                progress.slices = max(1, math.ceil(progress.total / (redrive.rate * SLICE_SECONDS)))
+                progress.save(self.path)
+            place = F.pmod(F.xxhash64("partition", "offset"), F.lit(progress.slices))
+            for n in range(progress.slices_done, progress.slices):
+                if stop.is_set():
+                    return False
+                began = time.monotonic()
+                read = self.slice(letters.where(place == n), n)
+                stop.wait(max(0.0, read / redrive.rate - (time.monotonic() - began)))
+        finally:
+            letters.unpersist()
+        progress.done = True
+        progress.save(self.path)
+        log.info(
+            "redrive %s done: %d dead letters, delivered %s, %d dead-lettered again",
+            redrive.id,
+            progress.read,
+            progress.delivered,
+            progress.dead_lettered,
+        )
+        return True
+
+    def slice(self, letters: DataFrame, n: int) -> int:
+        """Sends one slice again; returns how many dead letters it held."""
+        redrive, progress = self.redrive, self.progress
+        part = letters.persist()
+        try:
+            read = part.count()
+            paths = dead_letter_paths(self.spec.outputs)
+            fronting = as_fronting(part, self.spec.name)
+            source = redriven(envelope(fronting, self.schema, paths)).persist()
+            failed_in = F.col("failed_in")
+            for name, writer in self.writers.items():
+                output = self.spec.output(name)
+                assert output is not None
+                mine = source.where(failed_in.isNull() | (failed_in == name))
+                frame = routed(mine, output, self.meters[name], F.lit(redrive.id))
+                outcome = writer.write_again(frame, f"{redrive.id}-{n:05d}")
+                counts = self.meters[name].take()
+                delivered = outcome.delivered if outcome is not None else counts.delivered
+                again = outcome.dead_lettered if outcome is not None else counts.dead_lettered
+                progress.delivered[name] = progress.delivered.get(name, 0) + delivered
+                progress.dead_lettered += again
+            # Still unreadable by the stream: a dead letter again, with its new reason.
+            unreadable = source.where(F.col("problem").isNotNull()).select(
+                "key",
+                "value",
+                dead_letter_headers(F.col("problem")).alias("headers"),
+                F.lit(dead_letter_topic(self.spec.name)).alias("topic"),
+            )
+            to_kafka(unreadable.write, self.settings).save()
+            progress.dead_lettered += unreadable.count()
+            outputs = {o.name for o in self.spec.outputs}
+            progress.skipped += source.where(
+                failed_in.isNotNull() & ~failed_in.isin(*outputs)
+            ).count()
+            # Marked redriven once sent: another redrive leaves them be.
+            marks = part.select(
+                F.concat_ws(":", "partition", "offset").alias("key"),
+                F.lit(redrive.id).alias("value"),
+                F.lit(redriven_topic(self.spec.name)).alias("topic"),
+            )
+            to_kafka(marks.write, self.settings).save()
+            source.unpersist()
+        finally:
+            part.unpersist()
+        progress.read += read
+        progress.slices_done = n + 1
+        progress.save(self.path)
+        return read
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m keystone.router.redrive", description=__doc__)
+    parser.add_argument("--stream", required=True)
+    parser.add_argument("--id", required=True, help="the redrive's id (rd-...)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    for chatty in ("py4j", "py4j.clientserver", "py4j.java_gateway"):
+        logging.getLogger(chatty).setLevel(logging.WARNING)
+    settings = Settings()
+    registry = RegistryReader.connect(settings)
+    try:
+        spec = registry.get_stream(args.stream)
+        redrive = registry.redrive(args.stream)
+    except KeystoneError as e:
+        log.error("%s", e.message)
+        return 2
+    finally:
+        registry.close()
+    if redrive is None or redrive.id != args.id:
+        log.error("redrive %s of %s is no longer asked for", args.id, args.stream)
+        return 2
+
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    spark = spark_session(settings, f"keystone-redrive-{spec.name}")
+    log.info(
+        "redrive %s of %s: %s at %d events/s",
+        redrive.id,
+        spec.name,
+        redrive.selection,
+        redrive.rate,
+    )
+    try:
+        finished = Redriver(spark, settings, spec, redrive).run(stop)
+    finally:
+        end_session(spark)
+    log.info("redrive %s %s", redrive.id, "finished" if finished else "stopped")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
