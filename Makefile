@@ -35,7 +35,7 @@ bench: bootstrap
 	.venv/bin/python -m keystone.loadtest.router_plan_bench --write-docs
 	.venv/bin/python -m keystone.loadtest.router_plan_bench --write-docs --object-fields 20
 	.venv/bin/python -m keystone.loadtest.e2e_bench --write-docs
-	.venv/bin/python -m keystone.loadtest.rewind_bench --write-docs
+	.venv/bin/python -m keystone.loadtest.recovery_bench --write-docs
 
 down:
 	.venv/bin/keystone stack down

@@ -1,7 +1,7 @@
 """The load test's faults without a stack: `--fault` parsed (rewind-output with and without its
 output and seconds back, and what is refused), the rewound output chosen from the stream, a
-rewind-output fault accepted on a cluster of one's own, and the fault carried out against a
-control API that answers as the real one's models do."""
+rewind-output fault accepted on a cluster of one's own, and the rewind and backfill faults
+carried out against a control API that answers as the real one's models do."""
 
 from __future__ import annotations
 
@@ -10,10 +10,16 @@ from typing import Any
 
 import pytest
 
-from keystone.contracts.errors import BadRequest, Unprocessable
+from keystone.contracts.errors import BadRequest, Conflict, Unprocessable
 from keystone.contracts.settings import Settings
 from keystone.contracts.spec import StreamSpec, load_spec
-from keystone.control.models import RewindPublic, RewindRequest, SinkReplayPublic
+from keystone.control.models import (
+    BackfillPublic,
+    BackfillRequest,
+    RewindPublic,
+    RewindRequest,
+    SinkReplayPublic,
+)
 from keystone.loadtest import faults
 from keystone.loadtest.faults import Fault, check, choose_outputs, inject
 
@@ -60,7 +66,7 @@ def test_the_other_faults_parse_as_before() -> None:
         ("rewind-output+-5", "expected NAME[:OUTPUT][@AT][+FOR]"),
         ("rewind-output:a__b@5", "not an output's name"),
         ("rewind-output:9lives@5", "not an output's name"),
-        ("kill-router:clicks@5", "only rewind-output names an output"),
+        ("kill-router:clicks@5", "only rewind-output and backfill-output name an output"),
         ("rewind-output@5+0", "more than 0 seconds"),
         ("rewind-output@60", "after the run"),
     ],
@@ -135,6 +141,35 @@ class FakeControl:
 
     def stream(self, name: str) -> Any:
         return type("Public", (), {"spec": self.spec})()
+
+    def backfill(self, stream: str, output: str, request: dict[str, Any]) -> BackfillPublic:
+        self.asked.append((stream, output, request))
+        if self.refuse is not None:
+            refused, self.refuse = self.refuse, None  # refused once, then taken
+            raise refused
+        return self._backfilled(output, "running", 0)
+
+    def backfill_progress(self, stream: str, output: str) -> BackfillPublic:
+        state = self.states[min(self.polled, len(self.states) - 1)]
+        self.polled += 1
+        return self._backfilled(output, state, 400 if state == "done" else 150)
+
+    @staticmethod
+    def _backfilled(output: str, state: str, read: int) -> BackfillPublic:
+        return BackfillPublic(
+            id="bf-0123456789ab",
+            stream="lt_faults",
+            output=output,
+            state=state,
+            start=datetime.now(UTC),
+            end=datetime.now(UTC),
+            rate=5000,
+            events=400,
+            read=read,
+            requested_at=datetime.now(UTC),
+            by="admin",
+            sink=SinkReplayPublic(kind="append-only"),
+        )
 
     def rewind(self, stream: str, output: str, request: dict[str, Any]) -> RewindPublic:
         self.asked.append((stream, output, request))
@@ -221,3 +256,33 @@ def test_a_rewind_that_does_not_catch_up_in_time_says_so_and_ends(
     assert fault.began is not None and fault.ended is not None
     assert fault.notes[-1].startswith("still replaying after")
     assert "0 of 400 events" in fault.notes[-1]
+
+
+def test_a_backfill_output_fault_waits_for_the_archive_then_holds_until_done(
+    control: Any,
+) -> None:
+    behind = Unprocessable("the archive holds every event ingested up to ... not yet to ...")
+    fake = control(["running", "done"], refuse=behind)
+    fault = Fault.parse("backfill-output@5+20", 60)
+    assert fault.what == "output ? backfilled over 20 s, until done"
+    before = datetime.now(UTC).timestamp()
+    inject(Settings(), "lt_faults", fault, started=before - 5)
+    [first, (stream, output, request)] = fake.asked  # asked again once the archive has it
+    assert first == (stream, output, request) and (stream, output) == ("lt_faults", "clicks")
+    asked = BackfillRequest.model_validate(request)
+    assert 19 <= asked.end.timestamp() - asked.start.timestamp() <= 21
+    assert asked.end.timestamp() >= before
+    [started, ended] = fault.notes
+    assert "backfill bf-0123456789ab (append-only)" in started
+    assert ended.startswith("done after") and "400 archived events" in ended
+
+
+def test_a_backfill_control_refuses_for_another_reason_is_noted_and_never_begun(
+    control: Any,
+) -> None:
+    control([], refuse=Conflict("stream 'lt_faults' keeps no archive to backfill from"))
+    fault = Fault.parse("backfill-output:search@5", 60)
+    inject(Settings(), "lt_faults", fault, started=datetime.now(UTC).timestamp())
+    assert fault.began is None
+    [note] = fault.notes
+    assert note.startswith("control refused to backfill search") and "no archive" in note

@@ -40,9 +40,11 @@ def loadtest(
         list[str] | None,
         typer.Option(
             help="NAME\\[:OUTPUT]\\[@AT]\\[+FOR]: kill-router, restart-kafka, "
-            "stop-elasticsearch, stop-control, rewind-output; at AT s (default a third in), for "
-            "FOR s. rewind-output rewinds OUTPUT (default the first Kafka output, else the "
-            "first) FOR s back (default 30) and waits for its replay. Repeatable."
+            "stop-elasticsearch, stop-control, rewind-output, backfill-output; at AT s (default "
+            "a third in), for FOR s. rewind-output rewinds OUTPUT (default the first Kafka "
+            "output, else the first) FOR s back (default 30) and waits for its replay; "
+            "backfill-output backfills it from the archive over the FOR s before AT and waits "
+            "until done. Repeatable."
         ),
     ] = None,
     report: Annotated[Path | None, typer.Option(help="Report folder.")] = None,

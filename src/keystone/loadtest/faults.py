@@ -6,9 +6,11 @@ seconds (each fault has its default).
 
 `rewind-output[:OUTPUT][@AT][+BACK]` rewinds one output of the stream to BACK seconds before AT
 (default 30), and holds until its replay has caught up: the audit then shows that a rewind loses
-nothing, adds nothing to Elasticsearch or Hive, and that Kafka's extra copies are replays. The
-output is OUTPUT if given, else the stream's first Kafka output (where replays are visible as
-copies), else its first output.
+nothing, adds nothing to Elasticsearch or Hive, and that Kafka's extra copies are replays.
+`backfill-output[:OUTPUT][@AT][+BACK]` backfills one output from the stream's archive over the
+BACK seconds before AT (default 30; asked again until the archive holds them), and holds until
+it is done: the same proof for the archive's path. The output is OUTPUT if given, else the
+stream's first Kafka output (where replays are visible as copies), else its first output.
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ from keystone.control.launcher import Deployment
 from keystone.stack import lifecycle
 
 REWIND = "rewind-output"
+BACKFILL = "backfill-output"
+NAMES_AN_OUTPUT = (REWIND, BACKFILL)
 # How long a rewind may take to catch up, beyond its own estimate, before the fault gives up
 # waiting (the audit still runs: a replay that has not caught up shows as lost events).
 REWIND_WAIT_SECONDS = 300.0
@@ -60,12 +64,13 @@ class Fault:
         "stop-elasticsearch": ("Elasticsearch stopped, then started again", 60.0),
         "stop-control": ("the control service stopped, then started again", 30.0),
         REWIND: ("one output rewound FOR seconds back, until its replay caught up", 30.0),
+        BACKFILL: ("one output backfilled from the archive over FOR seconds, until done", 30.0),
     }
 
     @classmethod
     def parse(cls, text: str, duration: float) -> Fault:
-        """`NAME[:OUTPUT][@AT][+FOR]`; only rewind-output names an OUTPUT, and its FOR is how
-        many seconds back it rewinds."""
+        """`NAME[:OUTPUT][@AT][+FOR]`; only rewind-output and backfill-output name an OUTPUT,
+        and their FOR is how many seconds back they go."""
         found = _SYNTAX.fullmatch(text)
         if found is None or found["name"] not in cls.kinds:
             raise BadRequest(
@@ -73,22 +78,26 @@ class Fault:
                 f"{', '.join(cls.kinds)}"
             )
         name, output = found["name"], found["output"]
-        if output is not None and name != REWIND:
-            raise BadRequest(f"--fault {text!r}: only {REWIND} names an output")
+        if output is not None and name not in NAMES_AN_OUTPUT:
+            raise BadRequest(
+                f"--fault {text!r}: only {' and '.join(NAMES_AN_OUTPUT)} name an output"
+            )
         if output is not None and not valid_name(output):
             raise BadRequest(f"--fault {text!r}: {output!r} is not an output's name")
         at = float(found["at"]) if found["at"] else duration / 3
         hold = float(found["for"]) if found["for"] else cls.kinds[name][1]
         if at >= duration:
             raise BadRequest(f"--fault {text!r}: at {at:.0f} s, after the run ({duration:.0f} s)")
-        if name == REWIND and hold <= 0:
-            raise BadRequest(f"--fault {text!r}: a rewind goes back more than 0 seconds")
+        if name in NAMES_AN_OUTPUT and hold <= 0:
+            raise BadRequest(f"--fault {text!r}: it goes back more than 0 seconds")
         return cls(name, at, hold, output)
 
     @property
     def what(self) -> str:
         if self.name == REWIND:
             return f"output {self.output or '?'} rewound {self.hold:g} s back, until caught up"
+        if self.name == BACKFILL:
+            return f"output {self.output or '?'} backfilled over {self.hold:g} s, until done"
         return self.kinds[self.name][0]
 
 
@@ -114,14 +123,14 @@ def choose_outputs(spec: StreamSpec, faults: list[Fault]) -> None:
     the first output."""
     names = [o.name for o in spec.outputs]
     for fault in faults:
-        if fault.name != REWIND:
+        if fault.name not in NAMES_AN_OUTPUT:
             continue
         if fault.output is None and names:
             kafka = [o.name for o in spec.outputs if o.sink.type == "kafka"]
             fault.output = (kafka or names)[0]
         if fault.output not in names:
             raise BadRequest(
-                f"--fault {REWIND}: stream {spec.name!r} has no output {fault.output!r}: "
+                f"--fault {fault.name}: stream {spec.name!r} has no output {fault.output!r}: "
                 f"it has {', '.join(names) or 'none'}"
             )
 
@@ -131,6 +140,9 @@ def inject(settings: Settings, stream: str, fault: Fault, started: float) -> Non
     thread beside the producers)."""
     if fault.name == REWIND:
         rewind(settings, stream, fault, started)
+        return
+    if fault.name == BACKFILL:
+        backfill(settings, stream, fault, started)
         return
     if fault.name == "kill-router":
         deployed = Deployment.load(settings, stream)
@@ -221,3 +233,59 @@ def rewind(settings: Settings, stream: str, fault: Fault, started: float) -> Non
             )
         else:
             fault.notes.append(f"{state} after {took:.1f} s: {replayed:,} events replayed")
+
+
+def backfill(settings: Settings, stream: str, fault: Fault, started: float) -> None:
+    """Backfills the output over the `fault.hold` seconds before now through the control API,
+    asked again while the archive has yet to hold them, then waits until it is done (or
+    `REWIND_WAIT_SECONDS` past its own estimate). A backfill control refuses otherwise is noted
+    and not begun."""
+    with ControlClient.from_settings(settings) as control:
+        if fault.output is None:
+            choose_outputs(control.stream(stream).spec, [fault])
+        output = fault.output
+        assert output is not None, "choose_outputs names one or refuses"
+        now = time.time()
+        span = {
+            "from": datetime.fromtimestamp(now - fault.hold, UTC).isoformat(),
+            "to": datetime.fromtimestamp(now, UTC).isoformat(),
+        }
+        deadline = time.monotonic() + REWIND_WAIT_SECONDS
+        while True:
+            try:
+                plan = control.backfill(stream, output, span)
+                break
+            except KeystoneError as e:
+                archive_behind = "not yet to" in str(e)
+                if not archive_behind or time.monotonic() > deadline:
+                    fault.notes.append(f"control refused to backfill {output} over {span}: {e}")
+                    return
+                time.sleep(2)  # the archive writes what arrived since every so often
+        fault.began = time.time() - started
+        fault.notes.append(
+            f"{output} backfilled from {span['from']} to {span['to']} at {fault.began:.1f} s: "
+            f"backfill {plan.id} ({plan.sink.kind})"
+        )
+        deadline = time.monotonic() + REWIND_WAIT_SECONDS
+        state, read, trouble = plan.state, 0, ""
+        try:
+            while time.monotonic() < deadline:
+                try:
+                    progress = control.backfill_progress(stream, output)
+                except KeystoneError as e:
+                    trouble = str(e)  # control stopped by another fault, say: ask again
+                else:
+                    if progress.id != plan.id:
+                        fault.notes.append(f"backfill {progress.id} replaced {plan.id}")
+                        return
+                    state, read = progress.state, progress.read
+                    if state not in ("running", "cancelling"):
+                        break
+                time.sleep(1)
+        finally:
+            fault.ended = time.time() - started
+        took = fault.ended - fault.began
+        fault.notes.append(
+            f"{state} after {took:.1f} s: {read:,} archived events routed again"
+            + (f" (last error: {trouble})" if trouble else "")
+        )

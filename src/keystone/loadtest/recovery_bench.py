@@ -1,9 +1,10 @@
-"""The rewind benchmark: how fast a rewind replays into each sink type, and what the replay costs
-the same router's live output meanwhile.
+"""The recovery benchmark: how fast a rewind replays, and a backfill routes from the archive,
+into each sink type, and what each costs the same stream's live output meanwhile.
 
-    python -m keystone.loadtest.rewind_bench [--events 1000000] [--live-rate 200] [--smoke]
+    python -m keystone.loadtest.recovery_bench [--events 1000000] [--live-rate 200] [--smoke]
 
-The stream `rewind_bench` (4 partitions) is loaded with N events of 1 KB straight to Kafka;
+The stream `rewind_bench` (4 partitions) is loaded with N events of 1 KB straight to Kafka,
+stamped with ingest times spread over the previous hour;
 then its outputs are made: a Kafka, an Elasticsearch and a Kafka `live` output at the topic's
 end, a Hive output from its start (a Hive output replays from a restore point, so it routes the
 N events once first, to have one there). While a steady live load of the `live` rate goes
@@ -13,8 +14,11 @@ sink's own pace, the worst case for the live output. Per sink: the replay's even
 events over the time from the request until the fleet saw it caught up, the query's restart
 included), the router's CPU seconds per million replayed events (its process group), and the
 live output's p99 latency during the replay beside the same before any replay (its records'
-Kafka timestamps minus their ingest time). The stream is deleted when the run ends, with its
-topics and indices (its Hive table stays). `--smoke` does the same with 3,000 events.
+Kafka timestamps minus their ingest time). Then each of the three is backfilled in turn from
+the stream's archive over that hour, at the same rate: its events/s (from the request until the
+fleet saw it done, its application's start included), its application's CPU, and the live p99
+meanwhile. The stream is deleted when the run ends, with its topics and indices (its Hive tables
+stay). `--smoke` does the same with 3,000 events, backfilling the Kafka output only.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
@@ -31,6 +36,7 @@ from rich.console import Console
 
 from keystone.contracts import envelope
 from keystone.contracts.names import index_prefix
+from keystone.contracts.processes import PidFile
 from keystone.contracts.settings import Settings
 from keystone.control.client import ControlClient, ControlError
 from keystone.control.launcher import Deployment
@@ -59,6 +65,7 @@ BASELINE_SECONDS = 30.0
 SMOKE_EVENTS = 3000
 LOAD_BATCH = 2000
 CATCH_UP_SECONDS = 1800.0  # a replay's longest wait before the run gives up
+HOUR_MS = 3_600_000
 
 
 def spec() -> dict:
@@ -67,6 +74,7 @@ def spec() -> dict:
         "name": STREAM,
         "owner": "bench",
         "partitions": PARTITIONS,
+        "archive": {"trigger": "10 seconds"},
         "outputs": [
             {"name": "kafka", "sink": {"type": "kafka"}, "delivery": realtime},
             {"name": "elasticsearch", "sink": {"type": "elasticsearch"}},
@@ -81,13 +89,15 @@ def spec() -> dict:
     }
 
 
-def load(settings: Settings, events: int) -> float:
-    """The events, straight to the fronting topic; events/s it took."""
+def load(settings: Settings, events: int, hour_ms: int) -> float:
+    """The events, straight to the fronting topic, their ingest times spread over the hour
+    from `hour_ms`; events/s it took."""
     producer = DirectProducer(settings.kafka_bootstrap, APP)
     started = time.monotonic()
     for first in range(0, events, LOAD_BATCH):
         batch = [make_event(n) for n in range(first, min(events, first + LOAD_BATCH))]
-        producer.send(STREAM, batch)  # raises unless Kafka has every event
+        at = hour_ms + first * (HOUR_MS - 1) // events
+        producer.send(STREAM, batch, at=at)  # raises unless Kafka has every event
     return events / (time.monotonic() - started)
 
 
@@ -176,6 +186,64 @@ def replay(
     }
 
 
+def backfill(control: ControlClient, settings: Settings, output: str, hour_ms: int) -> dict:
+    """Backfills one output over the loaded hour from the archive and waits until it is done;
+    its figures."""
+    request = {
+        "from": _iso(hour_ms),
+        "to": _iso(hour_ms + HOUR_MS),
+        "max_events_per_second": settings.max_replay_events_per_second,
+    }
+    record = settings.backfills_run_dir / f"{STREAM}.{output}.json"
+
+    def pids() -> list[int]:
+        pid = PidFile(record).running_pid()
+        return process_tree(pid) if pid is not None else []
+
+    with CpuMeter(pids, every=1.0) as cpu:
+        asked = time.time()
+        started = control.backfill(STREAM, output, request)
+        with console.status(f"backfilling {output} from the archive…"):
+            while (now := control.backfill_progress(STREAM, output)).state == "running":
+                if time.time() - asked > CATCH_UP_SECONDS:
+                    raise RuntimeError(f"{output} was not backfilled in {CATCH_UP_SECONDS} s")
+                time.sleep(1)
+        done = time.time()
+    if now.id != started.id or now.state != "done":
+        raise RuntimeError(f"backfill of {output} ended {now.state}: {now.error}")
+    p99, records = live_p99_ms(settings, asked, done)
+    seconds = done - asked
+    console.print(
+        f"backfill {output}: {now.read:,} events in {seconds:.1f} s "
+        f"({now.read / seconds:,.0f}/s); live p99 {p99} ms over {records} records"
+    )
+    return {
+        "name": output,
+        "events": now.read,
+        "seconds": round(seconds, 1),
+        "events_per_second": round(now.read / seconds),
+        "cpu_s_per_m_events": per_million(cpu.seconds, now.read),
+        "live_p99_ms": p99,
+        "live_records": records,
+    }
+
+
+def archived(control: ControlClient, hour_ms: int) -> bool:
+    """Whether the archive holds the loaded hour (a backfill's plan of it is accepted)."""
+    request = {"from": _iso(hour_ms), "to": _iso(hour_ms + HOUR_MS), "dry_run": True}
+    try:
+        control.backfill(STREAM, "kafka", request)
+    except ControlError as e:
+        if e.status == 422:
+            return False
+        raise
+    return True
+
+
+def _iso(epoch_ms: int) -> str:
+    return datetime.fromtimestamp(epoch_ms / 1000, UTC).isoformat()
+
+
 def cleanup(settings: Settings, control: ControlClient) -> list[str]:
     """Deletes the stream, then (once its router stopped) its topics and indices."""
     try:
@@ -195,12 +263,19 @@ def cleanup(settings: Settings, control: ControlClient) -> list[str]:
     return topics
 
 
-def markdown(figures: dict, command: str) -> str:
-    rows = [
-        f"| {r['name']} | {r['events']:,} | {r['seconds']:.0f} | {r['events_per_second']:,} | "
-        f"{(r['cpu_s_per_m_events'] or 0):.0f} | {r['live_p99_ms']} |"
-        for r in figures["results"]
+def _table(rows: list[dict], what: str) -> list[str]:
+    return [
+        f"| sink | events {what} | seconds | events/s | {CPU_COLUMN} | live p99 ms |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
+        *(
+            f"| {r['name']} | {r['events']:,} | {r['seconds']:.0f} | {r['events_per_second']:,} | "
+            f"{(r['cpu_s_per_m_events'] or 0):.0f} | {r['live_p99_ms']} |"
+            for r in rows
+        ),
     ]
+
+
+def markdown(figures: dict, command: str) -> str:
     return "\n".join(
         [
             f"Command: `{command}`: {figures['events']:,} events of 1 KB in the fronting topic "
@@ -209,15 +284,32 @@ def markdown(figures: dict, command: str) -> str:
             "stack, the router and the load on the same machine.  ",
             f"Machine: {figures['machine']}.",
             "",
-            f"| sink | events replayed | seconds | events/s | {CPU_COLUMN} | live p99 ms |",
-            "| --- | ---: | ---: | ---: | ---: | ---: |",
-            *rows,
+            *_table(figures["results"], "replayed"),
             "",
             f"The live output's p99 before any replay: {figures['baseline_p99_ms']} ms "
             f"({figures['baseline_records']} records over {BASELINE_SECONDS:.0f} s). Seconds run "
             "from the request until the fleet saw the output caught up, the query's restart "
             f"included. {CPU_COLUMN}: the router's process group (the router and its JVM) "
             "over the replay, the live output's share included.",
+            "",
+        ]
+    )
+
+
+def backfill_markdown(figures: dict, command: str) -> str:
+    return "\n".join(
+        [
+            f"Command: `{command}`: the same run's {figures['events']:,} events of 1 KB, their "
+            "ingest times spread over one hour, backfilled from the stream's archive into each "
+            "output in turn at the highest rate allowed, the live load going on; the stack, the "
+            "router, the backfill's application and the load on the same machine.  ",
+            f"Machine: {figures['machine']}.",
+            "",
+            *_table(figures["backfills"], "backfilled"),
+            "",
+            "Seconds run from the request until the fleet saw the backfill done, its "
+            f"application's start included. {CPU_COLUMN}: the backfill's application (its "
+            "Python driver and JVM), without the router's.",
             "",
         ]
     )
@@ -231,13 +323,14 @@ def main() -> None:
     settings = Settings()
     events = SMOKE_EVENTS if args.smoke else args.events
     baseline_seconds = 5.0 if args.smoke else BASELINE_SECONDS
-    command = "python -m keystone.loadtest.rewind_bench " + " ".join(sys.argv[1:])
+    command = "python -m keystone.loadtest.recovery_bench " + " ".join(sys.argv[1:])
     with ControlClient.from_settings(settings) as control:
         cleanup(settings, control)  # a run that died before its end
         topics: list[str] = []
         try:
             control.create_stream({**spec(), "outputs": []})  # the topic first, then the load
-            rate = load(settings, events)
+            hour_ms = (int(time.time() * 1000) // HOUR_MS - 1) * HOUR_MS
+            rate = load(settings, events, hour_ms)
             console.print(f"loaded {events:,} events ({rate:,.0f}/s)")
             control.put_stream(spec())
             await_routers(control, [STREAM], console)
@@ -256,6 +349,11 @@ def main() -> None:
                     if output == "hive":
                         target = {"restore_point": "0-start"}
                     results.append(replay(control, settings, output, target))
+                with console.status("the archive takes the loaded hour…"):
+                    while not archived(control, hour_ms):
+                        time.sleep(2)
+                backfilled = REPLAYED[:1] if args.smoke else REPLAYED
+                backfills = [backfill(control, settings, o, hour_ms) for o in backfilled]
         finally:
             topics = cleanup(settings, control)
     figures = {
@@ -267,10 +365,12 @@ def main() -> None:
         "baseline_records": records,
         "topics": topics,
         "results": results,
+        "backfills": backfills,
     }
-    save_figures(settings, "rewind", figures)
+    save_figures(settings, "recovery", figures)
     if args.write_docs:
         write_section("rewind-bench", "Rewind", markdown(figures, command))
+        write_section("backfill-bench", "Backfill", backfill_markdown(figures, command))
         console.print("wrote docs/benchmarks.md")
 
 
