@@ -141,13 +141,35 @@ def stop(pidfile: PidFile, sig: signal.Signals, timeout: float, group: bool = Tr
             deadline = time.monotonic() + 10
         time.sleep(0.2)
     _signal_group(pid, signal.SIGKILL)
+    _await_group_end(pid, GROUP_END_SECONDS)
     pidfile.remove()
     return True
+
+
+GROUP_END_SECONDS = 10.0  # how long what is left of a group may take to die once killed
 
 
 def _signal_group(pid: int, sig: signal.Signals) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pid, sig)  # the session leader's group: the server and any children
+
+
+def _await_group_end(pid: int, timeout: float) -> None:
+    """Until no process of the group runs: a SIGKILL is delivered, not yet acted on, when
+    `killpg` returns (a zombie, dead and waiting for its parent, counts as ended)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        members = [
+            fields
+            for entry in Path("/proc").iterdir()
+            if entry.name.isdigit()
+            and (fields := stat_fields(entry.name)) is not None
+            and fields[2] == str(pid)  # field 5 of proc(5): the process group
+            and fields[0] != "Z"
+        ]
+        if not members:
+            return
+        time.sleep(0.05)
 
 
 def port_in_use(host: str, port: int) -> bool:
