@@ -63,7 +63,7 @@ def test_an_owner_rewinds_an_output_from_its_page_once_shown_the_plan(
             box.locator("[data-rewind-button]").click()
             expect(box.locator("[data-rewind-error]")).to_contain_text("partition:offset pairs")
             box.locator("select[name=kind]").select_option("to")
-            box.locator("input[name=to]").fill("2099-01-01T00:00")
+            box.locator("form.rewind-form input[name=to]").fill("2099-01-01T00:00")
             box.locator("[data-rewind-button]").click()
             expect(box.locator("[data-rewind-error]")).to_contain_text("is in the future")
 

@@ -45,7 +45,9 @@ def test_only_realtime_outputs_spark_writes_itself_run_under_real_time_mode() ->
 @pytest.mark.parametrize(
     ("master", "expected"),
     [
-        ("local[2]", "local[10]"),  # 2 realtime queries x 4 partitions, and 2 for the rest
+        # 2 realtime queries x 4 partitions, and one for each micro-batch query: 3 outputs', the
+        # dead letters' and the archive's
+        ("local[2]", "local[13]"),
         ("local[64]", "local[64]"),
         ("spark://127.0.0.1:7077", "spark://127.0.0.1:7077"),
     ],
@@ -54,6 +56,11 @@ def test_a_local_master_gets_a_task_thread_per_realtime_partition(
     master: str, expected: str
 ) -> None:
     assert router_master(Settings(spark_master=master), load_spec(SPEC)) == expected
+
+
+def test_a_stream_without_an_archive_needs_no_thread_for_it() -> None:
+    plain = load_spec({**SPEC, "archive": {"enabled": False}})
+    assert router_master(Settings(spark_master="local[2]"), plain) == "local[12]"
 
 
 def test_real_time_mode_checkpoints_no_more_often_than_spark_allows() -> None:

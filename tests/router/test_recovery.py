@@ -91,6 +91,7 @@ class Rewound:
         default_factory=lambda: (int(time.time() * 1000) // HOUR_MS - 3) * HOUR_MS
     )
     hour_of: dict[str, int] = field(default_factory=dict)  # guid -> its phase's hour (0-2)
+    expired: set[str] = field(default_factory=set)  # ingested past the archive's retention
 
     def send(self, numbers: range, hour: int) -> None:
         events = [event(n) for n in numbers]
@@ -100,6 +101,19 @@ class Rewound:
         self.sent.update(zip(guids, events, strict=True))
         self.hour_of.update(dict.fromkeys(guids, hour))
 
+    def send_expired(self, count: int) -> None:
+        """Views ingested three days ago (past the archive's two days): the bad filter's kind,
+        so the backfilled outputs' good filter never had them."""
+        events = [{"n": n, "kind": "view", "user": {"id": 1}} for n in range(count)]
+        at = int(time.time() * 1000) - 3 * 86_400_000
+        guids = self.producer.send(STREAM, events, at=at).guids
+        self.sent.update(zip(guids, events, strict=True))
+        self.hour_of.update(dict.fromkeys(guids, -72))
+        self.expired.update(guids)
+
+    def archive(self) -> list[dict]:
+        return self.tables.read(f"keystone.{STREAM}__archive")
+
     def spec(self, good: bool, **extra: object) -> dict:
         return {
             "name": STREAM,
@@ -107,7 +121,7 @@ class Rewound:
             "partitions": 2,
             "producers": [APP],
             "outputs": outputs(good),
-            "archive": {"trigger": "5 seconds"},
+            "archive": {"trigger": "5 seconds", "keep_days": 2},
             **extra,
         }
 
@@ -202,38 +216,47 @@ def rewound(stack: Stack, admin: Api) -> Iterator[Rewound]:
     team.ok("POST", "/v1/apps", {"name": APP})
     team.ok("POST", "/v1/streams", {"name": TARGET, "owner": OWNER, "partitions": 2})
     handle = Rewound(stack, team, Tables(stack), DirectProducer(stack.address("kafka"), APP))
-    team.ok("POST", "/v1/streams", handle.spec(good=True))
-    handle.send(range(0, BATCH), hour=0)
-    eventually("the first events in every output", handle.holds_everything, timeout=240)
-    # Each output's restore point once it had them: where the good days end.
-    for output in ("clicks", "copy", "search", "warehouse"):
+    try:
+        team.ok("POST", "/v1/streams", handle.spec(good=True))
+        handle.send(range(0, BATCH), hour=0)
+        handle.send_expired(10)
+        eventually("the first events in every output", handle.holds_everything, timeout=240)
+        # Archived, they are dropped when the archive next looks (its query's start: the redeploy).
         eventually(
-            f"a restore point of {output} after the first events",
-            lambda o=output: _delivered_all(handle.points(o), BATCH) is not None,
-            timeout=60,
+            "the expired events in the archive",
+            lambda: handle.expired <= {r["guid"] for r in handle.archive()},
+            timeout=120,
         )
-        point = _delivered_all(handle.points(output), BATCH)
-        assert point is not None
-        handle.before_bad[output] = point["id"]
-    # The bad deploy, its events, and the fix (each a redeploy of the router).
-    team.ok("PUT", f"/v1/streams/{STREAM}", handle.spec(good=False))
-    handle.send(range(BATCH, 2 * BATCH), hour=1)
+        # Each output's restore point once it had them: where the good days end.
+        for output in ("clicks", "copy", "search", "warehouse"):
+            eventually(
+                f"a restore point of {output} after the first events",
+                lambda o=output: _delivered_all(handle.points(o), BATCH) is not None,
+                timeout=60,
+            )
+            point = _delivered_all(handle.points(output), BATCH)
+            assert point is not None
+            handle.before_bad[output] = point["id"]
+        # The bad deploy, its events, and the fix (each a redeploy of the router).
+        team.ok("PUT", f"/v1/streams/{STREAM}", handle.spec(good=False))
+        handle.send(range(BATCH, 2 * BATCH), hour=1)
 
-    def wrong_everywhere() -> bool:
-        late = {g for g, e in handle.sent.items() if e["n"] >= BATCH}
-        return late <= {g for g, r in handle.warehouse() if "wrong" in r} and late <= {
-            g for g, r, _ in handle.kafka() if "wrong" in r
-        }
+        def wrong_everywhere() -> bool:
+            late = {g for g, e in handle.sent.items() if e["n"] >= BATCH}
+            return late <= {g for g, r in handle.warehouse() if "wrong" in r} and late <= {
+                g for g, r, _ in handle.kafka() if "wrong" in r
+            }
 
-    eventually("the bad deploy's records", wrong_everywhere, timeout=240)
-    eventually("every output to have the bad deploy's events", handle.holds_everything, 120)
-    team.ok("PUT", f"/v1/streams/{STREAM}", handle.spec(good=True))
-    handle.send(range(2 * BATCH, 3 * BATCH), hour=2)
-    eventually("the fixed deploy's events", handle.holds_everything, timeout=240)
-    yield handle
-    handle.tables.close()
-    for stream in (STREAM, TARGET):
-        team.call("DELETE", f"/v1/streams/{stream}")
+        eventually("the bad deploy's records", wrong_everywhere, timeout=240)
+        eventually("every output to have the bad deploy's events", handle.holds_everything, 120)
+        team.ok("PUT", f"/v1/streams/{STREAM}", handle.spec(good=True))
+        handle.send(range(2 * BATCH, 3 * BATCH), hour=2)
+        eventually("the fixed deploy's events", handle.holds_everything, timeout=240)
+        yield handle
+    finally:  # a setup that failed too: its router must not load the tests after it
+        handle.tables.close()
+        for stream in (STREAM, TARGET):
+            team.call("DELETE", f"/v1/streams/{stream}")
 
 
 def test_rewinding_each_output_past_a_bad_deploy_leaves_each_sink_right(
@@ -373,16 +396,43 @@ def _idle(rewound: Rewound, output: str) -> bool:
 
 
 def _archived(rewound: Rewound) -> bool:
-    """The archive holds every event sent, once (and ran a batch since: the backfill's plan
-    asks that it has written up to the range's end)."""
-    guids = [r["guid"] for r in rewound.tables.read(f"keystone.{STREAM}__archive")]
-    return sorted(guids) == sorted(rewound.sent)
+    """The archive holds every event sent within its retention, once."""
+    guids = [r["guid"] for r in rewound.archive()]
+    return sorted(guids) == sorted(set(rewound.sent) - rewound.expired)
 
 
 def _application(rewound: Rewound, output: str) -> int | None:
     """The pid of the output's backfill application while it runs."""
     record = rewound.stack.settings.backfills_run_dir / f"{STREAM}.{output}.json"
     return PidFile(record).running_pid()
+
+
+def test_the_archive_keeps_each_record_as_kafka_had_it_and_drops_hours_past_retention(
+    rewound: Rewound,
+) -> None:
+    eventually("the archive to hold every event", lambda: _archived(rewound), timeout=120)
+    fronting = {
+        m.key().decode(): m
+        for m in read_topic(rewound.stack.address("kafka"), f"keystone.{STREAM}")
+    }
+    rows = rewound.archive()
+    for row in rows:
+        record = fronting[row["guid"]]
+        assert json.loads(row["value"]) == rewound.sent[row["guid"]]
+        assert row["value"] == record.value().decode() and row["key"] == row["guid"]
+        headers = {h["key"]: h["value"] for h in row["headers"]}
+        assert headers == {k: v.decode() for k, v in record.headers()}
+        assert (row["partition"], row["offset"]) == (record.partition(), record.offset())
+        assert row["timestamp"] == int(headers[envelope.TIMESTAMP])
+        assert (row["app"], row["host"]) == (APP, headers[envelope.HOST])
+        hour = time.gmtime(row["timestamp"] / 1000)
+        assert (row["dateint"], row["hour"]) == (int(time.strftime("%Y%m%d", hour)), hour.tm_hour)
+    # Three days old: its hour was dropped whole when the archive looked (at the redeploy).
+    assert rewound.expired and not rewound.expired & {r["guid"] for r in rows}
+    oldest = min(r["timestamp"] for r in rows)
+    assert oldest >= time.time() * 1000 - 2 * 86_400_000
+    status = rewound.api.ok("GET", f"/v1/streams/{STREAM}/status")
+    assert status["archive"]["name"] == "_archive" and status["archive"]["sink"] == "hive"
 
 
 def test_backfilling_the_bad_hour_from_the_archive_leaves_each_sink_right(

@@ -131,27 +131,33 @@ def redriven(stack: Stack, admin: Api) -> Iterator[Redriven]:
     team.ok("POST", "/v1/apps", {"name": APP})
     team.ok("POST", "/v1/streams", spec(fixed=False))
     handle = Redriven(stack, team, Tables(stack), DirectProducer(stack.address("kafka"), APP))
-    handle.send("good", [{"n": n, "kind": "click", "code": 7, "amount": n} for n in range(EACH)])
-    # Elasticsearch maps `code` as a number from the first documents: let those land first.
-    eventually("the good events in search", lambda: handle.kinds["good"] <= set(handle.search()))
-    handle.send(
-        "strict", [{"n": n, "kind": "view", "code": 7, "amount": str(n)} for n in range(EACH)]
-    )
-    handle.send(
-        "conflict", [{"n": n, "kind": "buy", "code": f"c{n}", "amount": n} for n in range(EACH)]
-    )
-
-    def dead_lettered() -> bool:
-        groups = handle.dead_letters()
-        return (
-            sum(g["count"] for (o, _), g in groups.items() if o == "_stream") == EACH
-            and sum(g["count"] for (o, _), g in groups.items() if o == "search") == EACH
+    try:
+        handle.send(
+            "good", [{"n": n, "kind": "click", "code": 7, "amount": n} for n in range(EACH)]
+        )
+        # Elasticsearch maps `code` as a number from the first documents: let those land first.
+        eventually(
+            "the good events in search", lambda: handle.kinds["good"] <= set(handle.search())
+        )
+        handle.send(
+            "strict", [{"n": n, "kind": "view", "code": 7, "amount": str(n)} for n in range(EACH)]
+        )
+        handle.send(
+            "conflict", [{"n": n, "kind": "buy", "code": f"c{n}", "amount": n} for n in range(EACH)]
         )
 
-    eventually("both kinds dead-lettered", dead_lettered, timeout=180)
-    yield handle
-    handle.tables.close()
-    team.call("DELETE", f"/v1/streams/{STREAM}")
+        def dead_lettered() -> bool:
+            groups = handle.dead_letters()
+            return (
+                sum(g["count"] for (o, _), g in groups.items() if o == "_stream") == EACH
+                and sum(g["count"] for (o, _), g in groups.items() if o == "search") == EACH
+            )
+
+        eventually("both kinds dead-lettered", dead_lettered, timeout=180)
+        yield handle
+    finally:  # a setup that failed too: its router must not load the tests after it
+        handle.tables.close()
+        team.call("DELETE", f"/v1/streams/{STREAM}")
 
 
 def test_dead_letters_fail_again_until_fixed_then_reach_only_where_they_failed(

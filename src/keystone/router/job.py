@@ -86,7 +86,9 @@ def dead_letter_paths(outputs: list[OutputSpec]) -> frozenset[tuple[str, ...]]:
 
 def router_master(settings: Settings, spec: StreamSpec) -> str:
     """Real-time Mode keeps one task running per topic partition for each realtime query; a
-    local master gets that many task threads (and two for the micro-batch queries)."""
+    local master gets that many task threads, and one more for each micro-batch query (the
+    outputs', the dead letters', the archive's), so that none waits for a slot while another's
+    batch waits on its sink."""
     master = settings.spark_master
     local = re.fullmatch(r"local(?:\[(\*|\d+)\])?", master)
     if local is None:
@@ -94,7 +96,8 @@ def router_master(settings: Settings, spec: StreamSpec) -> str:
     whole = local.group(1) in (None, "*")
     threads = (os.cpu_count() or 1) if whole else int(local.group(1))
     realtime = sum(spec.partitions for o in spec.outputs if runs_realtime(o))
-    return f"local[{max(threads, realtime + 2)}]"
+    batches = sum(1 for o in spec.outputs if not runs_realtime(o)) + 1 + spec.archive.enabled
+    return f"local[{max(threads, realtime + batches)}]"
 
 
 def replay_column(rewind: Rewind | None, bound: Offsets | None = None) -> Column:
@@ -228,10 +231,10 @@ class Router:
     def queries(self) -> dict[str, Callable[[], StreamingQuery]]:
         """Every query of the stream by name, and how to start it."""
         starts: dict[str, Callable[[], StreamingQuery]] = {STREAM_LEVEL: self.start_dead_letters}
-        if self.archive is not None:
-            starts[ARCHIVE_QUERY] = self.start_archive
         for output in self.spec.outputs:
             starts[output.name] = lambda o=output: self.start_output(o)
+        if self.archive is not None:  # last: the outputs deliver first after a (re)start
+            starts[ARCHIVE_QUERY] = self.start_archive
         return starts
 
     def _source(
