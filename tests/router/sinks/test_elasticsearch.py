@@ -43,3 +43,25 @@ def test_a_refusal_keeps_elasticsearchs_reason() -> None:
     assert _reason(result) == (
         "elasticsearch refused the document (400): mapper_parsing_exception: bad"
     )
+
+
+def test_documents_refused_alike_have_one_reason() -> None:
+    def refused(guid: str, value: str) -> dict:
+        why = (
+            f"failed to parse field [code] of type [long] in document with id '{guid}'. "
+            f"Preview of field's value: '{value}'"
+        )
+        return {"status": 400, "error": {"type": "mapper_parsing_exception", "reason": why}}
+
+    reasons = {_reason(refused(g, v)) for g, v in (("g-1", "c1"), ("g-2", "it's 'x'"))}
+    assert reasons == {
+        "elasticsearch refused the document (400): mapper_parsing_exception: "
+        "failed to parse field [code] of type [long]"
+    }
+
+
+def test_a_deleted_documents_line_is_its_action_alone() -> None:
+    row = Row(guid="g-1", timestamp=1_700_000_000_000, record=None)
+    doc = _doc("plays-search-", row)
+    assert doc.action == "delete"
+    assert json.loads(doc.lines) == {"delete": {"_index": "plays-search-2023.11.14", "_id": "g-1"}}

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import random
+import re
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -69,10 +70,18 @@ def _doc(prefix: str, row: Row) -> Doc:
     return Doc(row, action + b"\n" + source + b"\n")
 
 
+# What Elasticsearch says of one document in particular: its id and a preview of its value.
+_DOCUMENT_SPECIFIC = re.compile(r" in document with id '[^']*'|\. Preview of field's value: .*$")
+
+
 def _reason(result: dict) -> str:
+    """Elasticsearch's reason, without what names the document (its id, its value: the dead
+    letter holds both): the same for every document refused alike, so dead letters group by
+    it and a redrive can select them by it."""
     error = result.get("error") or {}
     if isinstance(error, dict):
-        detail = f"{error.get('type', 'error')}: {error.get('reason', '')}"
+        reason = _DOCUMENT_SPECIFIC.sub("", str(error.get("reason", "")))
+        detail = f"{error.get('type', 'error')}: {reason}"
     else:
         detail = str(error)
     return f"elasticsearch refused the document ({result.get('status')}): {detail}"[:1000]
