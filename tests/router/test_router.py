@@ -67,6 +67,8 @@ SPEC = {
             {"name": "amount", "type": ["long", "string"]},
         ],
     },
+    # The routing here; the archive (one more query per router) is tests/router/test_recovery.py's.
+    "archive": {"enabled": False},
     "outputs": [
         {
             "name": "clicks",
