@@ -19,6 +19,7 @@ import httpx
 import pytest
 
 from keystone.contracts import envelope
+from keystone.control.launcher import Deployment
 from keystone.ingest_proxy.client import DirectProducer
 from keystone.loadtest.topics import read_topic
 from keystone.router.lang.evaluate import project
@@ -80,6 +81,10 @@ class Redriven:
         guids = self.producer.send(STREAM, events).guids
         self.kinds.setdefault(kind, set()).update(guids)
         self.sent.update(zip(guids, events, strict=True))
+
+    def router_pid(self) -> int | None:
+        deployed = Deployment.load(self.stack.settings, STREAM)
+        return deployed.pid if deployed is not None and deployed.alive() else None
 
     def kafka(self) -> list[tuple[str, dict, dict]]:
         return [
@@ -188,8 +193,20 @@ def test_dead_letters_fail_again_until_fixed_then_reach_only_where_they_failed(
     ]
     assert {h[envelope.GUID] for h in again} == strict  # each counted once redriven
 
-    # The fix: the schema takes text amounts; search writes `code` under another name.
+    # The fix: the schema takes text amounts; search writes `code` under another name. The
+    # probe goes once the fixed router runs: one the old router's dead-letter query read during
+    # the redeploy would be a dead letter that the new router's outputs had delivered.
+    before = redriven.router_pid()
     redriven.api.ok("PUT", f"/v1/streams/{STREAM}", spec(fixed=True))
+    eventually(
+        "the fixed router to run",
+        lambda: (
+            redriven.router_pid() not in (None, before)
+            and redriven.api.ok("GET", f"/v1/streams/{STREAM}/status")["router"]["state"]
+            == "running"
+        ),
+        timeout=180,
+    )
     redriven.send("probe", [{"n": -1, "kind": "probe", "code": "p", "amount": "1"}])
     eventually(
         "the fixed spec to run",

@@ -7,7 +7,15 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, NonNegativeInt, model_validator
+from pydantic import (
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    NonNegativeInt,
+    field_validator,
+    model_validator,
+)
 
 from keystone.contracts.recovery import Backfill, Redrive, RestorePoint, Rewind, Selection
 from keystone.contracts.registry import App, RouterPhase, RouterState
@@ -380,6 +388,13 @@ class RedriveRequest(BaseModel):
         None, ge=1, description="Its rate; default the stream's recovery setting."
     )
     dry_run: bool = Field(False, description="Only say what the redrive would do.")
+
+    @field_validator("start", "end")
+    @classmethod
+    def _after_1970(cls, when: datetime | None) -> datetime | None:
+        if when is not None and when.timestamp() < 0:
+            raise ValueError("a time after 1970 (Kafka's timestamps start there)")
+        return when
 
     def selection(self) -> Selection:
         def ms(when: datetime | None) -> int | None:
