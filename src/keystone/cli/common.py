@@ -5,7 +5,8 @@ client of a command."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from importlib.util import find_spec
 from typing import Annotated, Any
@@ -13,6 +14,7 @@ from typing import Annotated, Any
 import typer
 from pydantic import BaseModel
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from keystone.contracts.errors import KeystoneError
 from keystone.contracts.registry import RouterPhase
@@ -78,3 +80,33 @@ def needs_extra(module: str, extra: str, what: str) -> None:
 def styled_state(state: str) -> str:
     """A router's state (a `RouterPhase`'s value) as console markup, in its colour."""
     return f"[{STATE_STYLE.get(state, 'yellow')}]{state}[/]"
+
+
+def follow_job(
+    what: str,
+    started: Any,
+    progress: Callable[[], Any],
+    say: Callable[[Any], None],
+) -> None:
+    """A progress bar of a backfill or a redrive (`started`, read again by `progress`) until it
+    has ended, then what became of it (`say`); exit code 1 unless it is done. Ctrl-C leaves it
+    running; control away for a moment is waited for."""
+    columns = (TextColumn(what), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
+    with Progress(*columns, console=console) as bar:
+        task = bar.add_task(what, total=None)
+        while True:
+            try:
+                now = progress()
+            except KeystoneError as e:
+                console.print(f"[yellow]{e.message}[/]")
+                time.sleep(2)
+                continue
+            if now.id != started.id:
+                raise KeystoneError(f"{now.id} replaced {started.id}")
+            bar.update(task, completed=now.read, total=now.events)
+            if now.state not in ("running", "cancelling"):
+                break
+            time.sleep(1)
+    say(now)
+    if now.state != "done":
+        raise typer.Exit(1)

@@ -3,17 +3,13 @@ their cause is fixed."""
 
 from __future__ import annotations
 
-import time
 from typing import Annotated
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 from rich.text import Text
 
-from keystone.cli.common import JsonOption, console, control, emit
-from keystone.contracts.errors import KeystoneError
-from keystone.control.client import ControlClient
+from keystone.cli.common import JsonOption, console, control, emit, follow_job
 from keystone.control.models import RedrivePublic
 
 app = typer.Typer(
@@ -113,7 +109,7 @@ def redrive(
             return
         console.print(f"redrive [bold]{started.id}[/] of {stream} started")
         if wait:
-            _follow(client, stream, started)
+            follow_job("redriving", started, lambda: client.redrive_progress(stream), _say)
 
 
 def _say(redrive: RedrivePublic) -> None:
@@ -136,26 +132,3 @@ def _say(redrive: RedrivePublic) -> None:
     )
     if redrive.error:
         console.print(Text(f"error: {redrive.error}", style="red"))
-
-
-def _follow(client: ControlClient, stream: str, started: RedrivePublic) -> None:
-    """A progress bar until the redrive has ended (Ctrl-C leaves it running)."""
-    columns = (TextColumn("redriving"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
-    with Progress(*columns, console=console) as bar:
-        task = bar.add_task("redrive", total=None)
-        while True:
-            try:
-                now = client.redrive_progress(stream)
-            except KeystoneError as e:  # control away for a moment: the redrive goes on
-                console.print(f"[yellow]{e.message}[/]")
-                time.sleep(2)
-                continue
-            if now.id != started.id:
-                raise KeystoneError(f"redrive {now.id} replaced {started.id}")
-            bar.update(task, completed=now.read, total=now.events)
-            if now.state not in ("running", "cancelling"):
-                break
-            time.sleep(1)
-    _say(now)
-    if now.state != "done":
-        raise typer.Exit(1)

@@ -14,7 +14,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
-from keystone.cli.common import JsonOption, SpecFile, console, control, done, emit
+from keystone.cli.common import JsonOption, SpecFile, console, control, done, emit, follow_job
 from keystone.contracts.errors import InvalidSpec, KeystoneError
 from keystone.contracts.spec import OutputSpec, field_errors
 from keystone.control.client import ControlClient
@@ -254,7 +254,12 @@ def backfill(
             return
         console.print(f"backfill [bold]{started.id}[/] of {stream}.{output} started")
         if wait:
-            _follow_backfill(client, stream, output, started)
+            follow_job(
+                "backfilling",
+                started,
+                lambda: client.backfill_progress(stream, output),
+                _say_backfill,
+            )
 
 
 def _when(text: str) -> str:
@@ -279,28 +284,3 @@ def _say_backfill(backfill: BackfillPublic) -> None:
     )
     if backfill.error:
         console.print(Text(f"error: {backfill.error}", style="red"))
-
-
-def _follow_backfill(
-    client: ControlClient, stream: str, output: str, started: BackfillPublic
-) -> None:
-    """A progress bar until the backfill has ended (Ctrl-C leaves it running)."""
-    columns = (TextColumn("backfilling"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
-    with Progress(*columns, console=console) as bar:
-        task = bar.add_task("backfill", total=None)
-        while True:
-            try:
-                now = client.backfill_progress(stream, output)
-            except KeystoneError as e:  # control away for a moment: the backfill goes on
-                console.print(f"[yellow]{e.message}[/]")
-                time.sleep(2)
-                continue
-            if now.id != started.id:
-                raise KeystoneError(f"backfill {now.id} replaced {started.id}")
-            bar.update(task, completed=now.read, total=now.events)
-            if now.state not in ("running", "cancelling"):
-                break
-            time.sleep(1)
-    _say_backfill(now)
-    if now.state != "done":
-        raise typer.Exit(1)

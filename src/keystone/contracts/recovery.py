@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 from pathlib import Path
+from typing import ClassVar, Self
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -163,12 +164,36 @@ class HourDone(_Record):
     done: bool = False
 
 
-class BackfillProgress(BaseModel):
-    """Where a backfill's application is, in a file beside the checkpoints that it alone
-    writes (`<state>/backfills/<stream>/<id>.json`) and control reads: a started application
-    goes on from it."""
+class _ProgressFile(BaseModel):
+    """Where a backfill's or a redrive's application is, in a file it alone writes
+    (`<state>/<folder>/<stream>/<id>.json`) and control reads: a started application goes on
+    from it; one with none yet (or one that does not read) starts afresh."""
 
     model_config = ConfigDict(extra="ignore")
+    folder: ClassVar[str]
+
+    @classmethod
+    def path(cls, state_dir: Path, stream: str, job: str) -> Path:
+        return state_dir / cls.folder / stream / f"{job}.json"
+
+    @classmethod
+    def load(cls, path: Path) -> Self:
+        try:
+            return cls.model_validate_json(path.read_bytes())
+        except (OSError, ValueError):
+            return cls()
+
+    def save(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        staging = path.with_suffix(".tmp")
+        staging.write_text(self.model_dump_json())
+        staging.replace(path)
+
+
+class BackfillProgress(_ProgressFile):
+    """Where a backfill's application is: the hours of its range, slice by slice."""
+
+    folder = "backfills"
 
     total: int | None = Field(None, description="Archived events of the range, once counted.")
     hours: dict[str, HourDone] = Field(
@@ -192,24 +217,6 @@ class BackfillProgress(BaseModel):
     @property
     def removed(self) -> int:
         return sum(h.removed for h in self.hours.values())
-
-    @staticmethod
-    def path(state_dir: Path, stream: str, backfill: str) -> Path:
-        return state_dir / "backfills" / stream / f"{backfill}.json"
-
-    @classmethod
-    def load(cls, path: Path) -> BackfillProgress:
-        """As last saved; a backfill with none yet (or one that does not read) starts afresh."""
-        try:
-            return cls.model_validate_json(path.read_bytes())
-        except (OSError, ValueError):
-            return cls()
-
-    def save(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        staging = path.with_suffix(".tmp")
-        staging.write_text(self.model_dump_json())
-        staging.replace(path)
 
 
 class Selection(_Record):
@@ -244,11 +251,11 @@ class Redrive(_Record):
         return self.phase in (JobPhase.RUNNING, JobPhase.CANCELLING)
 
 
-class RedriveProgress(BaseModel):
-    """Where a redrive's application is (`<state>/redrives/<stream>/<id>.json`): slices of its
-    selection done, and what became of their events."""
+class RedriveProgress(_ProgressFile):
+    """Where a redrive's application is: slices of its selection done, and what became of
+    their events."""
 
-    model_config = ConfigDict(extra="ignore")
+    folder = "redrives"
 
     total: int | None = Field(None, description="Dead letters selected, not redriven before.")
     slices: int | None = None
@@ -258,20 +265,3 @@ class RedriveProgress(BaseModel):
     dead_lettered: int = Field(0, description="Events that failed again (dead letters anew).")
     skipped: int = Field(0, description="Dead letters of outputs the stream no longer has.")
     done: bool = False
-
-    @staticmethod
-    def path(state_dir: Path, stream: str, redrive: str) -> Path:
-        return state_dir / "redrives" / stream / f"{redrive}.json"
-
-    @classmethod
-    def load(cls, path: Path) -> RedriveProgress:
-        try:
-            return cls.model_validate_json(path.read_bytes())
-        except (OSError, ValueError):
-            return cls()
-
-    def save(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        staging = path.with_suffix(".tmp")
-        staging.write_text(self.model_dump_json())
-        staging.replace(path)

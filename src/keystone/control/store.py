@@ -10,7 +10,7 @@ import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import redis
 from pydantic import ValidationError
@@ -413,7 +413,7 @@ class Store(RegistryReader):
                 raise NotFound(f"stream {stream!r} has no output {rewind.output!r}")
             if now != output:
                 raise Conflict(f"output {rewind.output!r} changed meanwhile: ask again")
-            current = _rewind_or_none(tx.hget(rewinds, rewind.output))
+            current = _record_or_none(Rewind, tx.hget(rewinds, rewind.output))
             if current is not None and current.replaying:
                 raise Conflict(
                     f"output {rewind.output!r} is replaying rewind {current.id}: one rewind "
@@ -456,7 +456,7 @@ class Store(RegistryReader):
                 raise NotFound(f"stream {stream!r} has no output {backfill.output!r}")
             if now != planned:
                 raise Conflict(f"output {backfill.output!r} changed meanwhile: ask again")
-            current = _backfill_or_none(tx.hget(backfills, backfill.output))
+            current = _record_or_none(Backfill, tx.hget(backfills, backfill.output))
             if current is not None and current.active:
                 raise Conflict(
                     f"output {backfill.output!r} is being backfilled ({current.id}): one "
@@ -479,7 +479,7 @@ class Store(RegistryReader):
         backfill, `holds` of it as it is, and nobody changes it meanwhile; whether it was (the
         audit entry with it)."""
         return self._update_job(
-            key("backfills", stream), backfill.output, backfill, _backfill_or_none, holds, audit
+            key("backfills", stream), backfill.output, backfill, Backfill, holds, audit
         )
 
     def start_redrive(self, stream: str, redrive: Redrive, audit: dict[str, Any]) -> None:
@@ -488,7 +488,7 @@ class Store(RegistryReader):
 
         def write(tx: redis.client.Pipeline) -> None:
             tx.watch(REDRIVES)
-            current = _redrive_or_none(tx.hget(REDRIVES, stream))
+            current = _record_or_none(Redrive, tx.hget(REDRIVES, stream))
             if current is not None and current.active:
                 raise Conflict(
                     f"stream {stream!r} is redriving its dead letters ({current.id}): one "
@@ -508,21 +508,21 @@ class Store(RegistryReader):
         audit: dict[str, Any] | None = None,
     ) -> bool:
         """As `update_backfill`, for the stream's redrive."""
-        return self._update_job(REDRIVES, stream, redrive, _redrive_or_none, holds, audit)
+        return self._update_job(REDRIVES, stream, redrive, Redrive, holds, audit)
 
     def _update_job(
         self,
         hash_name: str,
         field_name: str,
         record: Any,
-        parse: Callable[[bytes | None], Any],
+        model: type[Backfill] | type[Redrive],
         holds: Callable[[Any], bool],
         audit: dict[str, Any] | None,
     ) -> bool:
         with self.redis.pipeline() as tx:
             try:
                 self._call(tx.watch, hash_name)
-                current = parse(tx.hget(hash_name, field_name))
+                current = _record_or_none(model, tx.hget(hash_name, field_name))
                 if current is None or current.id != record.id or not holds(current):
                     return False
                 tx.multi()
@@ -581,7 +581,7 @@ class Store(RegistryReader):
         with self.redis.pipeline() as tx:
             try:
                 self._call(tx.watch, rewinds)
-                if not holds(_rewind_or_none(tx.hget(rewinds, output))):
+                if not holds(_record_or_none(Rewind, tx.hget(rewinds, output))):
                     return False
                 tx.multi()
                 write(tx)
@@ -676,31 +676,16 @@ class Store(RegistryReader):
                     tx.reset()
 
 
-def _rewind_or_none(raw: bytes | None) -> Rewind | None:
-    """A stored rewind record, or None when there is none or it does not read (a stranger's
-    write: it is replaced)."""
+R = TypeVar("R", Rewind, Backfill, Redrive)
+
+
+def _record_or_none(model: type[R], raw: bytes | None) -> R | None:
+    """A stored record (a rewind, a backfill, a redrive), or None when there is none or it does
+    not read (a stranger's write: it is replaced)."""
     try:
-        return Rewind.model_validate_json(raw) if raw is not None else None
+        return model.model_validate_json(raw) if raw is not None else None
     except ValidationError:
-        log.warning("replacing a rewind record that does not read")
-        return None
-
-
-def _backfill_or_none(raw: bytes | None) -> Backfill | None:
-    """A stored backfill record, or None when there is none or it does not read."""
-    try:
-        return Backfill.model_validate_json(raw) if raw is not None else None
-    except ValidationError:
-        log.warning("replacing a backfill record that does not read")
-        return None
-
-
-def _redrive_or_none(raw: bytes | None) -> Redrive | None:
-    """A stored redrive record, or None when there is none or it does not read."""
-    try:
-        return Redrive.model_validate_json(raw) if raw is not None else None
-    except ValidationError:
-        log.warning("replacing a redrive record that does not read")
+        log.warning("replacing a %s record that does not read", model.__name__.lower())
         return None
 
 

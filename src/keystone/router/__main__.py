@@ -10,16 +10,19 @@ from __future__ import annotations
 
 import argparse
 import logging
-import signal
 import sys
-import threading
 
 from keystone.contracts.errors import KeystoneError
 from keystone.contracts.registry import RegistryReader
 from keystone.contracts.settings import Settings
 from keystone.router.job import Router, router_master
 from keystone.router.metrics import RouterMetrics
-from keystone.router.spark import end_session, spark_session
+from keystone.router.spark import (
+    application_logging,
+    end_session,
+    spark_session,
+    stop_on_signals,
+)
 
 log = logging.getLogger("keystone.router")
 
@@ -31,11 +34,7 @@ def main(argv: list[str] | None = None) -> int:
         "--metrics-port", type=int, default=0, help="where to serve /metrics (default: any)"
     )
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    for chatty in ("py4j", "py4j.clientserver", "py4j.java_gateway"):  # a line per callback
-        logging.getLogger(chatty).setLevel(logging.WARNING)
+    application_logging()
     settings = Settings()
     # The spec now, the outputs' rewinds every second: a Redis that does not answer must not
     # hold the router's supervision for long.
@@ -46,9 +45,7 @@ def main(argv: list[str] | None = None) -> int:
         log.error("%s", e.message)
         return 2
 
-    stop = threading.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: stop.set())
+    stop = stop_on_signals()
 
     master = router_master(settings, spec)
     spark = spark_session(settings, f"keystone-router-{spec.name}", master)

@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import logging
 import math
-import signal
 import sys
 import threading
 import time
@@ -42,7 +41,12 @@ from keystone.router.sinks.base import writer_for
 from keystone.router.sinks.hive import HiveTable
 from keystone.router.sinks.route import Route
 from keystone.router.source import envelope
-from keystone.router.spark import end_session, spark_session
+from keystone.router.spark import (
+    application_logging,
+    end_session,
+    spark_session,
+    stop_on_signals,
+)
 
 log = logging.getLogger(__name__)
 
@@ -158,11 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", required=True)
     parser.add_argument("--id", required=True, help="the backfill's id (bf-...)")
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    for chatty in ("py4j", "py4j.clientserver", "py4j.java_gateway"):
-        logging.getLogger(chatty).setLevel(logging.WARNING)
+    application_logging()
     settings = Settings()
     registry = RegistryReader.connect(settings)
     try:
@@ -178,9 +178,7 @@ def main(argv: list[str] | None = None) -> int:
         log.error("backfill %s of %s.%s is no longer asked for", args.id, args.stream, args.output)
         return 2
 
-    stop = threading.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: stop.set())
+    stop = stop_on_signals()
     name = f"keystone-backfill-{spec.name}-{output.name}"
     spark = spark_session(settings, name)
     log.info(

@@ -20,7 +20,6 @@ import argparse
 import json
 import logging
 import math
-import signal
 import sys
 import threading
 import time
@@ -44,7 +43,12 @@ from keystone.router.meter import Meter
 from keystone.router.sinks.base import to_kafka, writer_for
 from keystone.router.sinks.route import Route
 from keystone.router.source import envelope
-from keystone.router.spark import end_session, spark_session
+from keystone.router.spark import (
+    application_logging,
+    end_session,
+    spark_session,
+    stop_on_signals,
+)
 
 log = logging.getLogger(__name__)
 
@@ -266,11 +270,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stream", required=True)
     parser.add_argument("--id", required=True, help="the redrive's id (rd-...)")
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    for chatty in ("py4j", "py4j.clientserver", "py4j.java_gateway"):
-        logging.getLogger(chatty).setLevel(logging.WARNING)
+    application_logging()
     settings = Settings()
     registry = RegistryReader.connect(settings)
     try:
@@ -285,9 +285,7 @@ def main(argv: list[str] | None = None) -> int:
         log.error("redrive %s of %s is no longer asked for", args.id, args.stream)
         return 2
 
-    stop = threading.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: stop.set())
+    stop = stop_on_signals()
     spark = spark_session(settings, f"keystone-redrive-{spec.name}")
     log.info(
         "redrive %s of %s: %s at %d events/s",

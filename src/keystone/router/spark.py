@@ -4,9 +4,12 @@ router, `keystone sql`, the load test's readers and tests all build their sessio
 
 from __future__ import annotations
 
+import logging
 import os
+import signal
 import subprocess
 import sys
+import threading
 
 from pyspark.sql import SparkSession
 
@@ -90,3 +93,21 @@ def end_session(spark: SparkSession, timeout: float = 30) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
+
+
+def application_logging() -> None:
+    """The log format of the project's Spark applications (a router, a backfill, a redrive),
+    without py4j's line per callback."""
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    for chatty in ("py4j", "py4j.clientserver", "py4j.java_gateway"):
+        logging.getLogger(chatty).setLevel(logging.WARNING)
+
+
+def stop_on_signals() -> threading.Event:
+    """Set by SIGTERM (the fleet's stop) or SIGINT: the application ends its work and stops."""
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    return stop
