@@ -132,3 +132,16 @@ def check_limit(limits: Limits, setting: str, value: int, what: str, field: str 
             limit=limit,
             field=field,
         )
+
+
+def check_replay_rate(limits: Limits, rate: int | None) -> None:
+    """A rewind's, backfill's or redrive's rate asked for (None: the stream's), against
+    `max_replay_events_per_second` (422)."""
+    if rate is not None:
+        check_limit(
+            limits,
+            "max_replay_events_per_second",
+            rate,
+            "events per second",
+            "max_events_per_second",
+        )

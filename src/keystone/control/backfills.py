@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 
 from keystone.contracts.checkpoints import latest
 from keystone.contracts.errors import Conflict, KeystoneError, NotFound, Unprocessable
-from keystone.contracts.limits import check_limit
+from keystone.contracts.limits import check_replay_rate
 from keystone.contracts.names import ARCHIVE_QUERY, HIVE_DATABASE, archive_table, fronting_topic
 from keystone.contracts.recovery import Backfill, BackfillProgress, JobPhase
 from keystone.contracts.settings import Settings
@@ -105,14 +105,7 @@ class Backfills:
                 "output at a time; cancel it first",
                 backfill=current.id,
             )
-        if rate is not None:
-            check_limit(
-                self.settings,
-                "max_replay_events_per_second",
-                rate,
-                "events per second",
-                "max_events_per_second",
-            )
+        check_replay_rate(self.settings, rate)
         begins, ends = _utc(start).timestamp(), _utc(end).timestamp()
         now = self.clock()
         if begins >= ends:

@@ -24,7 +24,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 from keystone.contracts import envelope
 from keystone.contracts.checkpoints import Offsets
 from keystone.contracts.errors import Conflict, KeystoneError, NotFound, Unavailable
-from keystone.contracts.limits import check_limit
+from keystone.contracts.limits import check_replay_rate
 from keystone.contracts.names import dead_letter_topic, redriven_topic
 from keystone.contracts.recovery import JobPhase, Redrive, RedriveProgress, Selection
 from keystone.contracts.settings import Settings
@@ -235,14 +235,7 @@ class DeadLetters:
                 "per stream at a time; cancel it first",
                 redrive=current.id,
             )
-        if rate is not None:
-            check_limit(
-                self.settings,
-                "max_replay_events_per_second",
-                rate,
-                "events per second",
-                "max_events_per_second",
-            )
+        check_replay_rate(self.settings, rate)
         known = {o.name for o in spec.outputs} | {STREAM_LEVEL}
         if selection.output is not None and selection.output not in known:
             raise NotFound(f"stream {stream!r} has no output {selection.output!r}")

@@ -28,7 +28,7 @@ from keystone.contracts.checkpoints import (
     query_id,
 )
 from keystone.contracts.errors import Conflict, Gone, KeystoneError, NotFound, Unprocessable
-from keystone.contracts.limits import check_limit
+from keystone.contracts.limits import check_replay_rate
 from keystone.contracts.names import fronting_topic
 from keystone.contracts.recovery import Replaced, RestorePoint, Rewind
 from keystone.contracts.settings import Settings
@@ -144,14 +144,7 @@ class Rewinds:
                 "output at a time",
                 rewind=current.id,
             )
-        if rate is not None:
-            check_limit(
-                self.settings,
-                "max_replay_events_per_second",
-                rate,
-                "events per second",
-                "max_events_per_second",
-            )
+        check_replay_rate(self.settings, rate)
         topic = fronting_topic(stream)
         extent = self.positions.extent(topic)
         points = self.store.restore_points(stream, output)  # newest first
