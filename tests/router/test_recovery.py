@@ -34,7 +34,7 @@ from keystone.loadtest.topics import read_topic
 from keystone.router.lang.evaluate import project
 from keystone.router.lang.parser import parse_projection
 from tests.support.api import Api, owner
-from tests.support.stack import Stack
+from tests.support.stack import Stack, checked
 from tests.support.tables import Tables
 from tests.support.waiting import eventually
 
@@ -518,8 +518,9 @@ def test_a_backfill_is_cancelled_and_requests_that_cannot_be_carried_out_start_n
     answer = rewound.api.call("POST", path, body)
     assert answer.status_code == 409 and first["id"] in answer.json()["message"]
     eventually("its application to run", lambda: _application(rewound, "bf_search"), 60)
-    cancelling = rewound.api.call("DELETE", path)
-    assert cancelling.status_code == 202 and cancelling.json()["state"] == "cancelling"
+    cancel = ("output", "backfill", STREAM, "bf_search", "--cancel", "--json")
+    cancelling = json.loads(checked(rewound.stack.keystone(*cancel)).stdout)
+    assert (cancelling["id"], cancelling["state"]) == (first["id"], "cancelling")
     eventually(
         "the backfill to be cancelled",
         lambda: (_backfilled(rewound, "bf_search") or {}).get("state") == "cancelled",

@@ -25,7 +25,7 @@ from keystone.loadtest.topics import read_topic
 from keystone.router.lang.evaluate import project
 from keystone.router.lang.parser import parse_projection
 from tests.support.api import Api, owner
-from tests.support.stack import Stack
+from tests.support.stack import Stack, checked
 from tests.support.tables import Tables
 from tests.support.waiting import eventually
 
@@ -242,10 +242,16 @@ def test_dead_letters_fail_again_until_fixed_then_reach_only_where_they_failed(
         fixed = guid in conflict | strict | probe
         assert document == redriven.record(guid, FIXED if fixed else PROJECTION), guid
 
-    # Again: nothing left to send, and nothing is.
+    # Again, from the command line: every dead letter is redriven, nothing left to send.
+    listed = json.loads(
+        checked(redriven.stack.keystone("dead-letters", "list", STREAM, "--json")).stdout
+    )
+    counts = {(g["output"], g["count"], g["redriven"]) for g in listed["groups"]}
+    assert counts == {("_stream", 2 * EACH, 2 * EACH), ("search", EACH, EACH)}
     plan = redriven.redrive(dry_run=True)
     assert plan["events"] == 0
-    third = redriven.redrive()
+    again = redriven.stack.keystone("dead-letters", "redrive", STREAM, "--yes", "--json")
+    third = json.loads(checked(again).stdout)
     assert (third["state"], third["events"]) == ("done", 0)
     assert sorted(g for g, _, _ in redriven.kafka()) == sorted(live | strict)
     audit = redriven.api.ok("GET", "/v1/audit", limit=50)

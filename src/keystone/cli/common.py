@@ -110,3 +110,33 @@ def follow_job(
     say(now)
     if now.state != "done":
         raise typer.Exit(1)
+
+
+def plan_then_start(
+    ask: Callable[[dict[str, Any]], Any],
+    request: dict[str, Any],
+    say: Callable[[Any], None],
+    question: str,
+    *,
+    dry_run: bool,
+    yes: bool,
+    as_json: bool,
+) -> Any | None:
+    """A rewind's, backfill's or redrive's plan first (`ask` with `dry_run`), said (`say`) and
+    confirmed (`question`, unless `yes`); then the thing itself. What started, when there is
+    more to show of it (None: a dry run, or `--json`, which printed it)."""
+    plan = ask({**request, "dry_run": True})
+    if dry_run:
+        if as_json:
+            emit(plan)
+        else:
+            say(plan)
+        return None
+    if not yes and not as_json:
+        say(plan)
+        typer.confirm(question, abort=True)
+    started = ask(request)
+    if as_json:
+        emit(started)
+        return None
+    return started

@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from keystone.cli.common import JsonOption, console, control, emit, follow_job
+from keystone.cli.common import JsonOption, console, control, emit, follow_job, plan_then_start
 from keystone.control.models import RedrivePublic
 
 app = typer.Typer(
@@ -93,19 +93,16 @@ def redrive(
             "max_events_per_second": rate,
         }
         request = {k: v for k, v in request.items() if v is not None}
-        plan = client.redrive(stream, {**request, "dry_run": True})
-        if dry_run:
-            if as_json:
-                emit(plan)
-            else:
-                _say(plan)
-            return
-        if not yes and not as_json:
-            _say(plan)
-            typer.confirm("Redrive?", abort=True)
-        started = client.redrive(stream, request)
-        if as_json:
-            emit(started)
+        started = plan_then_start(
+            lambda asked: client.redrive(stream, asked),
+            request,
+            _say,
+            "Redrive?",
+            dry_run=dry_run,
+            yes=yes,
+            as_json=as_json,
+        )
+        if started is None:
             return
         console.print(f"redrive [bold]{started.id}[/] of {stream} started")
         if wait:

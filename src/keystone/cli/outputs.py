@@ -14,7 +14,16 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
-from keystone.cli.common import JsonOption, SpecFile, console, control, done, emit, follow_job
+from keystone.cli.common import (
+    JsonOption,
+    SpecFile,
+    console,
+    control,
+    done,
+    emit,
+    follow_job,
+    plan_then_start,
+)
 from keystone.contracts.errors import InvalidSpec, KeystoneError
 from keystone.contracts.spec import OutputSpec, field_errors
 from keystone.control.client import ControlClient
@@ -140,19 +149,16 @@ def rewind(
     if offsets is not None:
         request["offsets"] = _offsets(offsets)
     with control(ctx) as client:
-        plan = client.rewind(stream, output, {**request, "dry_run": True})
-        if dry_run:
-            if as_json:
-                emit(plan)
-            else:
-                _say(plan)
-            return
-        if not yes and not as_json:
-            _say(plan)
-            typer.confirm("Rewind?", abort=True)
-        started = client.rewind(stream, output, request)
-        if as_json:
-            emit(started)
+        started = plan_then_start(
+            lambda asked: client.rewind(stream, output, asked),
+            request,
+            _say,
+            "Rewind?",
+            dry_run=dry_run,
+            yes=yes,
+            as_json=as_json,
+        )
+        if started is None:
             return
         console.print(f"rewind [bold]{started.id}[/] of {stream}.{output} started")
         if wait:
@@ -238,19 +244,16 @@ def backfill(
         if start is None or end is None:
             raise typer.BadParameter("give --from and --to (or --status, or --cancel)")
         request = {"from": _when(start), "to": _when(end), "max_events_per_second": rate}
-        plan = client.backfill(stream, output, {**request, "dry_run": True})
-        if dry_run:
-            if as_json:
-                emit(plan)
-            else:
-                _say_backfill(plan)
-            return
-        if not yes and not as_json:
-            _say_backfill(plan)
-            typer.confirm("Backfill?", abort=True)
-        started = client.backfill(stream, output, request)
-        if as_json:
-            emit(started)
+        started = plan_then_start(
+            lambda asked: client.backfill(stream, output, asked),
+            request,
+            _say_backfill,
+            "Backfill?",
+            dry_run=dry_run,
+            yes=yes,
+            as_json=as_json,
+        )
+        if started is None:
             return
         console.print(f"backfill [bold]{started.id}[/] of {stream}.{output} started")
         if wait:
