@@ -125,6 +125,17 @@ class Rewound:
             **extra,
         }
 
+    def redeploy(self, good: bool) -> None:
+        """The spec changed, once the changed router runs: events sent before could be read
+        by the old one (a realtime output delivers them at once) as it stops."""
+        before = self.router_pid()
+        self.api.ok("PUT", f"/v1/streams/{STREAM}", self.spec(good))
+        eventually(
+            "the redeployed router to run",
+            lambda: self.router_pid() not in (None, before),
+            timeout=180,
+        )
+
     def router_pid(self) -> int | None:
         deployed = Deployment.load(self.stack.settings, STREAM)
         return deployed.pid if deployed is not None and deployed.alive() else None
@@ -238,7 +249,7 @@ def rewound(stack: Stack, admin: Api) -> Iterator[Rewound]:
             assert point is not None
             handle.before_bad[output] = point["id"]
         # The bad deploy, its events, and the fix (each a redeploy of the router).
-        team.ok("PUT", f"/v1/streams/{STREAM}", handle.spec(good=False))
+        handle.redeploy(good=False)
         handle.send(range(BATCH, 2 * BATCH), hour=1)
 
         def wrong_everywhere() -> bool:
@@ -249,7 +260,7 @@ def rewound(stack: Stack, admin: Api) -> Iterator[Rewound]:
 
         eventually("the bad deploy's records", wrong_everywhere, timeout=240)
         eventually("every output to have the bad deploy's events", handle.holds_everything, 120)
-        team.ok("PUT", f"/v1/streams/{STREAM}", handle.spec(good=True))
+        handle.redeploy(good=True)
         handle.send(range(2 * BATCH, 3 * BATCH), hour=2)
         eventually("the fixed deploy's events", handle.holds_everything, timeout=240)
         yield handle
