@@ -157,19 +157,23 @@ function rewindRequest(form) {
   return request;
 }
 
-async function postRewind(output, request) {
-  const answer = await fetch(`/ui/streams/${stream}/outputs/${output}/rewind`, {
-    method: "POST",
+// A recovery request to the page's routes; its answer, or an Error saying why it was refused.
+async function sendJSON(path, method, request, what) {
+  const answer = await fetch(path, {
+    method,
     headers: {"Content-Type": "application/json", Accept: "application/json"},
-    body: JSON.stringify(request),
+    body: request ? JSON.stringify(request) : undefined,
   });
   const result = await answer.json();
   if (!answer.ok) {
     const problems = (result.problems || []).map((p) => p.message);
-    throw new Error([result.message || `The rewind failed (${answer.status})`, ...problems].join(": "));
+    throw new Error([result.message || `The ${what} failed (${answer.status})`, ...problems].join(": "));
   }
   return result;
 }
+
+const postRewind = (output, request) =>
+  sendJSON(`/ui/streams/${stream}/outputs/${output}/rewind`, "POST", request, "rewind");
 
 // The plan in the dialog; resolves to whether the owner confirmed it.
 function confirmPlan(plan) {
@@ -247,19 +251,8 @@ function showBackfill(output, backfill) {
   button.title = active ? "This output is being backfilled." : "";
 }
 
-async function sendBackfill(output, method, request) {
-  const answer = await fetch(`/ui/streams/${stream}/outputs/${output}/backfill`, {
-    method,
-    headers: {"Content-Type": "application/json", Accept: "application/json"},
-    body: request ? JSON.stringify(request) : undefined,
-  });
-  const result = await answer.json();
-  if (!answer.ok) {
-    const problems = (result.problems || []).map((p) => p.message);
-    throw new Error([result.message || `The backfill failed (${answer.status})`, ...problems].join(": "));
-  }
-  return result;
-}
+const sendBackfill = (output, method, request) =>
+  sendJSON(`/ui/streams/${stream}/outputs/${output}/backfill`, method, request, "backfill");
 
 function confirmBackfill(plan) {
   const dialog = document.getElementById("backfill-dialog");
@@ -383,16 +376,8 @@ async function loadDeadLetters() {
   }
 }
 
-async function sendRedrive(method, request) {
-  const answer = await fetch(`/ui/streams/${stream}/dead-letters/redrive`, {
-    method,
-    headers: {"Content-Type": "application/json", Accept: "application/json"},
-    body: request ? JSON.stringify(request) : undefined,
-  });
-  const result = await answer.json();
-  if (!answer.ok) throw new Error(result.message || `The redrive failed (${answer.status})`);
-  return result;
-}
+const sendRedrive = (method, request) =>
+  sendJSON(`/ui/streams/${stream}/dead-letters/redrive`, method, request, "redrive");
 
 async function redriveDeadLetters(selection) {
   const error = deadLetters.querySelector("[data-redrive-error]");
