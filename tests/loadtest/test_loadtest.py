@@ -1,6 +1,7 @@
 """`keystone loadtest` on the test stack, short: a minute of load through the proxy with the
-router killed once, and the audit of every acknowledged guid at every sink finds no loss, no
-duplicate in Elasticsearch or Hive, and writes its report."""
+router killed once and outputs rewound, then one with bad events redriven after their fix and
+outputs backfilled from the archive; the audit of every acknowledged guid at every sink finds
+no loss, no duplicate in Elasticsearch or Hive, and the report is written."""
 
 from __future__ import annotations
 
@@ -76,15 +77,16 @@ def streams(admin: Api) -> Iterator[None]:
         admin.call("DELETE", f"/v1/streams/{name}")
 
 
-def a_minute_of_load(stack: Stack, report: Path, *faults: str) -> dict:
-    """`keystone loadtest` of the stream for a minute at 100 events/s with the faults; its
-    figures."""
+def a_minute_of_load(stack: Stack, report: Path, *faults: str, bad_events: int = 0) -> dict:
+    """`keystone loadtest` of the stream for a minute at 100 events/s with the faults (and bad
+    events); its figures."""
     result = checked(
         stack.keystone(
             "loadtest",
             *("--stream", STREAM, "--rate", "100", "--duration", "60", "--producers", "2"),
             *("--event-size", "700", "--report", str(report), "--json"),
             *(arg for fault in faults for arg in ("--fault", fault)),
+            *(("--bad-events", str(bad_events)) if bad_events else ()),
             timeout=1200,
         )
     )
@@ -132,4 +134,39 @@ def test_a_minute_of_load_with_the_router_killed_and_outputs_rewound_loses_nothi
         assert "caught_up after" in fault["notes"][-1], fault
     for name in ("report.md", "figures.json", "rate.png", "latency.png"):
         assert (report / name).stat().st_size > 1000, name
+    assert "No loss" in (report / "report.md").read_text()
+
+
+def test_a_minute_of_load_with_bad_events_redriven_and_outputs_backfilled_loses_nothing(
+    stack: Stack, streams: None, admin: Api, tmp_path
+) -> None:
+    """(issue 31) 40 events a too strict schema refuses are dead-lettered by the stream, the
+    schema is fixed half-way, and they are redriven to every output; meanwhile the Kafka and
+    the Hive outputs are backfilled from the archive over 20 s. Every event arrives,
+    Elasticsearch and Hive hold each once, the Kafka copies are replays, and the stream has its
+    own spec back."""
+    report = tmp_path / "report"
+    figures = a_minute_of_load(
+        stack, report, "backfill-output@35+20", "backfill-output:warehouse@38+20", bad_events=40
+    )
+    audit = figures["audit"]
+    assert audit["drained"] and audit["lossless"], audit
+    acknowledged = figures["ingest"]["acknowledged"]
+    by_output = {o["output"]: o for o in audit["outputs"]}
+    for o in audit["outputs"]:
+        assert 0 < o["expected"] == o["delivered"] and o["unexpected"] == 0, o
+    # Every load event and every bad one: the warehouse keeps them all, redriven or backfilled.
+    assert by_output[f"{STREAM}.warehouse"]["expected"] == acknowledged + 40
+    for idempotent in ("search", "warehouse"):
+        assert by_output[f"{STREAM}.{idempotent}"]["duplicates"] == 0
+    assert by_output[f"{STREAM}.picked"]["replays"] > 0  # the backfill's copies, labelled
+    *backfills, bad = figures["faults"]
+    assert {f["output"] for f in backfills} == {"picked", "warehouse"}
+    for fault in backfills:
+        assert fault["fault"] == "backfill-output" and "done after" in fault["notes"][-1], fault
+    assert bad["fault"] == "bad-events", bad
+    notes = " | ".join(bad["notes"])
+    assert "40 sent straight to Kafka" in notes and "the fix at" in notes, notes
+    assert "redrive done: 40 sent again" in notes and "0 dead-lettered anew" in notes, notes
+    assert admin.ok("GET", f"/v1/streams/{STREAM}")["spec"]["schema"] is None
     assert "No loss" in (report / "report.md").read_text()

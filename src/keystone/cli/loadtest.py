@@ -47,6 +47,21 @@ def loadtest(
             "until done. Repeatable."
         ),
     ] = None,
+    bad_events: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            max=100_000,
+            help="Events that dead-letter until a fix, then are redriven: the run puts a too "
+            "strict schema on the stream (a stream without one), writes N events it refuses "
+            "straight to Kafka over the first half of the time before the fix, puts the "
+            "stream's own spec back at --fix-at, and redrives its dead letters.",
+        ),
+    ] = 0,
+    fix_at: Annotated[
+        float | None,
+        typer.Option(help="Seconds into the run of the bad events' fix (default: half of it)."),
+    ] = None,
     report: Annotated[Path | None, typer.Option(help="Report folder.")] = None,
     drain_timeout: Annotated[
         float, typer.Option(help="Seconds to wait for every sink to hold every event.")
@@ -69,6 +84,8 @@ def loadtest(
         plan=Plan(stream, rate, length, event_size, producers),
         faults=[Fault.parse(f, length) for f in fault or []],
         direct=direct,
+        bad_events=bad_events,
+        fix_at=fix_at,
         key=key,
         report=report,
         drain_timeout=drain_timeout,

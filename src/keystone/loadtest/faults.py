@@ -35,6 +35,7 @@ from keystone.stack import lifecycle
 
 REWIND = "rewind-output"
 BACKFILL = "backfill-output"
+BAD_EVENTS = "bad-events"  # not a --fault: --bad-events N (loadtest.bad_events)
 NAMES_AN_OUTPUT = (REWIND, BACKFILL)
 # How long a rewind may take to catch up, beyond its own estimate, before the fault gives up
 # waiting (the audit still runs: a replay that has not caught up shows as lost events).
@@ -53,6 +54,7 @@ class Fault:
     at: float
     hold: float  # seconds it lasts; for rewind-output, seconds back the output is rewound
     output: str | None = None  # rewind-output: the output (None: chosen from the stream)
+    count: int = 0  # bad-events: how many
     began: float | None = None
     ended: float | None = None
     notes: list[str] = field(default_factory=list)
@@ -98,6 +100,8 @@ class Fault:
             return f"output {self.output or '?'} rewound {self.hold:g} s back, until caught up"
         if self.name == BACKFILL:
             return f"output {self.output or '?'} backfilled over {self.hold:g} s, until done"
+        if self.name == BAD_EVENTS:
+            return f"{self.count} events dead-lettered until a fix at {self.at:g} s, redriven"
         return self.kinds[self.name][0]
 
 

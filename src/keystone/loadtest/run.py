@@ -2,7 +2,8 @@
 acknowledged guid at every sink, and report.
 
     keystone loadtest --stream S --rate R --duration D [--event-size B] [--producers N]
-                      [--direct APP] [--fault NAME[:OUTPUT][@AT][+FOR] ...] [--report DIR]
+                      [--direct APP] [--fault NAME[:OUTPUT][@AT][+FOR] ...]
+                      [--bad-events N [--fix-at S]] [--report DIR]
 """
 
 from __future__ import annotations
@@ -25,10 +26,12 @@ from keystone.contracts.settings import Settings
 from keystone.contracts.spec import StreamSpec
 from keystone.control.client import ControlClient, ControlError
 from keystone.loadtest import audit as auditing
+from keystone.loadtest import bad_events
 from keystone.loadtest import faults as faulting
+from keystone.loadtest.bad_events import BadEvents
 from keystone.loadtest.bench import machine
 from keystone.loadtest.driver import Load, Plan, drive_direct, drive_proxy
-from keystone.loadtest.faults import Fault
+from keystone.loadtest.faults import BAD_EVENTS, Fault
 from keystone.loadtest.report import Run, summary, write
 
 APP = "loadtest"
@@ -40,6 +43,8 @@ class Options:
     plan: Plan
     faults: list[Fault] = field(default_factory=list)
     direct: str | None = None  # write straight to Kafka as this app
+    bad_events: int = 0  # events that dead-letter until a fix, then are redriven
+    fix_at: float | None = None  # seconds into the run (default half of it)
     key: str | None = None  # the app key to post with; default: the loadtest app's
     report: Path | None = None
     drain_timeout: float = 300.0
@@ -124,17 +129,31 @@ def run(settings: Settings, options: Options, console: Console) -> dict[str, Any
         if not spec.outputs:
             raise BadRequest(f"stream {plan.stream!r} has no outputs: nothing to audit")
         faulting.choose_outputs(spec, options.faults)
+        bad = _bad_events(settings, options, spec)
         streams = streams_reached(control, spec)
         key = options.key
         if options.direct is None and key is None:
             key = app_key(control, APP, plan.stream)
         await_routers(control, [s.name for s in streams.values() if s.outputs], console)
-    if key is not None:
-        await_key(settings.proxy_url, key, plan.stream)
-    folder = options.report or Path.cwd() / "build" / "loadtest" / (
-        f"{plan.stream}-{time.strftime('%Y%m%d-%H%M%S')}"
-    )
-    load = _drive(settings, options, key, console)
+    try:
+        if bad is not None:
+            with (
+                ControlClient.from_settings(settings) as control,
+                console.status("putting a too strict schema for the bad events…"),
+            ):
+                bad.spoil(control)
+        if key is not None:
+            await_key(settings.proxy_url, key, plan.stream)
+        folder = options.report or Path.cwd() / "build" / "loadtest" / (
+            f"{plan.stream}-{time.strftime('%Y%m%d-%H%M%S')}"
+        )
+        load = _drive(settings, options, key, bad, console)
+    finally:
+        if bad is not None:
+            with ControlClient.from_settings(settings) as control:
+                bad.undo(control)
+    if bad is not None:
+        load.guids += bad.guids  # acknowledged by Kafka, as the load's are
     console.print(f"auditing {len(load.guids):,} acknowledged events at every sink…")
     result = _audit(settings, spec, streams, load, options.drain_timeout, console)
     run_ = Run(
@@ -143,7 +162,7 @@ def run(settings: Settings, options: Options, console: Console) -> dict[str, Any
         command=options.command,
         machine=machine(),
         load=load,
-        faults=options.faults,
+        faults=options.faults + ([bad.fault] if bad is not None else []),
         audit=result,
         ended=time.time(),
     )
@@ -154,7 +173,25 @@ def run(settings: Settings, options: Options, console: Console) -> dict[str, Any
     return figures
 
 
-def _drive(settings: Settings, options: Options, key: str | None, console: Console) -> Load:
+def _bad_events(settings: Settings, options: Options, spec: StreamSpec) -> BadEvents | None:
+    """The run's bad events, if it asked for some: written as the app the load posts as."""
+    if not options.bad_events:
+        return None
+    fix_at = options.fix_at if options.fix_at is not None else options.plan.duration / 2
+    if not 0 < fix_at < options.plan.duration:
+        raise BadRequest(f"--fix-at {fix_at:g}: within the run (0 to {options.plan.duration:g} s)")
+    bad_events.check(spec)
+    fault = Fault(BAD_EVENTS, at=fix_at, hold=0.0, count=options.bad_events)
+    return BadEvents(settings, spec, options.direct or APP, fault)
+
+
+def _drive(
+    settings: Settings,
+    options: Options,
+    key: str | None,
+    bad: BadEvents | None,
+    console: Console,
+) -> Load:
     plan = options.plan
     columns = (
         TextColumn("{task.description}"),
@@ -174,7 +211,7 @@ def _drive(settings: Settings, options: Options, key: str | None, console: Conso
             ]
             now = [
                 f.name
-                for f in options.faults
+                for f in options.faults + ([bad.fault] if bad is not None else [])
                 if f.began is not None and f.began <= elapsed and f.ended is None
             ]
             progress.update(
@@ -192,6 +229,8 @@ def _drive(settings: Settings, options: Options, key: str | None, console: Conso
                 loop.run_in_executor(None, _at, settings, plan.stream, f, started)
                 for f in options.faults
             ]
+            if bad is not None:
+                injected.append(loop.run_in_executor(None, bad.run, started))
             try:
                 if options.direct:
                     load = await loop.run_in_executor(
