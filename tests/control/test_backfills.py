@@ -145,8 +145,13 @@ def test_a_range_past_what_the_archive_has_written_is_refused(tmp_path: Path) ->
         planner.plan(TEAM, "plays", "clicks", at(3 * HOUR), at(HOUR), None)
     assert "not yet to" in refused.value.message
     assert refused.value.details["archived_until"] == "2027-01-15T06:00:00Z"
-    # Up to what it has written, it is taken.
+    # Up to what it has written, it is taken, to the millisecond (an end with microseconds
+    # was once refused for ever: the archive's mark is in milliseconds).
     planner.plan(TEAM, "plays", "clicks", at(3 * HOUR), at(2 * HOUR), None)
+    finer = at(2 * HOUR) - timedelta(microseconds=244)
+    assert planner.plan(TEAM, "plays", "clicks", at(3 * HOUR), finer, None).backfill.end == int(
+        finer.timestamp() * 1000
+    )
     never = backfills(tmp_path / "never", archived_to=None)
     with pytest.raises(Unprocessable):
         never.plan(TEAM, "plays", "clicks", at(3 * HOUR), at(2 * HOUR), None)

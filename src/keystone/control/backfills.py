@@ -119,8 +119,10 @@ class Backfills:
                 f"of ingest time): the earliest is {iso(kept_from)}",
                 earliest=iso(kept_from),
             )
+        # In milliseconds, as Kafka's timestamps and the backfill's bounds are: an end with
+        # microseconds the archive holds is not "after" what it holds.
         until = self.archived_until(spec, int(ends * 1000))
-        if until < ends:
+        if until < int(ends * 1000) / 1000:
             raise Unprocessable(
                 f"the archive holds every event ingested up to {iso(until)} so far, not yet to "
                 f"{iso(ends)}: end the range by then, or wait for its next write (every "

@@ -182,6 +182,7 @@ def write(settings: Settings, run: Run, folder: Path) -> dict[str, Any]:
             "responses": statuses,
         },
         "audit": {
+            "acknowledged": run.audit.acknowledged,  # the load's and any bad events
             "missing_at_ingest": run.audit.missing_at_ingest,
             "drained": run.audit.drained,
             "waited_seconds": run.audit.waited_seconds,

@@ -152,10 +152,10 @@ def run(settings: Settings, options: Options, console: Console) -> dict[str, Any
         if bad is not None:
             with ControlClient.from_settings(settings) as control:
                 bad.undo(control)
-    if bad is not None:
-        load.guids += bad.guids  # acknowledged by Kafka, as the load's are
-    console.print(f"auditing {len(load.guids):,} acknowledged events at every sink…")
-    result = _audit(settings, spec, streams, load, options.drain_timeout, console)
+    # The bad events were acknowledged by Kafka: audited like the load's, not counted as its.
+    acked = load.guids + (bad.guids if bad is not None else [])
+    console.print(f"auditing {len(acked):,} acknowledged events at every sink…")
+    result = _audit(settings, spec, streams, acked, options.drain_timeout, console)
     run_ = Run(
         plan=plan,
         mode="direct" if options.direct else "proxy",
@@ -257,7 +257,7 @@ def _audit(
     settings: Settings,
     spec: StreamSpec,
     streams: dict[str, StreamSpec],
-    load: Load,
+    acked: list[str],
     drain_timeout: float,
     console: Console,
 ) -> auditing.Audit:
@@ -276,4 +276,4 @@ def _audit(
                     tasks[o.output] = progress.add_task(f"{o.output} ({o.sink})", total=o.expected)
                 progress.update(tasks[o.output], completed=o.delivered)
 
-        return auditing.audit(settings, spec, streams, load.guids, drain_timeout, show)
+        return auditing.audit(settings, spec, streams, acked, drain_timeout, show)
