@@ -209,7 +209,7 @@ def test_the_end_to_end_benchmark_smoke(stack: Stack) -> None:
 def test_the_recovery_benchmark_smoke(stack: Stack) -> None:
     figures = _smoke(stack, "recovery_bench", "recovery.json", timeout=360)
     rows = _measured(figures)
-    assert [r["name"] for r in rows] == ["kafka", "elasticsearch", "hive"]
+    assert [r["name"] for r in rows] == ["kafka", "hive"]  # the smoke's two ways to ask
     for row in rows:  # the loaded events, and the live ones until it was asked
         assert row["events"] >= 3000 and row["live_records"] > 0, row
     [backfilled] = figures["backfills"]  # the smoke backfills the Kafka output only

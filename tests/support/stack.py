@@ -26,6 +26,10 @@ def stack_env(state_dir: Path, port_offset: int) -> dict[str, str]:
     env["KEYSTONE_STATE_DIR"] = str(state_dir)
     env["KEYSTONE_CACHE_DIR"] = str(Settings().cache_dir)  # share the downloaded jars
     env["KEYSTONE_SPARK_MASTER"] = "local[2]"
+    # The suite's Spark applications are many and short-lived, on two cores: the quick
+    # compiler alone starts each on 40% less CPU (measured: 8 CPU-s against 13 for a session,
+    # a query and its stop).
+    env["KEYSTONE_SPARK_DRIVER_JAVA_OPTIONS"] = "-XX:TieredStopAtLevel=1"
     for name, field in Settings.model_fields.items():
         if name.endswith("_port"):
             env[f"KEYSTONE_{name.upper()}"] = str(field.default + port_offset)

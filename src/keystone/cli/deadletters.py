@@ -119,6 +119,8 @@ def _say(redrive: RedrivePublic) -> None:
         )
         if redrive.skipped:
             console.print(f"{redrive.skipped:,} are of outputs the stream no longer has.")
+        if redrive.copies:
+            console.print(f"{redrive.copies:,} copies of those (written again) are not sent.")
         return
     of = f" of {redrive.events:,}" if redrive.events is not None else ""
     delivered = ", ".join(f"{o}: {n:,}" for o, n in redrive.delivered.items()) or "none"
@@ -126,6 +128,7 @@ def _say(redrive: RedrivePublic) -> None:
         f"redrive {redrive.id} of {redrive.stream} ({chosen}): [bold]{redrive.state}[/], "
         f"{redrive.read:,}{of} sent; delivered {delivered}; "
         f"{redrive.dead_lettered:,} dead-lettered again"
+        + (f"; {redrive.copies:,} copies of those not sent twice" if redrive.copies else "")
     )
     if redrive.error:
         console.print(Text(f"error: {redrive.error}", style="red"))

@@ -264,4 +264,7 @@ class RedriveProgress(_ProgressFile):
     delivered: dict[str, int] = Field(default_factory=dict, description="Per output.")
     dead_lettered: int = Field(0, description="Events that failed again (dead letters anew).")
     skipped: int = Field(0, description="Dead letters of outputs the stream no longer has.")
+    copies: int = Field(
+        0, description="Dead letters written again by a router that restarted: marked, not sent."
+    )
     done: bool = False

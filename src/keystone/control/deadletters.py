@@ -81,6 +81,7 @@ class RedrivePlan:
     outputs: dict[str, int]  # of those, per output they would reach
     skipped: int  # dead letters of outputs the stream no longer has
     truncated: bool  # counted from the first max_dead_letters_scanned only
+    copies: int = 0  # a dead letter's copies (a restarted router wrote it again): not sent
 
 
 @dataclass(frozen=True)
@@ -241,7 +242,8 @@ class DeadLetters:
             raise NotFound(f"stream {stream!r} has no output {selection.output!r}")
         until = self._end(spec.name)
         redriven = redriven_by(self.settings, spec.name)
-        events, skipped, scanned, truncated = 0, 0, 0, False
+        events, skipped, scanned, truncated, copies = 0, 0, 0, False, 0
+        seen: set[tuple[str, str]] = set()  # (guid, output): its first dead letter is sent
         outputs = dict.fromkeys((o.name for o in spec.outputs), 0)
         for letter in read_letters(self.settings, spec.name, until):
             if scanned >= self.settings.max_dead_letters_scanned:
@@ -250,6 +252,11 @@ class DeadLetters:
             scanned += 1
             if (letter.partition, letter.offset) in redriven or not matches(letter, selection):
                 continue
+            if letter.guid is not None:
+                if (letter.guid, letter.output) in seen:
+                    copies += 1
+                    continue
+                seen.add((letter.guid, letter.output))
             events += 1
             if letter.output == STREAM_LEVEL:
                 for name in outputs:
@@ -266,7 +273,7 @@ class DeadLetters:
             requested_at=self.clock(),
             by=caller.name,
         )
-        return RedrivePlan(redrive, events, outputs, skipped, truncated)
+        return RedrivePlan(redrive, events, outputs, skipped, truncated, copies)
 
     def start(
         self, caller: Caller, stream: str, selection: Selection, rate: int | None
@@ -276,7 +283,7 @@ class DeadLetters:
             done = plan.redrive.model_copy(
                 update={"phase": JobPhase.DONE, "finished_at": plan.redrive.requested_at}
             )
-            plan = RedrivePlan(done, 0, plan.outputs, plan.skipped, plan.truncated)
+            plan = RedrivePlan(done, 0, plan.outputs, plan.skipped, plan.truncated, plan.copies)
         entry = audit(
             caller.name,
             "stream.redrive",

@@ -422,6 +422,11 @@ class RedrivePublic(BaseModel):
     delivered: dict[str, int] = Field(default_factory=dict, description="Per output.")
     dead_lettered: int = Field(0, description="Events that failed again: dead letters anew.")
     skipped: int = Field(0, description="Dead letters of outputs the stream no longer has.")
+    copies: int = Field(
+        0,
+        description="Second copies of a dead letter (a router that restarted wrote it again): "
+        "marked redriven, not sent again.",
+    )
     rate: int
     eta_seconds: float | None = None
     attempts: int = 0
@@ -441,6 +446,7 @@ class RedrivePublic(BaseModel):
             events=plan.events,
             outputs=plan.outputs,
             skipped=plan.skipped,
+            copies=plan.copies,
             truncated=plan.truncated,
         )
 
@@ -455,6 +461,7 @@ class RedrivePublic(BaseModel):
             delivered=progress.delivered,
             dead_lettered=progress.dead_lettered,
             skipped=progress.skipped,
+            copies=progress.copies,
             eta_seconds=round(view.eta_seconds, 1) if view.eta_seconds is not None else None,
             attempts=redrive.attempts,
             error=redrive.error or None,

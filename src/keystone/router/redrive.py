@@ -12,6 +12,11 @@ a dead letter again, with its new reason and its redrive count. The slice's dead
 then marked redriven, by position, in a compacted topic (`names.redriven_topic`): another
 redrive of the same ones sends nothing. A redrive started again after a crash goes on at the
 slice it was writing; its own marks do not change what it selected.
+
+The dead-letter topic is written at least once: a router killed after writing a dead letter
+and before committing writes it again when it restarts. Of the copies of one event's dead
+letter (by guid and where it failed) a redrive's selection sends the first only, and marks all
+of them, so a Hive output does not hold the event twice.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ import time
 
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from keystone.contracts import envelope as names
@@ -148,6 +153,16 @@ def as_fronting(letters: DataFrame, stream: str) -> DataFrame:
     )
 
 
+def first_copies(letters: DataFrame) -> DataFrame:
+    """`letters` with `copy`: true for every dead letter but the first (by position) of one
+    event (its guid) refused by the same output or the stream (`failed_in`)."""
+    guid = F.coalesce(_header(names.GUID), F.concat_ws(":", "partition", "offset"))
+    event = Window.partitionBy(guid, F.coalesce("failed_in", F.lit(""))).orderBy(
+        "partition", "offset"
+    )
+    return letters.withColumn("copy", F.row_number().over(event) > 1)
+
+
 def redriven(source: DataFrame) -> DataFrame:
     """The enveloped dead letters with where each failed (`failed_in`: an output, or null for
     the stream) and their headers as the event had them (and its redrive count): the
@@ -189,7 +204,7 @@ class Redriver:
             progress.total, progress.done = 0, True
             progress.save(self.path)
             return True
-        letters = found.persist()
+        letters = first_copies(found).persist()
         try:
             if progress.total is None or progress.slices is None:
                 progress.total = letters.count()
@@ -221,8 +236,9 @@ class Redriver:
         part = letters.persist()
         try:
             read = part.count()
+            copies = part.where("copy").count()
             paths = dead_letter_paths(self.spec.outputs)
-            fronting = as_fronting(part, self.spec.name)
+            fronting = as_fronting(part.where(~F.col("copy")), self.spec.name)
             source = redriven(envelope(fronting, self.schema, paths)).persist()
             failed_in = F.col("failed_in")
             for name, writer in self.writers.items():
@@ -249,7 +265,7 @@ class Redriver:
             progress.skipped += source.where(
                 failed_in.isNotNull() & ~failed_in.isin(*outputs)
             ).count()
-            # Marked redriven once sent: another redrive leaves them be.
+            # Marked redriven once sent, copies too: another redrive leaves them be.
             marks = part.select(
                 F.concat_ws(":", "partition", "offset").alias("key"),
                 F.lit(redrive.id).alias("value"),
@@ -260,6 +276,7 @@ class Redriver:
         finally:
             part.unpersist()
         progress.read += read
+        progress.copies += copies
         progress.slices_done = n + 1
         progress.save(self.path)
         return read

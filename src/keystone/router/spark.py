@@ -51,9 +51,12 @@ def spark_conf(settings: Settings, app_name: str, master: str | None = None) -> 
         "spark.sql.mapKeyDedupPolicy": "LAST_WIN",
         **(jvm.local_file_system(settings) if master.startswith("local") else {}),
     }
+    options = settings.spark_driver_java_options.split()
     shared = jvm.class_archive(settings, conf.get("spark.driver.extraClassPath", ""))
     if shared.exists():
-        conf["spark.driver.extraJavaOptions"] = f"-XX:SharedArchiveFile={shared}"
+        options.append(f"-XX:SharedArchiveFile={shared}")
+    if options:
+        conf["spark.driver.extraJavaOptions"] = " ".join(options)
     return conf
 
 
