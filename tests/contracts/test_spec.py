@@ -64,6 +64,11 @@ def test_a_spec_loads_with_defaults_by_sink() -> None:
         ({"outputs": [{"name": "o1", "sink": {"type": "hive"}}] * 2}, "outputs", "unique: o1"),
         ({"schema": {"type": "string"}}, "schema", "an Avro record"),
         ({"surprise": 1}, "surprise", "Extra inputs are not permitted"),
+        (
+            {"objectives": {"router_down_for": "soon"}},
+            "objectives.router_down_for",
+            "a duration like '30 seconds'",
+        ),
     ],
 )
 def test_invalid_specs_say_which_field_and_why(change: dict, field: str, message: str) -> None:

@@ -10,6 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 
 from keystone.contracts.errors import Unavailable
 from keystone.contracts.settings import Settings
@@ -105,7 +106,8 @@ def test_a_long_name_keeps_a_unique_uid() -> None:
 def test_the_rules_pass_promtool_and_carry_the_objectives(tmp_path: Path) -> None:
     promtool = shutil.which("promtool")
     assert promtool, "the bootstrap installs Prometheus, and promtool with it"
-    for index, stream in enumerate([spec(), spec(LONG), spec(objectives={"delivery_rate": 0.95})]):
+    owned = spec(objectives={"delivery_rate": 0.95, "router_down_for": "2 minutes"})
+    for index, stream in enumerate([spec(), spec(LONG), owned]):
         path = tmp_path / f"{index}.yml"
         path.write_text(rules_yaml(stream, "http://127.0.0.1:18081/ui"))
         checked = subprocess.run(
@@ -113,8 +115,18 @@ def test_the_rules_pass_promtool_and_carry_the_objectives(tmp_path: Path) -> Non
         )
         assert checked.returncode == 0, checked.stdout + checked.stderr
         assert "SUCCESS: 9 rules found" in checked.stdout
-    text = rules_yaml(spec(objectives={"delivery_rate": 0.95}), "x")
+    text = rules_yaml(owned, "x")
     assert "< 0.95" in text and "KeystoneRouterDown" in text
+    down = {
+        spec_.objectives.router_down_for: next(
+            r["for"]
+            for g in yaml.safe_load(rules_yaml(spec_, "x"))["groups"]
+            for r in g["rules"]
+            if r.get("alert") == "KeystoneRouterDown"
+        )
+        for spec_ in (spec(), owned)
+    }
+    assert down == {"1 minute": "60s", "2 minutes": "120s"}
 
 
 def test_the_publisher_rewrites_only_what_changed_and_removes_what_is_gone(

@@ -54,6 +54,7 @@ SPEC = {
     "producers": [APP],
     "outputs": OUTPUTS,
     "archive": {"enabled": False},
+    "objectives": {"router_down_for": "15 seconds"},  # the router-down test waits for it
 }
 
 
@@ -194,7 +195,8 @@ def test_keystone_dashboard_prints_the_page_and_draws_it_into_a_png(dash: Dash) 
 
 def test_the_router_down_alert_fires_when_its_router_is_stopped(dash: Dash) -> None:
     """Control stopped first (else its fleet starts the router again at once), then the
-    router; the rule waits a minute before it fires. Control back, the router comes back."""
+    router; the rule waits the stream's `router_down_for` (15 s) before it fires. Control back,
+    the router comes back."""
     state = dash.stack.state_dir
     assert stop(PidFile(state / "run" / "control.pid"), signal.SIGTERM, timeout=30)
     try:

@@ -35,6 +35,14 @@ _DURATION = re.compile(r"^([1-9][0-9]*) (second|minute|hour|day)s?$")
 _UNIT_SECONDS = {"second": 1, "minute": 60, "hour": 3600, "day": 86400}
 # Spark's spark.sql.streaming.realTimeMode.minBatchDuration.
 REALTIME_MIN_SECONDS = 5
+
+
+def _duration_seconds(duration: str) -> int:
+    match = _DURATION.fullmatch(duration)
+    assert match is not None, "checked when the spec was read"
+    return int(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+
+
 DEFAULT_TRIGGERS = {"realtime": "60 seconds", "microbatch": "10 seconds"}
 
 
@@ -114,6 +122,22 @@ class Objectives(_Strict):
         le=MAX_OBJECTIVE_LAG_RECORDS,
         description="An output this far behind the fronting topic and growing.",
     )
+    router_down_for: str = Field(
+        "1 minute",
+        description="How long the router may be unreachable, or a query of it stopped, before "
+        "KeystoneRouterDown fires: '30 seconds', '5 minutes' (a restart takes some seconds).",
+    )
+
+    @field_validator("router_down_for")
+    @classmethod
+    def _down_for(cls, wait: str) -> str:
+        if not _DURATION.fullmatch(wait):
+            raise ValueError("a duration like '30 seconds', '1 minute' or '2 hours'")
+        return wait
+
+    @property
+    def router_down_seconds(self) -> int:
+        return _duration_seconds(self.router_down_for)
 
 
 class Recovery(_Strict):
@@ -140,9 +164,7 @@ class Recovery(_Strict):
 
     @property
     def keep_seconds(self) -> int:
-        match = _DURATION.fullmatch(self.keep)
-        assert match is not None, "checked when the spec was read"
-        return int(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+        return _duration_seconds(self.keep)
 
 
 class Archive(_Strict):

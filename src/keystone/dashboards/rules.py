@@ -65,7 +65,7 @@ def rules(spec: StreamSpec, dashboard_url: str) -> dict[str, Any]:
                         "KeystoneRouterDown",
                         f'max(up{{job="keystone_router",{sel}}}) < 1 '
                         f"or max({m.ROUTER_UP}{{{sel}}}) < 1",
-                        "1m",
+                        f"{objective.router_down_seconds}s",
                         "critical",
                         f"The router of stream {s} is down",
                         "Prometheus cannot reach it, or one of its queries is not running "
