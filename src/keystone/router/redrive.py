@@ -207,7 +207,7 @@ class Redriver:
         letters = first_copies(found).persist()
         try:
             if progress.total is None or progress.slices is None:
-                progress.total = letters.count()
+                progress.total = letters.where(~F.col("copy")).count()
                 progress.slices = max(1, math.ceil(progress.total / (redrive.rate * SLICE_SECONDS)))
                 progress.save(self.path)
             place = F.pmod(F.xxhash64("partition", "offset"), F.lit(progress.slices))
@@ -231,12 +231,12 @@ class Redriver:
         return True
 
     def slice(self, letters: DataFrame, n: int) -> int:
-        """Sends one slice again; returns how many dead letters it held."""
+        """Sends one slice again; returns how many dead letters it sent (copies not counted)."""
         redrive, progress = self.redrive, self.progress
         part = letters.persist()
         try:
-            read = part.count()
             copies = part.where("copy").count()
+            read = part.count() - copies
             paths = dead_letter_paths(self.spec.outputs)
             fronting = as_fronting(part.where(~F.col("copy")), self.spec.name)
             source = redriven(envelope(fronting, self.schema, paths)).persist()

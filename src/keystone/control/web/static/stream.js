@@ -318,7 +318,8 @@ function showRedrive(redrive) {
   deadLetters.dataset.redriveState = redrive ? redrive.state : "none";
   summary.textContent = redrive
     ? `· last redrive ${redrive.id}: ${redrive.state}, ${count(redrive.read)} sent, ` +
-      `${count(redrive.dead_lettered)} dead-lettered again`
+      `${count(redrive.dead_lettered)} dead-lettered again` +
+      (redrive.copies ? `, ${count(redrive.copies)} copies not sent twice` : "")
     : "";
   if (active) {
     const bar = progress.querySelector("progress");
@@ -385,8 +386,9 @@ async function redriveDeadLetters(selection) {
   try {
     const plan = await sendRedrive("POST", {...selection, dry_run: true});
     const reach = Object.entries(plan.outputs || {}).map(([o, n]) => `${o}: ${count(n)}`).join(", ");
+    const copies = plan.copies ? ` (${count(plan.copies)} copies written again by a router are not sent twice)` : "";
     const question = `Send ${count(plan.events)} dead letters again, each only to the outputs ` +
-      `it failed in (${reach}), at most ${count(plan.rate)} events/s?`;
+      `it failed in (${reach}), at most ${count(plan.rate)} events/s?${copies}`;
     if (!confirm(question)) return;
     await sendRedrive("POST", selection);
     await refresh();
