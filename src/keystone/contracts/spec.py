@@ -37,6 +37,15 @@ _UNIT_SECONDS = {"second": 1, "minute": 60, "hour": 3600, "day": 86400}
 REALTIME_MIN_SECONDS = 5
 
 
+def _check_duration(text: str) -> str:
+    if not _DURATION.fullmatch(text):
+        raise ValueError("a duration like '30 seconds', '90 minutes', '24 hours' or '7 days'")
+    return text
+
+
+Duration = Annotated[str, AfterValidator(_check_duration)]
+
+
 def _duration_seconds(duration: str) -> int:
     match = _DURATION.fullmatch(duration)
     assert match is not None, "checked when the spec was read"
@@ -122,18 +131,11 @@ class Objectives(_Strict):
         le=MAX_OBJECTIVE_LAG_RECORDS,
         description="An output this far behind the fronting topic and growing.",
     )
-    router_down_for: str = Field(
+    router_down_for: Duration = Field(
         "1 minute",
         description="How long the router may be unreachable, or a query of it stopped, before "
         "KeystoneRouterDown fires: '30 seconds', '5 minutes' (a restart takes some seconds).",
     )
-
-    @field_validator("router_down_for")
-    @classmethod
-    def _down_for(cls, wait: str) -> str:
-        if not _DURATION.fullmatch(wait):
-            raise ValueError("a duration like '30 seconds', '1 minute' or '2 hours'")
-        return wait
 
     @property
     def router_down_seconds(self) -> int:
@@ -143,7 +145,7 @@ class Objectives(_Strict):
 class Recovery(_Strict):
     """How far back the stream's outputs can be rewound, and how fast a rewind replays."""
 
-    keep: str = Field(
+    keep: Duration = Field(
         "24 hours",
         description="How long each output's restore points are kept: '24 hours', '3 days'. "
         "The fronting topic's retention bounds a rewind too.",
@@ -154,13 +156,6 @@ class Recovery(_Strict):
         description="A rewind's replay rate, so that it cannot starve the router's live outputs "
         "(a rewind may ask for another).",
     )
-
-    @field_validator("keep")
-    @classmethod
-    def _duration(cls, keep: str) -> str:
-        if not _DURATION.fullmatch(keep):
-            raise ValueError("a duration like '24 hours', '90 minutes' or '7 days'")
-        return keep
 
     @property
     def keep_seconds(self) -> int:
