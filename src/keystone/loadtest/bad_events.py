@@ -32,6 +32,7 @@ from keystone.contracts.names import fronting_topic
 from keystone.contracts.settings import Settings
 from keystone.contracts.spec import StreamSpec
 from keystone.control.client import ControlClient
+from keystone.control.deadletters import STREAM_LEVEL
 from keystone.ingest_proxy.client import DirectProducer
 from keystone.loadtest.events import EventMaker
 from keystone.loadtest.faults import Fault
@@ -44,7 +45,6 @@ STRICT = {
     "doc": "keystone loadtest --bad-events: too strict on purpose (a seq that is text fails)",
     "fields": [{"name": FIELD, "type": "long"}],
 }
-STREAM_LEVEL = "_stream"  # the dead letters' output when the stream itself could not read them
 ACTIVE = ("running", "cancelling")  # a redrive not ended yet
 WAIT_SECONDS = 300.0  # for each step: the router redeployed, dead letters, commits, the redrive
 
