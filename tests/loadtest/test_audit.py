@@ -11,6 +11,7 @@ import httpx
 import pytest
 
 from keystone.contracts import envelope
+from keystone.contracts.errors import SinkError
 from keystone.contracts.settings import Settings
 from keystone.contracts.spec import load_spec
 from keystone.loadtest import sinks
@@ -176,21 +177,46 @@ def test_elasticsearch_documents_are_all_first_deliveries(monkeypatch: pytest.Mo
         {"_scroll_id": "s1", "hits": {"hits": [{"_id": "a"}]}},
         {"_scroll_id": "s1", "hits": {"hits": []}},
     ]
-
-    def answer(request: httpx.Request) -> httpx.Response:
-        searching = request.url.path.endswith(("_search", "/_search/scroll"))
-        if request.method == "POST" and searching:
-            return httpx.Response(200, json=pages.pop(0))
-        return httpx.Response(200, json={})
-
-    real = httpx.Client
-    monkeypatch.setattr(
-        sinks.httpx,
-        "Client",
-        lambda **kw: real(**kw, transport=httpx.MockTransport(answer)),
-    )
+    searches = [httpx.Response(200, json=page) for page in pages]
+    _serve(monkeypatch, searches)
     output = SPEC.output("search")
     assert output is not None
     reader = reader_for(Settings(), SPEC, output, None)
     assert reader.deliveries() == Counter({("a", None): 2, ("b", None): 1})
-    assert not pages  # read to the last page
+    assert not searches  # read to the last page
+
+
+def _serve(monkeypatch: pytest.MonkeyPatch, searches: list[httpx.Response]) -> None:
+    """Elasticsearch answering each search (or scroll) with the next of `searches`."""
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith(("_search", "/_search/scroll")) and request.method == "POST":
+            return searches.pop(0)
+        return httpx.Response(200, json={})
+
+    real = httpx.Client
+    monkeypatch.setattr(
+        sinks.httpx, "Client", lambda **kw: real(**kw, transport=httpx.MockTransport(answer))
+    )
+
+
+def test_an_index_not_yet_searchable_is_asked_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A daily index the router has just created answers 503 until its shard has started."""
+    unready = httpx.Response(503, json={"error": {"type": "search_phase_execution_exception"}})
+    page = {"_scroll_id": "s", "hits": {"hits": [{"_id": "a", "_source": {"n": 1}}]}}
+    last = {"_scroll_id": "s", "hits": {"hits": []}}
+    searches = [unready, httpx.Response(200, json=page), httpx.Response(200, json=last)]
+    _serve(monkeypatch, searches)
+    monkeypatch.setattr(sinks.time, "sleep", lambda _: None)
+    assert sinks.search_documents("http://es", "s-o-*", source=True) == [("a", {"n": 1})]
+    assert not searches
+
+
+def test_a_refused_search_is_an_error_never_an_empty_sink(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Read as empty, a refusal would make an audit count every event lost."""
+    refused = httpx.Response(400, json={"error": {"type": "query_shard_exception"}})
+    _serve(monkeypatch, [refused])
+    with pytest.raises(SinkError, match=r"400 .*query_shard_exception"):
+        sinks.search_documents("http://es", "s-o-*")

@@ -23,13 +23,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-import httpx
 import pytest
 
 from keystone.contracts import envelope
 from keystone.contracts.processes import PidFile
 from keystone.control.launcher import Deployment
 from keystone.ingest_proxy.client import DirectProducer
+from keystone.loadtest.sinks import search_documents
 from keystone.loadtest.topics import read_topic
 from keystone.router.lang.evaluate import project
 from keystone.router.lang.parser import parse_projection
@@ -160,12 +160,7 @@ class Rewound:
 
     def search(self, output: str = "search") -> list[tuple[str, dict]]:
         es = self.stack.address("elasticsearch")
-        indices = f"{STREAM}-{output}-*"
-        httpx.post(f"{es}/{indices}/_refresh", timeout=30)
-        hits = httpx.get(f"{es}/{indices}/_search", params={"size": 10000}, timeout=30).json()[
-            "hits"
-        ]["hits"]
-        return [(h["_id"], h["_source"]) for h in hits]
+        return search_documents(es, f"{STREAM}-{output}-*", source=True)
 
     def warehouse(self, output: str = "warehouse") -> list[tuple[str, dict]]:
         rows = self.tables.read(f"keystone.{STREAM}__{output}")

@@ -16,13 +16,13 @@ import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-import httpx
 import pytest
 from confluent_kafka import Producer
 
 from keystone.contracts import envelope
 from keystone.control.launcher import Deployment
 from keystone.ingest_proxy.client import DirectProducer
+from keystone.loadtest.sinks import search_documents
 from keystone.loadtest.topics import read_topic
 from keystone.router.lang.evaluate import project
 from keystone.router.lang.parser import parse_projection
@@ -96,11 +96,7 @@ class Redriven:
 
     def search(self) -> dict[str, dict]:
         es = self.stack.address("elasticsearch")
-        httpx.post(f"{es}/{STREAM}-search-*/_refresh", timeout=30)
-        hits = httpx.get(
-            f"{es}/{STREAM}-search-*/_search", params={"size": 10000}, timeout=30
-        ).json()["hits"]["hits"]
-        return {h["_id"]: h["_source"] for h in hits}
+        return dict(search_documents(es, f"{STREAM}-search-*", source=True))
 
     def warehouse(self) -> list[tuple[str, dict]]:
         rows = self.tables.read(f"keystone.{STREAM}__warehouse")

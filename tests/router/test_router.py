@@ -32,6 +32,7 @@ from keystone.contracts.processes import PidFile, stop
 from keystone.contracts.settings import MAX_EVENT_BYTES
 from keystone.control.launcher import Deployment
 from keystone.ingest_proxy.client import DirectProducer
+from keystone.loadtest.sinks import search_documents
 from keystone.loadtest.topics import read_topic
 from keystone.router.lang.evaluate import matches, project
 from keystone.router.lang.parser import parse_filter, parse_projection
@@ -251,13 +252,7 @@ class Routed:
         return out
 
     def es_output(self) -> dict[str, dict]:
-        httpx.post(f"{self.es}/{STREAM}-search-*/_refresh", timeout=30)
-        found = httpx.get(
-            f"{self.es}/{STREAM}-search-*/_search",
-            params={"size": 10000},
-            timeout=30,
-        ).json()
-        return {hit["_id"]: hit["_source"] for hit in found["hits"]["hits"]}
+        return dict(search_documents(self.es, f"{STREAM}-search-*", source=True))
 
     def hive_output(self) -> list[tuple[str, dict]]:
         rows = self.tables.read(f"keystone.{STREAM}__warehouse")

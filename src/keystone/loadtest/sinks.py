@@ -13,6 +13,7 @@ and so never hold a replay beside the first copy).
 
 from __future__ import annotations
 
+import time
 from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Iterable
@@ -22,10 +23,13 @@ import httpx
 from pyspark.sql import SparkSession
 
 from keystone.contracts import envelope
+from keystone.contracts.errors import SinkError
 from keystone.contracts.names import HIVE_DATABASE, fronting_topic, hive_table, index_prefix
 from keystone.contracts.settings import Settings
 from keystone.contracts.spec import OutputSpec, StreamSpec
 from keystone.loadtest.topics import read_topic
+
+_PAGE = 5000  # documents per scroll page
 
 # A copy of an event: its guid, and the rewind that wrote it again (None: the first delivery).
 Copy = tuple[str, str | None]
@@ -89,31 +93,52 @@ class KafkaReader(_Counted):
 
 
 class ElasticsearchReader(_Counted):
-    PAGE = 5000
-
     def __init__(self, settings: Settings, prefix: str) -> None:
         self.url, self.pattern = settings.elasticsearch_url, f"{prefix}*"
         self.where = f"index {self.pattern}"
 
     def deliveries(self) -> Counter[Copy]:
-        """Every document id, through the scroll API (an id is unique within an index, and an
-        event's index is fixed by its ingest day, so a copy is a duplicate)."""
+        """Every document id (an id is unique within an index, and an event's index is fixed by
+        its ingest day, so a copy is a duplicate)."""
         found: Counter[Copy] = Counter()
-        with httpx.Client(base_url=self.url, timeout=60) as es:
-            es.post(f"/{self.pattern}/_refresh")
-            page = es.post(
-                f"/{self.pattern}/_search",
-                params={"scroll": "1m", "ignore_unavailable": "true"},
-                json={"size": self.PAGE, "_source": False, "sort": ["_doc"]},
-            ).json()
-            while page.get("hits", {}).get("hits"):
-                found.update((hit["_id"], None) for hit in page["hits"]["hits"])
-                page = es.post(
-                    "/_search/scroll", json={"scroll": "1m", "scroll_id": page["_scroll_id"]}
-                ).json()
-            if "_scroll_id" in page:
-                es.request("DELETE", "/_search/scroll", json={"scroll_id": page["_scroll_id"]})
+        found.update((doc_id, None) for doc_id, _ in search_documents(self.url, self.pattern))
         return found
+
+
+def search_documents(
+    url: str, pattern: str, source: bool = False, unready_for: float = 30
+) -> list[tuple[str, dict]]:
+    """Every document of the indices `pattern` names, refreshed first, through the scroll API:
+    (id, source) pairs, the source empty unless asked for. An index the router created a moment
+    ago may not be searchable yet (Elasticsearch answers 503 until its shard has started): asked
+    again for `unready_for` seconds. Any other refusal raises with Elasticsearch's answer, never
+    reads as an empty sink (an audit would count every event lost)."""
+    deadline = time.monotonic() + unready_for
+    with httpx.Client(base_url=url, timeout=60) as es:
+        while True:
+            es.post(f"/{pattern}/_refresh", params={"ignore_unavailable": "true"})
+            answer = es.post(
+                f"/{pattern}/_search",
+                params={"scroll": "1m", "ignore_unavailable": "true"},
+                json={"size": _PAGE, "_source": source, "sort": ["_doc"]},
+            )
+            if answer.status_code != 503 or time.monotonic() > deadline:
+                break
+            time.sleep(1)
+        found: list[tuple[str, dict]] = []
+        while True:
+            if answer.status_code != 200:
+                raise SinkError(f"searching {pattern}: {answer.status_code} {answer.text[:500]}")
+            page = answer.json()
+            hits = page["hits"]["hits"]
+            found.extend((hit["_id"], hit.get("_source", {})) for hit in hits)
+            if not hits:
+                if "_scroll_id" in page:  # none when no index matched
+                    es.request("DELETE", "/_search/scroll", json={"scroll_id": page["_scroll_id"]})
+                return found
+            answer = es.post(
+                "/_search/scroll", json={"scroll": "1m", "scroll_id": page["_scroll_id"]}
+            )
 
 
 class HiveReader(_Counted):
