@@ -818,6 +818,9 @@ partitions: 6
 outputs:
   - name: warehouse
     sink: {type: hive}
+  - name: billing
+    sink: {type: kafka}
+    delivery: {mode: microbatch, guarantee: exactly_once}
 """
 
 

@@ -51,6 +51,19 @@ def test_a_spec_loads_with_defaults_by_sink() -> None:
             "Hive outputs deliver in micro-batches",
         ),
         (
+            {
+                "outputs": [
+                    {
+                        "name": "o1",
+                        "sink": {"type": "keystone", "stream": "other"},
+                        "delivery": {"guarantee": "exactly_once"},  # realtime, by default
+                    }
+                ]
+            },
+            "outputs.0.delivery",
+            "exactly_once needs delivery.mode 'microbatch': a Kafka transaction commits",
+        ),
+        (
             {"outputs": [{"name": "o1", "sink": {"type": "kafka", "topic": "keystone.x"}}]},
             "outputs.0.sink.kafka.topic",
             "may not start with 'keystone.'",
@@ -78,6 +91,32 @@ def test_invalid_specs_say_which_field_and_why(change: dict, field: str, message
     problems = caught.value.details["problems"]
     assert any(p["field"].startswith(field) and message in p["message"] for p in problems), problems
     assert caught.value.status == 422
+
+
+def test_each_output_says_the_guarantee_it_runs_under() -> None:
+    """Elasticsearch and Hive hold each event once whatever is replayed into them; Kafka and
+    Keystone outputs are exactly once when their delivery asks for it, in micro-batches (an
+    Elasticsearch output in realtime mode may ask too: it runs micro-batches back to back)."""
+    once = {"guarantee": "exactly_once"}
+    batches = {"mode": "microbatch", **once}
+    outputs = [
+        {"name": "loose", "sink": {"type": "kafka"}},
+        {"name": "strict", "sink": {"type": "kafka"}, "delivery": batches},
+        {"name": "onward", "sink": {"type": "keystone", "stream": "other"}, "delivery": batches},
+        {"name": "search", "sink": {"type": "elasticsearch"}},
+        {"name": "indexed", "sink": {"type": "elasticsearch"}, "delivery": once},
+        {"name": "warehouse", "sink": {"type": "hive"}},
+    ]
+    spec = load_spec({"name": "playback", "owner": "team-a", "outputs": outputs})
+    assert [(o.name, o.guarantee, o.transactional) for o in spec.outputs] == [
+        ("loose", "at_least_once", False),
+        ("strict", "exactly_once", True),
+        ("onward", "exactly_once", True),
+        ("search", "exactly_once", False),
+        ("indexed", "exactly_once", False),
+        ("warehouse", "exactly_once", False),
+    ]
+    assert load_spec(spec.to_json()) == spec
 
 
 def test_names_become_topics_only_when_valid() -> None:

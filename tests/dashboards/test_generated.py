@@ -81,9 +81,9 @@ def test_the_dashboard_is_importable_and_has_every_panel_asked_for(name: str) ->
     titles = [p["title"] for p in model["panels"]]
     assert titles[:2] == ["Ingest rate by app", "Accepted vs rejected"]
     assert {
-        "Output clicks (kafka)",
-        "Output search (elasticsearch)",
-        "Output warehouse (hive)",
+        "Output clicks (kafka, at least once)",
+        "Output search (elasticsearch, exactly once)",
+        "Output warehouse (hive, exactly once)",
     } <= set(titles)
     assert {
         "Consumer lag",
@@ -91,11 +91,28 @@ def test_the_dashboard_is_importable_and_has_every_panel_asked_for(name: str) ->
         "Delivery rate (delivered / matched)",
         "Router up",
     } <= set(titles)
+    assert "Transactions of the exactly-once outputs" not in titles  # it has none
     exprs = [t["expr"] for p in model["panels"] for t in p["targets"]]
     assert all(f'stream="{name}"' in e for e in exprs)
     latency = next(p for p in model["panels"] if p["title"].startswith("Delivery latency"))
     assert [t["legendFormat"] for t in latency["targets"]] == ["{{output}} p50", "{{output}} p99"]
     assert latency["fieldConfig"]["defaults"]["unit"] == "s"
+
+
+def exactly_once(name: str = "playback") -> StreamSpec:
+    delivery = {"mode": "microbatch", "guarantee": "exactly_once"}
+    outputs = [{"name": "clicks", "sink": {"type": "kafka"}, "delivery": delivery}]
+    return load_spec({"name": name, "owner": "team-a", "outputs": outputs})
+
+
+def test_exactly_once_outputs_get_a_transactions_panel() -> None:
+    model = json.loads(json.dumps(dashboard(exactly_once())))
+    assert importable(model) == []
+    [panel] = [p for p in model["panels"] if p["title"].startswith("Transactions")]
+    [target] = panel["targets"]
+    assert "keystone_router_transactions_total" in target["expr"]
+    assert target["legendFormat"] == "{{output}} {{outcome}}"
+    assert "Output clicks (kafka, exactly once)" in [p["title"] for p in model["panels"]]
 
 
 def test_a_long_name_keeps_a_unique_uid() -> None:
@@ -107,14 +124,18 @@ def test_the_rules_pass_promtool_and_carry_the_objectives(tmp_path: Path) -> Non
     promtool = shutil.which("promtool")
     assert promtool, "the bootstrap installs Prometheus, and promtool with it"
     owned = spec(objectives={"delivery_rate": 0.95, "router_down_for": "2 minutes"})
-    for index, stream in enumerate([spec(), spec(LONG), owned]):
+    # An exactly-once output adds its alert: transactions aborting again and again.
+    counts = [(spec(), 9), (spec(LONG), 9), (owned, 9), (exactly_once(LONG), 10)]
+    for index, (stream, count) in enumerate(counts):
         path = tmp_path / f"{index}.yml"
         path.write_text(rules_yaml(stream, "http://127.0.0.1:18081/ui"))
         checked = subprocess.run(
             [promtool, "check", "rules", str(path)], capture_output=True, text=True, check=False
         )
         assert checked.returncode == 0, checked.stdout + checked.stderr
-        assert "SUCCESS: 9 rules found" in checked.stdout
+        assert f"SUCCESS: {count} rules found" in checked.stdout
+    assert "KeystoneTransactionsAborting" in rules_yaml(exactly_once(), "x")
+    assert "KeystoneTransactionsAborting" not in rules_yaml(spec(), "x")
     text = rules_yaml(owned, "x")
     assert "< 0.95" in text and "KeystoneRouterDown" in text
     down = {

@@ -42,6 +42,13 @@ OUTPUTS = [
         "sink": {"type": "keystone", "stream": SIDE},
         "delivery": {"mode": "realtime", "trigger": "5 seconds"},
     },
+    {  # issue 32: a router killed repeats nothing here
+        "name": "exact",
+        "filter": "level != 'info'",
+        "projection": ["guid", "title"],
+        "sink": {"type": "kafka"},
+        "delivery": {"mode": "microbatch", "trigger": "2 seconds", "guarantee": "exactly_once"},
+    },
 ]
 SIDE_OUTPUTS = [
     {
@@ -110,9 +117,9 @@ def test_a_minute_of_load_with_the_router_killed_and_outputs_rewound_loses_nothi
 ) -> None:
     """The router killed (the fleet starts it again); then (issue 30) the first Kafka output
     (chosen by default), the Hive output and the Keystone output each rewound 20 s. Every
-    event is delivered; Elasticsearch and Hive hold each once; the Kafka copies the rewinds
-    wrote again are counted as replays, in the target stream's Kafka output too (it carries
-    the fronting record's ks_replay on)."""
+    event is delivered; Elasticsearch, Hive and the exactly-once Kafka output hold each once;
+    the Kafka copies the rewinds wrote again are counted as replays, in the target stream's
+    Kafka output too (it carries the fronting record's ks_replay on)."""
     report = tmp_path / "report"
     figures = a_minute_of_load(
         stack,
@@ -131,9 +138,11 @@ def test_a_minute_of_load_with_the_router_killed_and_outputs_rewound_loses_nothi
     for o in audit["outputs"]:
         assert 0 < o["expected"] == o["delivered"] and o["unexpected"] == 0, o
         assert o["delivery_rate"] == 1.0
-    for idempotent in ("search", "warehouse"):
-        assert by_output[f"{STREAM}.{idempotent}"]["duplicates"] == 0
-        assert by_output[f"{STREAM}.{idempotent}"]["replays"] == 0
+    for exact in ("search", "warehouse", "exact"):  # by guid, by batch, by transactions
+        assert by_output[f"{STREAM}.{exact}"]["guarantee"] == "exactly_once"
+        assert by_output[f"{STREAM}.{exact}"]["duplicates"] == 0
+        assert by_output[f"{STREAM}.{exact}"]["replays"] == 0
+    assert by_output[f"{STREAM}.picked"]["guarantee"] == "at_least_once"
     assert by_output[f"{STREAM}.warehouse"]["expected"] == figures["ingest"]["acknowledged"]
     for replayed in (f"{STREAM}.picked", f"{STREAM}.onwards", f"{SIDE}.plays"):
         assert by_output[replayed]["replays"] > 0, by_output[replayed]
@@ -175,8 +184,8 @@ def test_load_with_bad_events_redriven_and_outputs_backfilled_loses_nothing(
         assert 0 < o["expected"] == o["delivered"] and o["unexpected"] == 0, o
     # Every load event and every bad one: the warehouse keeps them all, redriven or backfilled.
     assert by_output[f"{STREAM}.warehouse"]["expected"] == acknowledged + 40
-    for idempotent in ("search", "warehouse"):
-        assert by_output[f"{STREAM}.{idempotent}"]["duplicates"] == 0
+    for exact in ("search", "warehouse", "exact"):
+        assert by_output[f"{STREAM}.{exact}"]["duplicates"] == 0
     assert by_output[f"{STREAM}.picked"]["replays"] > 0  # the backfill's copies, labelled
     *backfills, bad = figures["faults"]
     assert {f["output"] for f in backfills} == {"picked", "warehouse"}

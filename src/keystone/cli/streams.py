@@ -107,6 +107,7 @@ def stream_show(ctx: typer.Context, name: str, as_json: JsonOption = False) -> N
     table = Table(
         "output",
         "sink",
+        "guarantee",
         "in/s",
         "matched/s",
         "delivered/s",
@@ -121,6 +122,7 @@ def stream_show(ctx: typer.Context, name: str, as_json: JsonOption = False) -> N
         table.add_row(
             "(archive)" if o is status.archive else o.name,
             o.sink,
+            o.guarantee.replace("_", " "),
             *(f"{rates.get(s, 0):.1f}" for s in ("in", "matched", "delivered")),
             f"{totals.get('delivered', 0):.0f}",
             f"{totals.get('dead_letter', 0):.0f}",

@@ -8,9 +8,12 @@ ROUTER_LAG = "keystone_router_lag_records"  # {stream, output}
 DELIVERY_LATENCY_SECONDS = "keystone_delivery_latency_seconds"  # {stream, output} histogram
 ROUTER_UP = "keystone_router_up"  # {stream}
 ROUTER_QUERY_UP = "keystone_router_query_up"  # {stream, output}
+# An exactly-once output's Kafka transactions: committed, or aborted (a batch attempt that failed).
+ROUTER_TRANSACTIONS = "keystone_router_transactions_total"  # {stream, output, outcome}
 
 INGEST_RESULTS = ("accepted", "rejected", "failed")
 ROUTER_STAGES = ("in", "matched", "delivered", "dead_letter")
+TRANSACTION_OUTCOMES = ("committed", "aborted")
 
 # The control service's own (its fleet of routers and its API).
 CONTROL_ROUTERS = "keystone_control_routers"  # {state} routers in each state

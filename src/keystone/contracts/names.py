@@ -71,6 +71,13 @@ def output_topic(stream: str, output: str) -> str:
     return f"{check_stream_name(stream)}.{check_name(output, 'output')}"
 
 
+def transactional_group(stream: str, output: str, query: str) -> str:
+    """The consumer group an exactly-once output's transactions commit its input positions to,
+    for one query (its checkpoint's id: a rewind's new checkpoint starts with none); each input
+    partition's producer is `<group>.<partition>`."""
+    return f"keystone-eo.{check_stream_name(stream)}.{check_name(output, 'output')}.{query}"
+
+
 HIVE_DATABASE = "keystone"
 ARCHIVE = "archive"  # the stream's raw events: table `<stream>__archive` (a Hive output's name)
 ARCHIVE_QUERY = "_archive"  # the router's query writing it: its checkpoint and metrics' label

@@ -150,6 +150,14 @@ class Settings(BaseSettings, Limits):
         "compiler is what a long-lived router under load wants).",
     )
     kafka_replication: int = Field(1, description="Replication factor of the topics created.")
+    kafka_transaction_timeout_ms: int = Field(
+        60_000,
+        ge=1_000,
+        le=900_000,  # the broker's default transaction.max.timeout.ms
+        description="How long an exactly-once output's open transaction may last before the "
+        "broker aborts it: readers of its topic wait at most this long behind the transaction "
+        "of a router killed mid-batch (a restarted router aborts it at once).",
+    )
 
     # The ingest proxy.
     proxy_port: int = Field(18080, description="The ingest proxy's HTTP port.")

@@ -10,7 +10,7 @@ run by control and by the router) and the Spark writer the router runs
 from __future__ import annotations
 
 import re
-from typing import Annotated, Literal
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
@@ -22,6 +22,9 @@ _TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 
 class Sink(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+    # How the sink holds each event once whatever is replayed into it; None where it appends
+    # (an output's `delivery.guarantee` then decides).
+    exact_by: ClassVar[str | None] = None
 
     def problems(self, stream: str) -> list[str]:
         """What is wrong with this config in stream `stream`, beyond its model; no I/O."""
@@ -51,10 +54,12 @@ class KafkaSink(Sink):
 
 class HiveSink(Sink):
     type: Literal["hive"] = "hive"
+    exact_by = "batch"  # a batch written again replaces its rows
 
 
 class ElasticsearchSink(Sink):
     type: Literal["elasticsearch"] = "elasticsearch"
+    exact_by = "guid"  # the document's id: written again, it is overwritten
 
 
 class KeystoneSink(Sink):

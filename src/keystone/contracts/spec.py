@@ -17,6 +17,7 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -64,11 +65,19 @@ class Delivery(_Strict):
     a crash). The trigger is the micro-batch interval, or Real-time Mode's checkpoint interval:
     a crash replays what the sink had since the last checkpoint, and each checkpoint pauses the
     output for a moment (the latency's tail), so Real-time Mode checkpoints once a minute by
-    default."""
+    default. A Kafka or Keystone output in micro-batches may be exactly once (`guarantee`):
+    none then repeats."""
 
     mode: Literal["realtime", "microbatch"] = "realtime"
     trigger: str | None = Field(
         None, description="Default: '60 seconds' for realtime, '10 seconds' for microbatch."
+    )
+    guarantee: Literal["at_least_once", "exactly_once"] = Field(
+        "at_least_once",
+        description="Kafka and Keystone outputs: 'exactly_once' writes each micro-batch in "
+        "Kafka transactions that commit the input's positions with it, so a batch run again "
+        "after a crash writes nothing twice (readers read with isolation.level=read_committed); "
+        "micro-batches only. Elasticsearch and Hive outputs are exactly once either way.",
     )
 
     @field_validator("trigger")
@@ -113,6 +122,36 @@ class OutputSpec(_Strict):
         elif self.sink.type == "hive" and self.delivery.mode != "microbatch":
             raise ValueError("Hive outputs deliver in micro-batches: delivery.mode 'microbatch'")
         return self
+
+    @field_validator("delivery")
+    @classmethod
+    def _exactly_once_in_batches(cls, delivery: Delivery | None, info: ValidationInfo) -> Any:
+        sink = info.data.get("sink")  # absent when it did not validate
+        if (
+            delivery is not None
+            and sink is not None
+            and delivery.guarantee == "exactly_once"
+            and sink.exact_by is None
+            and delivery.mode == "realtime"
+        ):
+            raise ValueError(
+                "exactly_once needs delivery.mode 'microbatch': a Kafka transaction commits "
+                "with a micro-batch's input positions, and Real-time Mode writes records as "
+                "they come, with no batch to commit"
+            )
+        return delivery
+
+    @property
+    def guarantee(self) -> Literal["at_least_once", "exactly_once"]:
+        """What the output runs under: its sink's own, or what its delivery asks for."""
+        assert self.delivery is not None, "set when the spec is read"
+        return "exactly_once" if self.sink.exact_by is not None else self.delivery.guarantee
+
+    @property
+    def transactional(self) -> bool:
+        """Written in Kafka transactions (an exactly-once Kafka or Keystone output)."""
+        assert self.delivery is not None, "set when the spec is read"
+        return self.sink.exact_by is None and self.delivery.guarantee == "exactly_once"
 
 
 class Objectives(_Strict):

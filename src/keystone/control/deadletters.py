@@ -366,6 +366,8 @@ def _consumer(settings: Settings) -> Consumer:
             "group.id": f"keystone-control-{uuid.uuid4()}",  # never commits: only assigns
             "enable.auto.commit": False,
             "enable.partition.eof": True,
+            # librdkafka's default, said: an exactly-once output's aborted records unseen.
+            "isolation.level": "read_committed",
         }
     )
 

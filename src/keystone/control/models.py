@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import (
     AwareDatetime,
@@ -76,6 +76,12 @@ class StreamPublic(BaseModel):
 class OutputStatusPublic(BaseModel):
     name: str
     sink: str = Field(description="The sink's type.")
+    guarantee: Literal["at_least_once", "exactly_once"] = Field(
+        "exactly_once",
+        description="What it delivers under: a crash repeats nothing (exactly_once: "
+        "Elasticsearch and Hive always, Kafka and Keystone outputs in Kafka transactions when "
+        "their delivery asks for it) or may repeat the records of the last moments.",
+    )
     rates: dict[str, float] = Field(
         default_factory=dict, description="Events per second per stage, over the last minute."
     )

@@ -125,6 +125,8 @@ def recent_events(settings: Settings, stream: str, limit: int, timeout: float = 
             "group.id": f"keystone-preview-{uuid.uuid4()}",
             "enable.auto.commit": False,
             "enable.partition.eof": True,
+            # librdkafka's default, said: an exactly-once output's aborted records unseen.
+            "isolation.level": "read_committed",
         }
     )
     try:

@@ -43,7 +43,13 @@ def stream_status(
     # router without a record says only its state).
     outputs = {
         o.name: OutputStatusPublic(
-            name=o.name, sink=o.sink.type, rates={}, totals={}, lag=None, latency_p99=None
+            name=o.name,
+            sink=o.sink.type,
+            guarantee=o.guarantee,
+            rates={},
+            totals={},
+            lag=None,
+            latency_p99=None,
         )
         for o in spec.outputs
     }
@@ -55,7 +61,13 @@ def stream_status(
     archive = None
     if spec.archive.enabled:
         archive = OutputStatusPublic(
-            name=ARCHIVE_QUERY, sink="hive", rates={}, totals={}, lag=None, latency_p99=None
+            name=ARCHIVE_QUERY,
+            sink="hive",
+            guarantee="exactly_once",
+            rates={},
+            totals={},
+            lag=None,
+            latency_p99=None,
         )
     for name, backfill in (backfills or {}).items():
         output = spec.output(name)

@@ -243,6 +243,7 @@ def add_output(
     projection: Annotated[str, Form()] = "*",
     mode: Annotated[str, Form()] = "realtime",
     trigger: Annotated[str, Form()] = "",
+    guarantee: Annotated[str, Form()] = "at_least_once",
     start: Annotated[str, Form()] = "latest",
 ) -> Response:
     spec = plane.streams.get(who, stream)
@@ -254,6 +255,7 @@ def add_output(
         "projection": projection,
         "mode": mode,
         "trigger": trigger,
+        "guarantee": guarantee,
         "start": start,
     }
     sink_config: dict[str, Any] = {"type": sink}
@@ -269,6 +271,7 @@ def add_output(
         "delivery": {
             "mode": "microbatch" if sink == "hive" else mode,
             "trigger": trigger.strip() or None,  # the mode's default
+            "guarantee": guarantee,
         },
         "start": start,
     }

@@ -71,12 +71,13 @@ def stream_panels(spec: StreamSpec) -> list[Panel]:
         panels.append(
             Panel(
                 f"output-{output.name}",
-                f"Output {output.name} ({output.sink.type})",
+                f"Output {output.name} ({output.sink.type}, {output.guarantee.replace('_', ' ')})",
                 "suffix: events/s",
                 (Query(f"sum by (stage) (rate({events}{selector}[{RATE}]))", "{{stage}}"),),
                 "in: read from the fronting topic; matched: kept by the filter; delivered: "
                 "acknowledged by the sink (Kafka and Keystone: handed to Spark's Kafka writer, "
-                "whose failure replays them); dead_letter: refused for good (dead-letter topic).",
+                "whose failure replays them, or when exactly once, committed in a transaction); "
+                "dead_letter: refused for good (dead-letter topic).",
                 width=8,
             )
         )
@@ -126,6 +127,24 @@ def stream_panels(spec: StreamSpec) -> list[Panel]:
             "1 while the stream's router runs its queries and Prometheus reaches it.",
         ),
     ]
+    if any(o.transactional for o in spec.outputs):
+        transactions = f"{m.ROUTER_TRANSACTIONS}{_selector(stream=s)}"
+        panels.append(
+            Panel(
+                "transactions",
+                "Transactions of the exactly-once outputs",
+                "short",
+                (
+                    Query(
+                        f"sum by (output, outcome) (increase({transactions}[{RATE}]))",
+                        "{{output}} {{outcome}}",
+                    ),
+                ),
+                f"Kafka transactions per {RATE}: committed (one per input partition of a batch "
+                "that had records to write), aborted (a batch's attempt that failed: it is run "
+                "again and writes only what no transaction committed).",
+            )
+        )
     return panels
 
 

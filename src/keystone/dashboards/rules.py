@@ -1,6 +1,7 @@
 """A stream's Prometheus recording and alerting rules: router down, lag growing for minutes,
-dead letters appearing, delivery rate under the stream's objective, ingest rejects spiking.
-One rule group per stream, named `keystone-stream-<name>`; every alert carries `stream`."""
+dead letters appearing, delivery rate under the stream's objective, ingest rejects spiking, and
+where an output is exactly once, its transactions aborting again and again. One rule group per
+stream, named `keystone-stream-<name>`; every alert carries `stream`."""
 
 from __future__ import annotations
 
@@ -16,6 +17,9 @@ RECORDED_RATE = "keystone:stream_router_events:rate1m"
 RECORDED_DELIVERY = "keystone:stream_delivery_rate:ratio5m"
 RECORDED_P99 = "keystone:stream_delivery_latency_seconds:p99_5m"
 RECORDED_INGEST = "keystone:stream_ingest_events:rate5m"
+# One aborted batch is a crash or a broker's restart, retried; this many in 10 minutes is an
+# output that cannot commit.
+ABORTS_TO_ALERT = 3
 
 
 def group_name(stream: str) -> str:
@@ -37,6 +41,17 @@ def rules(spec: StreamSpec, dashboard_url: str) -> dict[str, Any]:
             "annotations": {"summary": summary, "description": text, "dashboard": dashboard_url},
         }
 
+    aborting = alert(
+        "KeystoneTransactionsAborting",
+        f"sum by (stream, output) (increase({m.ROUTER_TRANSACTIONS}"
+        f'{{{sel},outcome="aborted"}}[10m])) >= {ABORTS_TO_ALERT}',
+        "0m",
+        "warning",
+        f"Exactly-once output {{{{ $labels.output }}}} of stream {s} keeps aborting",
+        "{{ $value | humanize }} of its batches' transactions aborted in 10 minutes: each is "
+        "run again, so nothing is lost or repeated, but the output is not moving. The "
+        f"router's log says why (`keystone stream show {s}` gives its last error).",
+    )
     return {
         "groups": [
             {
@@ -115,6 +130,7 @@ def rules(spec: StreamSpec, dashboard_url: str) -> dict[str, Any]:
                         "{{ $value | humanizePercentage }} of the events posted are refused or "
                         "failed: look at keystone_ingest_events_total by app and result.",
                     ),
+                    *([aborting] if any(o.transactional for o in spec.outputs) else []),
                 ],
             }
         ]

@@ -50,6 +50,7 @@ class Route:
 class OutputAudit:
     output: str  # stream.output
     sink: str
+    guarantee: str  # what it runs under: at_least_once or exactly_once
     where: str
     expected: int
     delivered: int
@@ -154,6 +155,7 @@ def check(route: Route, reader: SinkReader, acked: set[str]) -> OutputAudit:
     return OutputAudit(
         output=route.name,
         sink=route.output.sink.type,
+        guarantee=route.output.guarantee,
         where=reader.where,
         expected=len(route.expected),
         delivered=len(found),

@@ -343,15 +343,16 @@ def delivery_table(f: dict[str, Any]) -> list[str]:
         f"Waited {audit['waited_seconds']} s after the load for the pipeline to drain: "
         + ("it drained." if audit["drained"] else "**it did not drain in time**."),
         "",
-        "| output | sink | where | expected | delivered | lost | duplicates | replays "
+        "| output | sink | guarantee | where | expected | delivered | lost | duplicates | replays "
         "| unexpected | delivery rate | latency p50 s | latency p99 s |",
-        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     latency = f["sinks"].get("outputs", {})
     for o in audit["outputs"]:
         own = latency.get(o["output"], {})
         lines.append(
-            f"| {o['output']} | {o['sink']} | {o['where']} | {o['expected']:,} "
+            f"| {o['output']} | {o['sink']} | {o['guarantee'].replace('_', ' ')} "
+            f"| {o['where']} | {o['expected']:,} "
             f"| {o['delivered']:,} | {o['lost']:,} | {o['duplicates']:,} "
             f"| {o['replays']:,} | {o['unexpected']:,} "
             f"| {o['delivery_rate']:.6f} | {_fmt(own.get('run_p50_s'))} "
@@ -403,6 +404,7 @@ def summary(figures: dict[str, Any], console: Console) -> None:
     table = Table(
         "output",
         "sink",
+        "guarantee",
         "expected",
         "delivered",
         "lost",
@@ -416,6 +418,7 @@ def summary(figures: dict[str, Any], console: Console) -> None:
         table.add_row(
             o["output"],
             o["sink"],
+            o["guarantee"].replace("_", " "),
             f"{o['expected']:,}",
             f"{o['delivered']:,}",
             f"[{style}]{o['lost']:,}[/]",

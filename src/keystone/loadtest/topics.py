@@ -23,6 +23,8 @@ def iter_topic(bootstrap: str, topic: str, timeout: float = 60) -> Iterator[Mess
             "group.id": f"test-{uuid.uuid4()}",
             "enable.partition.eof": True,
             "enable.auto.commit": False,
+            # librdkafka's default, said: an exactly-once output's aborted records unseen.
+            "isolation.level": "read_committed",
         }
     )
     try:

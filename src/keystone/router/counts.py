@@ -17,6 +17,8 @@ class Outcome:
     delivered: int = 0
     dead_lettered: int = 0
     removed: int = 0  # records a backfill took out of the sink (events the output leaves out now)
+    transactions: int = 0  # Kafka transactions committed (an exactly-once output)
+    aborted: int = 0  # attempts at the batch whose transactions were aborted (it is run again)
     latency: dict[str, float] = field(default_factory=dict)
 
 

@@ -217,7 +217,10 @@ class Router:
         self.watch.read()
         self.archive = ArchiveWriter(settings, spec) if spec.archive.enabled else None
         archive = [ARCHIVE_QUERY] if self.archive is not None else []
-        metrics.declare([o.name for o in spec.outputs] + archive)
+        metrics.declare(
+            [o.name for o in spec.outputs] + archive,
+            [o.name for o in spec.outputs if o.transactional],
+        )
         # Spark's Kafka sink reports only as an epoch ends, a Real-time Mode checkpoint interval
         # apart: its outputs are metered as they run (delivered, or dead-lettered when too
         # large, as the sink is handed them).

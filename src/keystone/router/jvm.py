@@ -1,7 +1,7 @@
 """The JVM pieces a Spark application of the project runs with, where `keystone stack fetch`
 puts them in the cache: Spark's Kafka connector (a Maven bundle) and the project's own classes
-(the router's are in router/java: its meter, payload reader, like matcher, and Spark's local
-file system without forks).
+(the router's are in router/java: its meter, payload reader, like matcher, transactional Kafka
+writer, and Spark's local file system without forks).
 
     <cache>/jars/<bundle>/*.jar         a bundle's jars, fetched from Maven Central
     <cache>/classes/<Class>/, .jar      a class compiled against the jars it runs with
@@ -24,8 +24,10 @@ JAVA_DIR = Path(__file__).parent / "java"
 PYSPARK_JARS = Path(find_spec("pyspark").origin).parent / "jars"  # type: ignore[union-attr, arg-type]
 # The router's classes, compiled against Spark's jars.
 CLASSES = ("ForklessLocalFileSystem", "RouterMeter", "JsonPaths", "LikeMatcher")
+# The router's classes compiled against Spark's Kafka connector too (its Kafka client).
+KAFKA_CLASSES = ("TransactionalKafkaWriter",)
 # Classes that Spark ships to its executors (by `spark.jars`).
-SHIPPED = ("RouterMeter", "JsonPaths", "LikeMatcher")
+SHIPPED = ("RouterMeter", "JsonPaths", "LikeMatcher", "TransactionalKafkaWriter")
 
 
 def bundle_dir(settings: Settings, bundle: str) -> Path:

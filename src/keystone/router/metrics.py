@@ -100,16 +100,25 @@ class RouterMetrics:
             ["stream", "output"],
             registry=self.registry,
         )
+        self.transactions = Counter(
+            names.ROUTER_TRANSACTIONS.removesuffix("_total"),
+            "An exactly-once output's Kafka transactions, committed or aborted",
+            ["stream", "output", "outcome"],
+            registry=self.registry,
+        )
         self.latency = LatencyHistogram()
         self.registry.register(self.latency)
         self._server = None
 
-    def declare(self, outputs: list[str]) -> None:
+    def declare(self, outputs: list[str], transactional: list[str]) -> None:
         """Every series this router will count, at 0 from the start: Prometheus can only see
         an increase (the first dead letter, say) from a value it saw before."""
         for output in outputs:
             for stage in names.ROUTER_STAGES:
                 self.events.labels(self.stream, output, stage)
+        for output in transactional:
+            for outcome in names.TRANSACTION_OUTCOMES:
+                self.transactions.labels(self.stream, output, outcome)
         self.events.labels(self.stream, STREAM_LEVEL, "dead_letter")
 
     def count(self, output: str, stage: str, n: float) -> None:
@@ -126,6 +135,9 @@ class RouterMetrics:
     def outcome(self, output: str, outcome: Outcome) -> None:
         self.count(output, "delivered", outcome.delivered)
         self.count(output, "dead_letter", outcome.dead_lettered)
+        for name, n in (("committed", outcome.transactions), ("aborted", outcome.aborted)):
+            if n:
+                self.transactions.labels(self.stream, output, name).inc(n)
         self.latency.add(self.stream, output, outcome.latency)
 
     def serve(self, settings: Settings, port: int = 0) -> int:

@@ -60,11 +60,13 @@ def kafka_records(
     max_per_trigger: int | None = None,
 ) -> DataFrame:
     """The fronting topic's records as Spark's Kafka source gives them (key, value, headers,
-    topic, partition, offset, timestamp...)."""
+    topic, partition, offset, timestamp...): committed ones only, where another stream's
+    exactly-once Keystone output writes to it in transactions (the proxy's are not)."""
     reader = (
         (spark.readStream if streaming else spark.read)
         .format("kafka")
         .option("kafka.bootstrap.servers", settings.kafka_bootstrap)
+        .option("kafka.isolation.level", "read_committed")
         .option("subscribe", fronting_topic(stream))
         .option("includeHeaders", "true")
         .option("startingOffsets", starting)

@@ -30,6 +30,10 @@ JAVA_CLASSES: dict[str, tuple[Path, Callable[[Settings], list[Path]]]] = {
     "LoopbackMetastore": (JAVA_DIR, lambda s: [PYSPARK_JARS]),
     "LoopbackElasticsearch": (JAVA_DIR, lambda s: [bundle_dir(s, "elasticsearch")]),
     **{name: (jvm.JAVA_DIR, lambda s: [PYSPARK_JARS]) for name in jvm.CLASSES},
+    **{
+        name: (jvm.JAVA_DIR, lambda s: [PYSPARK_JARS, bundle_dir(s, "spark-kafka")])
+        for name in jvm.KAFKA_CLASSES
+    },
 }
 
 

@@ -5,13 +5,15 @@ starts (its provisioner's work, then whatever needs Spark, idempotently), and `a
 streaming writer at the sink. Two families:
 
 - `RecordWriter` (kafka, keystone): the routed frame becomes Kafka records written by Spark's
-  own Kafka sink, so these can run under Real-time Mode. A record too large for Kafka goes to
-  the dead-letter topic instead (see `RecordWriter`).
+  own Kafka sink, so these can run under Real-time Mode; or, exactly once, each micro-batch in
+  Kafka transactions (`router.sinks.transactions`). A record too large for Kafka goes to the
+  dead-letter topic instead (see `RecordWriter`).
 - `BatchWriter` (hive, elasticsearch): `write_batch()` delivers one micro-batch and says what
   became of it. Spark replays a batch id after a crash, and a replay must leave no duplicates.
 
 The routed frame every writer receives has the columns of `ROUTED`: the fronting record's `key`,
-`value` and `headers` (for dead letters and for carrying headers on), the event's `guid`,
+`value` and `headers` (for dead letters and for carrying headers on), its `partition` and
+`offset` (where it was read: an exactly-once output commits them), the event's `guid`,
 `timestamp` (ingest, epoch ms) and `hops`, `replay` (the rewind's id when a rewind writes the
 event again, else null) and `record`, the projected output as JSON text.
 """
@@ -34,8 +36,20 @@ from keystone.router.deadletter import dead_letter_headers
 from keystone.router.meter import Meter
 from keystone.router.sinks.registry import SINKS, provisioner_for
 from keystone.router.sinks.route import Route
+from keystone.router.sinks.transactions import Transactions
 
-ROUTED = ("key", "value", "headers", "guid", "timestamp", "hops", "replay", "record")
+ROUTED = (
+    "key",
+    "value",
+    "headers",
+    "partition",
+    "offset",
+    "guid",
+    "timestamp",
+    "hops",
+    "replay",
+    "record",
+)
 
 
 class Writer(ABC):
@@ -84,13 +98,15 @@ class Writer(ABC):
 
 
 class RecordWriter(Writer):
-    """Spark's Kafka sink: `frame()` yields key, value, headers and topic.
+    """Spark's Kafka sink, or for an exactly-once output (`transactional`) the project's
+    transactional writer: `frame()` yields key, value, headers and topic (and the record's
+    source partition and offset when transactional).
 
     One record over the writer's limit fails the query, and again each time it is started, so
     the output would stall for good. A projected record larger than an event may be (a
     projection repeating a large field, say) goes to the dead-letter topic instead, as the
     fronting record with the reason; the route's meter counts it as dead-lettered, the rest as
-    delivered."""
+    delivered (a transactional output counts what its transactions commit instead)."""
 
     realtime = True
 
@@ -104,12 +120,22 @@ class RecordWriter(Writer):
         """A delivered record's key and headers, from the routed columns (its value is the
         projected record)."""
 
+    @property
+    def transactional(self) -> bool:
+        return self.route.output.transactional
+
     def frame(self, routed: DataFrame) -> DataFrame:
+        return self.records(routed, self.transactional)
+
+    def records(self, routed: DataFrame, transactional: bool) -> DataFrame:
+        """The Kafka records: metered as they are handed to Spark's sink, or with where they
+        were read, for the transactions, which count what they commit."""
         limit = self.route.settings.max_event_bytes
         size = F.octet_length("record")
         meter = self.meter
         assert meter is not None, "the router gives a record writer its meter"
-        checked = routed.withColumn("fits", meter.sent(size <= limit))
+        fits = size <= limit
+        checked = routed.withColumn("fits", fits if transactional else meter.sent(fits))
         key, headers = self.carried()
         # A record a rewind writes again says so, with the rewind's id.
         replay = F.col("replay")
@@ -122,6 +148,11 @@ class RecordWriter(Writer):
         headers = F.when(replay.isNull(), headers).otherwise(labelled)
         reason = F.format_string(f"the output record is %d bytes, over the limit of {limit}", size)
         fits = F.col("fits")
+        # Named apart from `partition`, which Spark's Kafka sink would take as the target's.
+        source = [
+            F.col("partition").alias("source_partition"),
+            F.col("offset").alias("source_offset"),
+        ]
         return checked.select(
             F.when(fits, key).otherwise(F.col("key")).alias("key"),
             F.when(fits, F.col("record").cast("binary")).otherwise(F.col("value")).alias("value"),
@@ -131,16 +162,32 @@ class RecordWriter(Writer):
             F.when(fits, F.lit(self.topic))
             .otherwise(F.lit(dead_letter_topic(self.route.stream.name)))
             .alias("topic"),
+            *(source if transactional else []),
         )
 
     def attach(self, writer: DataStreamWriter, report: Callable[[Outcome], None]) -> None:
-        to_kafka(writer, self.route.settings)
+        if not self.transactional:
+            to_kafka(writer, self.route.settings)
+            return
+        transactions = Transactions(self.route)
+
+        def deliver(frame: DataFrame, batch_id: int) -> None:
+            try:
+                outcome = transactions.write(frame, batch_id)
+            except Exception:
+                report(Outcome(aborted=1))
+                raise
+            report(outcome)
+
+        writer.foreachBatch(deliver)
 
     def write_replay(
         self, routed: DataFrame, tag: str, left_out: DataFrame | None = None
     ) -> Outcome | None:
-        # Append-only: what the output took before stays there.
-        to_kafka(self.frame(routed).write, self.route.settings).save()
+        # Append-only: what the output took before stays there. A backfill's or redrive's
+        # slices are written at least once, transactional output or not: each is labelled
+        # (`ks_replay`), and its own repeats are told by that label and the guid.
+        to_kafka(self.records(routed, False).write, self.route.settings).save()
         return None
 
 
