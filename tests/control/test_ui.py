@@ -74,8 +74,19 @@ def test_an_owner_creates_a_stream_and_an_output_in_the_browser_and_sees_events_
         expect(page.locator("#filter-error")).to_be_hidden()
 
         page.select_option("#out-start", "earliest")
+        # Exactly once needs micro-batches: refused beside the mode, then saved with them.
+        page.select_option("#out-guarantee", "exactly_once")
+        page.click("#save-output")
+        expect(page.locator('pre[data-field="mode"]')).to_contain_text(
+            "exactly_once needs delivery.mode 'microbatch'"
+        )
+        page.select_option("#out-mode", "microbatch")
+        page.fill("#out-trigger", "2 seconds")
         page.click("#save-output")
         expect(page.locator('tr[data-output="picked"]')).to_be_visible()
+        expect(page.locator('tr[data-output="picked"] [data-guarantee]')).to_have_text(
+            "exactly once"
+        )
         expect(page.locator("#router-state")).to_have_text("running", timeout=WAIT_MS)
 
         proxy.send(STREAM, [{"n": n, "kind": "ab"[n % 2]} for n in range(20, 40)])

@@ -187,6 +187,22 @@ def test_the_router_benchmark_smoke(stack: Stack) -> None:
     assert any(t.endswith(".handwritten") for t in figures["topics"])
 
 
+@pytest.mark.timeout(420)
+def test_the_exactly_once_benchmark_smoke(stack: Stack) -> None:
+    figures = _smoke(stack, "exactly_once_bench", "exactly_once.json", timeout=360)
+    rows = _measured(figures)
+    assert [(r["name"], r["guarantee"]) for r in rows] == [
+        ("throughput, at least once", "at_least_once"),
+        ("throughput, exactly once", "exactly_once"),
+    ]
+    assert figures["ratio"] > 0
+    latency = [r for r in figures["results"] if r["events_per_second"] is None]
+    assert [r["guarantee"] for r in latency] == ["at_least_once", "exactly_once"]
+    for row in latency:
+        assert row["events"] > 0 and 0 <= row["p50_ms"] <= row["p99_ms"], row
+    assert len(figures["topics"]) == 3 * 3  # each stream's fronting, dead-letter and output topics
+
+
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("extra", [[], ["--object-fields", "20"]], ids=["plain", "object-fields"])
 def test_the_router_plan_benchmark_smoke(stack: Stack, extra: list[str]) -> None:

@@ -13,7 +13,9 @@ def test_the_demo_delivers_to_every_sink_and_can_run_again(stack: Stack) -> None
         for _ in range(2):
             results = json.loads(checked(stack.keystone("demo", "--json", timeout=600)).stdout)
             by_output = {r["output"]: r for r in results}
-            assert set(by_output) == {"errors", "search", "warehouse", "alerts"}
+            assert set(by_output) == {"errors", "errors_once", "search", "warehouse", "alerts"}
+            assert by_output["errors_once"]["guarantee"] == "exactly_once"
+            assert by_output["errors_once"]["expected"] == by_output["errors"]["expected"]
             for r in results:
                 assert r["expected"] > 0 and r["received"] == r["expected"], r
             assert by_output["warehouse"]["expected"] == 2000

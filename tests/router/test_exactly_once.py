@@ -229,10 +229,11 @@ def test_a_task_failing_once_around_its_commit_leaves_no_duplicate(
     for switch in switches:
         switch.touch()
     log = loaded.stack.state_dir / "logs" / "routers" / f"{STREAM}.log"
-    skipped = log.read_text().count(SKIPPED)
+    skipped, aborted = log.read_text().count(SKIPPED), loaded.transactions("aborted")
     loaded.send(200)
     eventually("both tasks to fail once", lambda: not any(s.exists() for s in switches), 120)
     loaded.send(20)  # after the failures: delivered by the query started again
     loaded.exactly_once()
+    eventually("the aborted batch counted", lambda: loaded.transactions("aborted") > aborted)
     if point == "after-commit":  # the batch run again found its records committed
         assert log.read_text().count(SKIPPED) > skipped

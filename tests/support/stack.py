@@ -30,6 +30,10 @@ def stack_env(state_dir: Path, port_offset: int) -> dict[str, str]:
     # compiler alone starts each on 40% less CPU (measured: 8 CPU-s against 13 for a session,
     # a query and its stop).
     env["KEYSTONE_SPARK_DRIVER_JAVA_OPTIONS"] = "-XX:TieredStopAtLevel=1"
+    # An exactly-once output's open transactions last at most 10 s: a router killed in the
+    # tests is down longer than that (Spark's start), so the broker has aborted them by then.
+    env["KEYSTONE_KAFKA_TRANSACTION_TIMEOUT_MS"] = "10000"
+    env["KEYSTONE_FAULT_SWITCHES"] = "true"  # tests/router/test_exactly_once.py
     for name, field in Settings.model_fields.items():
         if name.endswith("_port"):
             env[f"KEYSTONE_{name.upper()}"] = str(field.default + port_offset)

@@ -156,7 +156,13 @@ class Settings(BaseSettings, Limits):
         le=900_000,  # the broker's default transaction.max.timeout.ms
         description="How long an exactly-once output's open transaction may last before the "
         "broker aborts it: readers of its topic wait at most this long behind the transaction "
-        "of a router killed mid-batch (a restarted router aborts it at once).",
+        "of a router killed mid-batch (a restarted router aborts it at once). It must exceed "
+        "the longest write of one batch's input partition, or that batch aborts every time.",
+    )
+    fault_switches: bool = Field(
+        False,
+        description="Tests only: an exactly-once output's writer fails a commit once where a "
+        "file in <state_dir>/faults asks it to (router/java/TransactionalKafkaWriter.java).",
     )
 
     # The ingest proxy.

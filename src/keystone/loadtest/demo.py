@@ -30,6 +30,12 @@ EVENTS = 2000
 WAIT_SECONDS = 300
 OUTPUTS = [
     {"name": "errors", "filter": "level = 'error'", "sink": {"type": "kafka"}},
+    {  # the same, exactly once: after a crash, errors may repeat records, this never does
+        "name": "errors_once",
+        "filter": "level = 'error'",
+        "sink": {"type": "kafka"},
+        "delivery": {"mode": "microbatch", "trigger": "5 seconds", "guarantee": "exactly_once"},
+    },
     {
         "name": "search",
         "filter": "country in ('US', 'CA') and device.type != 'test'",
@@ -90,6 +96,7 @@ def run(settings: Settings, console: Console) -> list[dict]:
         {
             "output": c.output.name,
             "sink": c.output.sink.type,
+            "guarantee": c.output.guarantee,
             "where": c.reader.where,
             "expected": len(c.expected),
             "received": c.received,
@@ -141,12 +148,13 @@ def _await_sinks(checks: list[Check], console: Console) -> None:
 
 
 def _report(settings: Settings, checks: list[Check], console: Console) -> None:
-    table = Table("output", "sink", "where", "expected", "received", "duplicates")
+    table = Table("output", "sink", "guarantee", "where", "expected", "received", "duplicates")
     for c in checks:
         style = "green" if c.received == len(c.expected) else "red"
         table.add_row(
             c.output.name,
             c.output.sink.type,
+            c.output.guarantee.replace("_", " "),
             c.reader.where,
             f"{len(c.expected):,}",
             f"[{style}]{c.received:,}[/]",

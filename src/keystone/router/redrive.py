@@ -97,6 +97,8 @@ def selected(
     letters = (
         spark.read.format("kafka")
         .option("kafka.bootstrap.servers", settings.kafka_bootstrap)
+        # An exactly-once output dead-letters in its transactions: an aborted one's are not.
+        .option("kafka.isolation.level", "read_committed")
         .option("subscribe", topic)
         .option("includeHeaders", "true")
         .option("startingOffsets", "earliest")
@@ -120,6 +122,7 @@ def selected(
     marks = (
         spark.read.format("kafka")
         .option("kafka.bootstrap.servers", settings.kafka_bootstrap)
+        .option("kafka.isolation.level", "read_committed")
         .option("subscribe", redriven_topic(stream))
         .option("startingOffsets", "earliest")
         .load()

@@ -73,6 +73,9 @@ def kafka_records(
     )
     if max_per_trigger is not None:
         reader = reader.option("maxOffsetsPerTrigger", max_per_trigger)
+    # Never `minPartitions` nor `maxRecordsPerPartition`: each task then holds one whole
+    # partition of a batch, which an exactly-once output's transactions rely on (its tasks
+    # skip what their partition's committed position says is written).
     return reader.load()
 
 
