@@ -3,7 +3,7 @@ router is killed with SIGKILL at random moments, then the broker is restarted mi
 `read_committed` reader finds every acknowledged event exactly once in the Kafka output's topic,
 in the Keystone output's target stream and in that stream's own exactly-once output. A sink task
 made to fail once (the writer's test-only fault switch), before its commit and after it, leaves
-no duplicate either.
+no duplicate either, nor does a partition added to the fronting topic.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 import httpx
 import pytest
+from confluent_kafka.admin import AdminClient, NewPartitions
 
 from keystone.contracts import envelope
 from keystone.contracts.checkpoints import checkpoint_dir, generations
@@ -237,3 +238,17 @@ def test_a_task_failing_once_around_its_commit_leaves_no_duplicate(
     eventually("the aborted batch counted", lambda: loaded.transactions("aborted") > aborted)
     if point == "after-commit":  # the batch run again found its records committed
         assert log.read_text().count(SKIPPED) > skipped
+
+
+def test_a_partition_added_to_the_fronting_topic_is_written_once_too(loaded: Loaded) -> None:
+    """Its producer is new, with no position: it writes what the partition holds, once."""
+    bootstrap, topic = loaded.stack.address("kafka"), fronting_topic(STREAM)
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    count = len(admin.list_topics(topic, timeout=30).topics[topic].partitions)
+    for future in admin.create_partitions([NewPartitions(topic, count + 1)]).values():
+        future.result(timeout=30)
+    # A new producer: the fixture's has the topic's old metadata for minutes.
+    loaded.producer = DirectProducer(bootstrap, APP, ack_timeout=60)
+    loaded.send(300)
+    assert any(m.partition() == count for m in read_topic(bootstrap, topic))
+    loaded.exactly_once()

@@ -62,6 +62,7 @@ def spec(fixed: bool) -> dict:
         "owner": OWNER,
         "partitions": 2,
         "producers": [APP],
+        "archive": {"enabled": False},  # redrives read the dead letters, never the archive
         "schema": schema(["long", "string"] if fixed else ["long"]),
         "outputs": [
             {"name": n, "sink": s, "projection": p, "delivery": batches, "start": "earliest"}

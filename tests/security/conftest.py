@@ -24,6 +24,7 @@ def good(stack: Stack, admin: Api) -> Iterator[Good]:
         "partitions": 1,
         "producers": [GOOD_APP],
         "outputs": [GOOD_OUTPUT],
+        "archive": {"enabled": False},  # its output is what the hostile tests watch
     }
     team.ok("POST", "/v1/streams", spec)
     tenant = Good(stack, team, key)

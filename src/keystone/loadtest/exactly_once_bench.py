@@ -199,7 +199,9 @@ def latency(
     seconds: int,
     leftovers: Leftovers,
     warm_up: int = WARM_UP_SECONDS,
+    slack: int = 5,
 ) -> Result:
+    """`slack`: seconds waited past the trigger interval for the last batch to commit."""
     name = f"bench_eo_lat_{uuid.uuid4().hex[:6]}"
     stream = spec(name, guarantee, trigger)
     topic = output_topic(name, "out")
@@ -230,7 +232,7 @@ def latency(
     with console.status(f"{label}: {rate:,} events/s for {seconds} s…"):
         with CpuMeter(spark_processes(spark), every=None) as meter:
             load(rate * seconds)
-        time.sleep(stream.outputs[0].delivery.seconds + 5)  # the last batch commits
+        time.sleep(stream.outputs[0].delivery.seconds + slack)
     ours.send("stop")
     latencies = sorted(ours.recv())
     consumer.join(timeout=60)
@@ -291,10 +293,11 @@ def main() -> None:
     parser.add_argument("--seconds", type=int, default=30, help="seconds of latency load")
     args = parse_arguments(parser)
     settings = Settings()
-    events, rounds, rate, seconds, warm_up = args.events, args.rounds, args.rate, args.seconds, 10
-    triggers = ["1 second", "5 seconds"]
+    events, rounds, rate, seconds = args.events, args.rounds, args.rate, args.seconds
+    warm_up, slack, triggers = WARM_UP_SECONDS, 5, ["1 second", "5 seconds"]
     if args.smoke:
-        events, rounds, rate, seconds, warm_up, triggers = 5_000, 1, 500, 3, 2, ["1 second"]
+        events, rounds, rate, seconds, warm_up, slack = 5_000, 1, 500, 3, 2, 2
+        triggers = ["1 second"]
     master = router_master(settings, spec("bench_sizing", "exactly_once", "1 second"))
     spark = spark_session(settings, "keystone-exactly-once-bench", master)
     leftovers = Leftovers()
@@ -302,9 +305,8 @@ def main() -> None:
         results = throughput(spark, settings, events, rounds, leftovers, warm_up=not args.smoke)
         for trigger in triggers:
             for guarantee in GUARANTEES:
-                results.append(
-                    latency(spark, settings, guarantee, trigger, rate, seconds, leftovers, warm_up)
-                )
+                run = (rate, seconds, leftovers, warm_up, slack)
+                results.append(latency(spark, settings, guarantee, trigger, *run))
     finally:
         spark.stop()
         leftovers.clean(settings)
