@@ -81,6 +81,10 @@ def transactional_group(stream: str, output: str, query: str) -> str:
 HIVE_DATABASE = "keystone"
 ARCHIVE = "archive"  # the stream's raw events: table `<stream>__archive` (a Hive output's name)
 ARCHIVE_QUERY = "_archive"  # the router's query writing it: its checkpoint and metrics' label
+# What the stream itself could not read (no output's doing): the router's dead-letter query, its
+# checkpoint and metrics' output label, and the `output` of its dead letters in control's views
+# and a redrive's selection.
+STREAM_LEVEL = "_stream"
 
 
 def hive_table(stream: str, output: str) -> str:

@@ -25,7 +25,7 @@ from keystone.contracts import envelope
 from keystone.contracts.checkpoints import Offsets
 from keystone.contracts.errors import Conflict, KeystoneError, NotFound, Unavailable
 from keystone.contracts.limits import check_replay_rate
-from keystone.contracts.names import dead_letter_topic, redriven_topic
+from keystone.contracts.names import STREAM_LEVEL, dead_letter_topic, redriven_topic
 from keystone.contracts.recovery import JobPhase, Redrive, RedriveProgress, Selection
 from keystone.contracts.settings import Settings
 from keystone.contracts.spec import StreamSpec
@@ -37,7 +37,6 @@ from keystone.router.topics import watermarks
 
 log = logging.getLogger(__name__)
 
-STREAM_LEVEL = "_stream"  # the output of what the stream itself could not read
 SAMPLES = 3  # per group
 PREVIEW_BYTES = 300  # of a sample's event
 POLL_SECONDS = 5.0  # the longest wait for the next record of a topic being read to its end

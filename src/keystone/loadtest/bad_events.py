@@ -28,11 +28,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from keystone.contracts.errors import BadRequest, KeystoneError, Unavailable
-from keystone.contracts.names import fronting_topic
+from keystone.contracts.names import STREAM_LEVEL, fronting_topic
 from keystone.contracts.settings import Settings
 from keystone.contracts.spec import StreamSpec
 from keystone.control.client import ControlClient
-from keystone.control.deadletters import STREAM_LEVEL
 from keystone.ingest_proxy.client import DirectProducer
 from keystone.loadtest.events import EventMaker
 from keystone.loadtest.faults import Fault

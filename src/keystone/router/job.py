@@ -38,7 +38,12 @@ from keystone.contracts.checkpoints import (
     replay_bound_path,
 )
 from keystone.contracts.errors import KeystoneError
-from keystone.contracts.names import ARCHIVE_QUERY, dead_letter_topic, fronting_topic
+from keystone.contracts.names import (
+    ARCHIVE_QUERY,
+    STREAM_LEVEL,
+    dead_letter_topic,
+    fronting_topic,
+)
 from keystone.contracts.recovery import Rewind
 from keystone.contracts.registry import RegistryReader
 from keystone.contracts.schema import parse_schema
@@ -50,7 +55,7 @@ from keystone.router.lang.ast import paths_read
 from keystone.router.lang.parser import parse_filter, parse_projection
 from keystone.router.lang.spark import compile_filter, compile_projection
 from keystone.router.meter import Meter
-from keystone.router.metrics import STREAM_LEVEL, ProgressListener, RouterMetrics
+from keystone.router.metrics import ProgressListener, RouterMetrics
 from keystone.router.sinks.base import ROUTED, RecordWriter, to_kafka, writer_class, writer_for
 from keystone.router.sinks.route import Route
 from keystone.router.source import fronting, kafka_records

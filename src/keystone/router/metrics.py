@@ -22,10 +22,9 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQueryListener
 
 from keystone.contracts import metrics as names
+from keystone.contracts.names import STREAM_LEVEL
 from keystone.contracts.settings import Settings
 from keystone.router.counts import LATENCY_BUCKETS, Counts, Outcome, merge_counts
-
-STREAM_LEVEL = "_stream"  # the output label of what the stream itself dead-letters
 
 
 def latency_columns(now_ms: Column, timestamp: Column) -> list[Column]:

@@ -36,7 +36,12 @@ from pyspark.sql import functions as F
 
 from keystone.contracts import envelope as names
 from keystone.contracts.errors import KeystoneError
-from keystone.contracts.names import dead_letter_topic, fronting_topic, redriven_topic
+from keystone.contracts.names import (
+    STREAM_LEVEL,
+    dead_letter_topic,
+    fronting_topic,
+    redriven_topic,
+)
 from keystone.contracts.recovery import Redrive, RedriveProgress
 from keystone.contracts.registry import RegistryReader
 from keystone.contracts.schema import parse_schema
@@ -58,7 +63,6 @@ from keystone.router.spark import (
 log = logging.getLogger(__name__)
 
 SLICE_SECONDS = 10  # a slice holds at most this many seconds' worth of the rate
-STREAM_LEVEL = "_stream"  # a selection's output for what the stream itself could not read
 _DEAD_LETTER_HEADERS = (names.DLQ_REASON, names.DLQ_OUTPUT, names.REDRIVES)
 
 
