@@ -38,7 +38,6 @@ from confluent_kafka import OFFSET_END, Consumer, TopicPartition
 from pyspark.sql import SparkSession
 from rich.console import Console
 from rich.progress import Progress
-from rich.table import Table
 
 from keystone.contracts.names import output_topic
 from keystone.contracts.settings import Settings
@@ -60,8 +59,10 @@ from keystone.loadtest.router_bench import (
     PARTITIONS,
     PROJECTION,
     Leftovers,
+    cell,
     produce,
     rate_of,
+    results_table,
 )
 from keystone.router.job import Router, router_master
 from keystone.router.metrics import RouterMetrics
@@ -249,10 +250,6 @@ def latency(
     )
 
 
-def cell(value: float | None, form: str) -> str:
-    return "" if value is None else format(value, form)
-
-
 def share(results: list[Result]) -> tuple[float, list[float]]:
     """Exactly once's throughput over at least once's (of the medians), and of each round."""
     loose, strict = (next(r for r in results if r.guarantee == g) for g in GUARANTEES)
@@ -311,17 +308,7 @@ def main() -> None:
         spark.stop()
         leftovers.clean(settings)
 
-    table = Table("run", "events/s", "p50 ms", "p99 ms", "events", CPU_COLUMN)
-    for r in results:
-        table.add_row(
-            r.name,
-            cell(r.events_per_second, ",.0f"),
-            cell(r.p50_ms, ".0f"),
-            cell(r.p99_ms, ".0f"),
-            f"{r.events:,}",
-            cell(r.cpu_s_per_m_events, ".1f"),
-        )
-    console.print(table)
+    console.print(results_table(results))
     ratio, _ = share(results[:2])
     console.print(f"exactly once over at least once: {ratio:.2f}")
     figures = {

@@ -38,8 +38,10 @@ import shutil
 import statistics
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from confluent_kafka import Producer
 from pyspark.sql import DataFrame, SparkSession
@@ -355,6 +357,22 @@ def cell(value: float | None, form: str) -> str:
     return "" if value is None else format(value, form)
 
 
+def results_table(results: Sequence[Any]) -> Table:
+    """Runs (of this benchmark or another: name, events_per_second, p50_ms, p99_ms, events,
+    cpu_s_per_m_events) as a terminal table."""
+    table = Table("run", "events/s", "p50 ms", "p99 ms", "events", CPU_COLUMN)
+    for r in results:
+        table.add_row(
+            r.name,
+            cell(r.events_per_second, ",.0f"),
+            cell(r.p50_ms, ".0f"),
+            cell(r.p99_ms, ".0f"),
+            f"{r.events:,}",
+            cell(r.cpu_s_per_m_events, ".1f"),
+        )
+    return table
+
+
 def markdown(results: list[Result]) -> str:
     rows = "\n".join(
         f"| {r.name} | {cell(r.events_per_second, ',.0f')} | {cell(r.p50_ms, '.0f')} | "
@@ -411,17 +429,7 @@ def main() -> None:
         spark.stop()
         leftovers.clean(settings)
 
-    table = Table("run", "events/s", "p50 ms", "p99 ms", "events", CPU_COLUMN)
-    for r in results:
-        table.add_row(
-            r.name,
-            cell(r.events_per_second, ",.0f"),
-            cell(r.p50_ms, ".0f"),
-            cell(r.p99_ms, ".0f"),
-            f"{r.events:,}",
-            cell(r.cpu_s_per_m_events, ".1f"),
-        )
-    console.print(table)
+    console.print(results_table(results))
     console.print(f"{CPU_COLUMN}: {CPU_COUNTS}.")
     figures = {
         "smoke": args.smoke,
