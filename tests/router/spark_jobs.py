@@ -61,6 +61,9 @@ def read_tables() -> None:
             print(json.dumps(frame.inputFiles()), flush=True)
             continue
         table = line.strip()
+        if not spark.catalog.tableExists(table):  # its router has yet to make it: nothing in it
+            print(json.dumps([]), flush=True)
+            continue
         spark.catalog.refreshTable(table)  # new files and partitions since the last read
         rows = spark.table(table).collect()
         print(json.dumps([row.asDict(recursive=True) for row in rows], default=_text), flush=True)

@@ -285,5 +285,7 @@ def _say_backfill(backfill: BackfillPublic) -> None:
         f"[bold]{backfill.state}[/], {backfill.read:,}{of} events routed, "
         f"{backfill.delivered:,} delivered, {backfill.dead_lettered:,} dead-lettered"
     )
+    if backfill.waiting:
+        console.print(f"waiting for {backfill.waiting}")
     if backfill.error:
         console.print(Text(f"error: {backfill.error}", style="red"))

@@ -199,6 +199,9 @@ class BackfillProgress(_ProgressFile):
     hours: dict[str, HourDone] = Field(
         default_factory=dict, description="By hour, 'yyyymmddhh' (UTC)."
     )
+    waiting: str = Field(
+        "", description="What it waits for before it replaces an hour's rows, if anything."
+    )
     done: bool = False
 
     @property

@@ -263,6 +263,11 @@ class BackfillPublic(BaseModel):
     )
     hours: int | None = Field(None, description="Hours of the archive it reads, once known.")
     hours_done: int = 0
+    waiting: str | None = Field(
+        None,
+        description="What it waits for before it replaces an hour's rows (a Hive output: the "
+        "live output to pass the hour's range first), if anything.",
+    )
     eta_seconds: float | None = Field(None, description="Until it is done, at its rate.")
     attempts: int = Field(0, description="Times its application was started.")
     error: str | None = None
@@ -297,6 +302,7 @@ class BackfillPublic(BaseModel):
             removed=progress.removed,
             hours=len(progress.hours) or None,
             hours_done=sum(h.done for h in progress.hours.values()),
+            waiting=(progress.waiting or None) if backfill.active else None,
             eta_seconds=round(view.eta_seconds, 1) if view.eta_seconds is not None else None,
             attempts=backfill.attempts,
             error=backfill.error or None,

@@ -10,7 +10,7 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 from keystone.contracts.checkpoints import Offsets
 from keystone.contracts.errors import Unavailable
 from keystone.contracts.settings import Settings
-from keystone.router.topics import watermarks
+from keystone.router.topics import offsets_at, watermarks
 
 TIMEOUT = 10.0
 
@@ -47,22 +47,7 @@ class Positions:
     def at_time(self, topic: str, epoch_ms: int) -> Offsets:
         """Per partition, the first offset whose record's timestamp is at or after `epoch_ms`
         (the partition's end when none is)."""
-        consumer = self._consumer()
-        try:
-            partitions = self._partitions(consumer, topic)
-            found = consumer.offsets_for_times(
-                [TopicPartition(topic, p, epoch_ms) for p in partitions], timeout=TIMEOUT
-            )
-            offsets = {}
-            for tp in found:
-                if tp.offset < 0:
-                    _, tp.offset = consumer.get_watermark_offsets(tp, timeout=TIMEOUT)
-                offsets[tp.partition] = tp.offset
-            return offsets
-        except KafkaException as e:
-            raise Unavailable(f"Kafka did not answer for {topic}: {e}", retry_after=5) from e
-        finally:
-            consumer.close()
+        return offsets_at(self.settings, topic, epoch_ms)
 
     def first_timestamp(self, topic: str, offsets: Offsets) -> float | None:
         """The earliest timestamp (epoch seconds) of the records at `offsets`, one per
@@ -92,10 +77,3 @@ class Positions:
             raise Unavailable(f"Kafka did not answer for {topic}: {e}", retry_after=5) from e
         finally:
             consumer.close()
-
-    @staticmethod
-    def _partitions(consumer: Consumer, topic: str) -> list[int]:
-        metadata = consumer.list_topics(topic, timeout=TIMEOUT).topics.get(topic)
-        if metadata is None or metadata.error is not None:
-            raise Unavailable(f"topic {topic} is not readable", retry_after=5)
-        return sorted(metadata.partitions)

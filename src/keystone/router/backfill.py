@@ -12,7 +12,14 @@ most `SLICE_SECONDS` of the backfill's rate, paced to that rate. Elasticsearch a
 each slice as it comes; Hive stages them and replaces the hour's rows of the range once all are
 staged (`Writer.end_replay`), so an hour is never half replaced. After each slice it records
 how far it has come (`BackfillProgress`), and a backfill started again goes on from there: an
-hour under way starts again at its next slice.
+hour under way starts again at its next slice (a Hive hour stopped on purpose, its staged
+slices discarded, starts again from its first).
+
+An output whose sink replaces the range whole (`Writer.replaces_ranges`: Hive) replaces an
+hour's rows only once the live output and the archive have committed past every event
+ingested before the window's end (`settled`): a live output still behind the window (after
+the redeploy of a fix, say) would otherwise write some of its rows again after the backfill
+replaced them. Until then the progress says what it waits for.
 """
 
 from __future__ import annotations
@@ -23,12 +30,14 @@ import math
 import sys
 import threading
 import time
+from collections.abc import Callable
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from keystone.contracts.errors import KeystoneError
-from keystone.contracts.names import archive_table
+from keystone.contracts.checkpoints import Offsets, checkpoint_dir, generations, latest
+from keystone.contracts.errors import KeystoneError, Unavailable
+from keystone.contracts.names import ARCHIVE_QUERY, archive_table, fronting_topic
 from keystone.contracts.recovery import Backfill, BackfillProgress, HourDone
 from keystone.contracts.registry import RegistryReader
 from keystone.contracts.schema import parse_schema
@@ -47,10 +56,49 @@ from keystone.router.spark import (
     spark_session,
     stop_on_signals,
 )
+from keystone.router.topics import offsets_at
 
 log = logging.getLogger(__name__)
 
 SLICE_SECONDS = 10  # a slice holds at most this many seconds' worth of the rate
+SETTLE_POLL_SECONDS = 2.0  # between two looks at the live output's position
+
+
+def iso(epoch_ms: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch_ms / 1000))
+
+
+def settled(
+    settings: Settings,
+    stream: str,
+    output: str,
+    end_ms: int,
+    now: float,
+    at: Callable[[int], Offsets] | None = None,
+) -> str:
+    """'' once the output's live query and the stream's archive have committed past every
+    event ingested before `end_ms`; else what is still waited for.
+
+    The proxy stamps an event, then waits at most `kafka_ack_timeout_seconds` for Kafka: an
+    event stamped before `end_ms` that Kafka has is before the first record stamped after
+    `end_ms` plus that timeout, in every partition (`at` finds it: Kafka's offsets-for-times).
+    """
+    settle_ms = end_ms + int(settings.kafka_ack_timeout_seconds * 1000)
+    if now * 1000 < settle_ms:
+        return f"events ingested before {iso(end_ms)} to reach Kafka (until {iso(settle_ms)})"
+    topic = fronting_topic(stream)
+    needed = (at or (lambda ms: offsets_at(settings, topic, ms)))(settle_ms)
+    live = generations(settings, stream, output)
+    queries = {
+        "the live output": checkpoint_dir(settings, stream, output, max(live, default=0)),
+        "the archive": settings.checkpoints_dir / stream / ARCHIVE_QUERY,
+    }
+    for what, checkpoint in queries.items():
+        committed = latest(checkpoint, topic)
+        offsets = committed.offsets if committed is not None else {}
+        if any(offsets.get(p, 0) < o for p, o in needed.items()):
+            return f"{what} to pass the events ingested before {iso(end_ms)}"
+    return ""
 
 
 def hours_of(spark: SparkSession, stream: str, start_ms: int, end_ms: int) -> list[tuple[int, int]]:
@@ -72,6 +120,7 @@ class Backfiller:
         backfill: Backfill,
     ) -> None:
         self.spark = spark
+        self.settings = settings
         self.spec = spec
         self.output = output
         self.backfill = backfill
@@ -126,8 +175,7 @@ class Backfiller:
         place = F.pmod(F.xxhash64("partition", "offset"), F.lit(slices))
         for n in range(done.slices, slices):
             if stop.is_set():
-                self.writer.end_replay(self.spark, window, tags, keep=False)
-                return False
+                return self.stopped(key, window, tags)
             began = time.monotonic()
             source = envelope(records.where(place == n), self.schema, self.paths)
             frame = routed(source, self.output, self.meter, F.lit(backfill.id))
@@ -149,11 +197,43 @@ class Backfiller:
             progress.save(self.path)
             # Paced: a slice of `read` events takes at least read / rate seconds.
             stop.wait(max(0.0, counts.read / backfill.rate - (time.monotonic() - began)))
+        if self.writer.replaces_ranges and not self.wait_until_settled(window[1], stop):
+            return self.stopped(key, window, tags)
         self.writer.end_replay(self.spark, window, tags, keep=True)
         progress.hours[key] = done.model_copy(update={"done": True})
         progress.save(self.path)
         log.info("backfill %s: hour %s done (%d events)", backfill.id, key, done.events)
         return True
+
+    def wait_until_settled(self, end_ms: int, stop: threading.Event) -> bool:
+        """Until `settled` (True) or stopped (False), saying meanwhile what it waits for."""
+        progress, said = self.progress, ""
+        while not stop.is_set():
+            try:
+                waiting = settled(
+                    self.settings, self.spec.name, self.output.name, end_ms, time.time()
+                )
+            except Unavailable as e:
+                waiting = f"Kafka: {e.message}"
+            if waiting != progress.waiting:
+                progress.waiting = waiting
+                progress.save(self.path)
+            if not waiting:
+                return True
+            if waiting != said:
+                log.info("backfill %s waits for %s", self.backfill.id, waiting)
+                said = waiting
+            stop.wait(SETTLE_POLL_SECONDS)
+        return False
+
+    def stopped(self, key: str, window: tuple[int, int], tags: list[str]) -> bool:
+        """Stopped on purpose halfway through an hour: a sink that staged its slices discards
+        them, and the hour starts again from its first slice next time."""
+        self.writer.end_replay(self.spark, window, tags, keep=False)
+        if self.writer.replaces_ranges:
+            self.progress.hours.pop(key, None)
+            self.progress.save(self.path)
+        return False
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -186,8 +266,8 @@ def main(argv: list[str] | None = None) -> int:
         backfill.id,
         spec.name,
         output.name,
-        time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(backfill.start / 1000)),
-        time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(backfill.end / 1000)),
+        iso(backfill.start),
+        iso(backfill.end),
         backfill.rate,
     )
     try:

@@ -71,3 +71,33 @@ def watermarks(settings: Settings, topic: str) -> dict[int, tuple[int, int]]:
         raise Unavailable(f"Kafka did not answer for {topic}: {e}", retry_after=5) from e
     finally:
         consumer.close()
+
+
+def offsets_at(settings: Settings, topic: str, epoch_ms: int) -> dict[int, int]:
+    """Per partition, the first offset whose record's timestamp is at or after `epoch_ms`
+    (Kafka's offsets-for-times; the partition's end when none is)."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": settings.kafka_bootstrap,
+            "group.id": "keystone-positions",  # never commits: only asks
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+        }
+    )
+    try:
+        metadata = consumer.list_topics(topic, timeout=15).topics.get(topic)
+        if metadata is None or metadata.error is not None:
+            raise Unavailable(f"topic {topic} is not readable", retry_after=5)
+        found = consumer.offsets_for_times(
+            [TopicPartition(topic, p, epoch_ms) for p in sorted(metadata.partitions)], timeout=15
+        )
+        offsets = {}
+        for tp in found:
+            if tp.offset < 0:
+                _, tp.offset = consumer.get_watermark_offsets(tp, timeout=15)
+            offsets[tp.partition] = tp.offset
+        return offsets
+    except KafkaException as e:
+        raise Unavailable(f"Kafka did not answer for {topic}: {e}", retry_after=5) from e
+    finally:
+        consumer.close()

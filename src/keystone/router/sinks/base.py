@@ -54,6 +54,9 @@ ROUTED = (
 
 class Writer(ABC):
     realtime: ClassVar[bool]  # can it run under Spark's Real-time Mode trigger
+    # Does a backfill replace the rows of its range whole (`end_replay`, Hive)? Then the live
+    # output must have passed the range first, or it would write some of them again after.
+    replaces_ranges: ClassVar[bool] = False
 
     def __init__(self, route: Route, meter: Meter | None = None) -> None:
         self.route = route

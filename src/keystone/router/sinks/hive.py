@@ -22,6 +22,7 @@ import json
 import re
 import secrets
 import time
+from typing import Any
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -34,7 +35,8 @@ from keystone.router.sinks.base import BatchWriter
 from keystone.router.sinks.route import Route
 
 # A published file: batch-<query id>-<batch id>-<n>.parquet
-_PUBLISHED = re.compile(r"batch-(.+)-([0-9]{12})-[0-9]{5}\.parquet")
+# (a backfill that replaced some of its rows leaves the others as `<that name>.<hex>.parquet`)
+_PUBLISHED = re.compile(r"batch-(.+)-([0-9]{12})-[0-9]{5}(?:\.[0-9a-f]{8})?\.parquet")
 
 
 class HiveTable:
@@ -105,41 +107,84 @@ class HiveTable:
         hour: tuple[int, int],
         window: tuple[int, int],
         staged: list[str],
-        prefix: str,
+        name: str,
     ) -> None:
         """Replaces the rows of `hour` whose `timestamp` is in `window` ([start, end), epoch
-        ms) by the files staged under `staged`: the hour's other rows are staged again beside
-        them, the new files moved in as `<prefix>-<n>.parquet`, then the hour's earlier files
-        deleted. Done again (after a crash), it gives the same rows: `prefix` must be new for
-        each attempt."""
+        ms) by the files staged under `staged`, moved in as `<name>-<n>-<hex>.parquet`.
+
+        Only the files with rows in the window are touched: each is replaced by its other rows
+        under its own name with a new suffix (`<name>.<hex>.parquet`), so a batch Spark runs
+        again still replaces its own files and a rewind still finds its batches' rows by name;
+        a file written meanwhile (a live batch past the window) is left alone. The moves and
+        deletions are planned first, in a journal (`_staging/<name>.swap.json`), then carried
+        out: done again after a crash, an unfinished plan is finished, not planned again."""
+        fs, path = self.fs(spark)
+        journal = path(f"{self.location}/_staging/{name}.swap.json")
+        if fs.exists(journal):
+            plan = json.loads(_read_text(spark, journal))
+        else:
+            plan = self._plan_swap(spark, hour, window, staged, name)
+            _write_text(spark, journal, json.dumps(plan))
+        for source, target in plan["moves"]:
+            if fs.exists(path(source)) and not fs.rename(path(source), path(target)):
+                raise OSError(f"could not move {source} to {target}")
+        for file in plan["deletes"]:
+            fs.delete(path(file), False)
+        for where in [*staged, plan["kept"]]:
+            fs.delete(path(where), True)
+        fs.delete(journal, False)
+        self.add_partitions(spark, [hour])
+
+    def _plan_swap(
+        self,
+        spark: SparkSession,
+        hour: tuple[int, int],
+        window: tuple[int, int],
+        staged: list[str],
+        name: str,
+    ) -> dict[str, Any]:
+        """What `replace_hour` moves and deletes, with the other rows of the touched files
+        staged under the plan's `kept` folder, one file per touched file."""
         fs, path = self.fs(spark)
         dateint, hour_of_day = hour
-        folder = path(self.location, f"dateint={dateint}/hour={hour_of_day}")
-        earlier = [s.getPath() for s in fs.globStatus(path(folder, "*.parquet")) or []]
+        folder = f"{self.location}/dateint={dateint}/hour={hour_of_day}"
+        existing = {
+            s.getPath().getName(): s.getPath().toString()
+            for s in fs.globStatus(path(folder, "*.parquet")) or []
+        }
         start, end = window
         begins = calendar.timegm(time.strptime(f"{dateint}{hour_of_day:02d}", "%Y%m%d%H")) * 1000
-        whole = start <= begins and end >= begins + 3_600_000
-        if earlier and not whole:
-            kept = (
-                spark.read.parquet(*(p.toString() for p in earlier))
-                .where((F.col("timestamp") < start) | (F.col("timestamp") >= end))
-                .select("guid", "timestamp", "record", *hour_columns())
+        suffix = secrets.token_hex(4)
+        kept = f"{self.location}/_staging/{name}-{suffix}-kept"
+        moves: list[tuple[str, str]] = []
+        touched = set(existing)
+        if existing and not (start <= begins and end >= begins + 3_600_000):
+            inside = (F.col("timestamp") >= start) & (F.col("timestamp") < end)
+            rows = spark.read.parquet(*existing.values()).withColumn(
+                "source", F.element_at(F.split(F.input_file_name(), "/"), -1)
             )
-            staged = [*staged, self.stage(kept, f"{prefix}-kept")]
-        files = [
-            status.getPath()
+            touched = {r.source for r in rows.where(inside).select("source").distinct().collect()}
+            others = rows.where(~inside & F.col("source").isin(*touched)) if touched else None
+            if others is not None:
+                others.select("guid", "timestamp", "record", "source").repartition(
+                    "source"
+                ).write.partitionBy("source").parquet(kept)
+                for status in fs.globStatus(path(f"{kept}/source=*/*.parquet")) or []:
+                    source = status.getPath().getParent().getName().removeprefix("source=")
+                    base = source.removesuffix(".parquet").split(".")[0]
+                    moves.append((status.getPath().toString(), f"{folder}/{base}.{suffix}.parquet"))
+        new = [
+            status.getPath().toString()
             for where in staged
             for status in fs.globStatus(path(f"{where}/dateint=*/hour=*/*.parquet")) or []
         ]
-        fs.mkdirs(folder)
-        for n, file in enumerate(files):
-            if not fs.rename(file, path(folder, f"{prefix}-{n:05d}.parquet")):
-                raise OSError(f"could not move {file} into {folder}")
-        for file in earlier:
-            fs.delete(file, False)
-        for where in staged:
-            fs.delete(path(where), True)
-        self.add_partitions(spark, [hour])
+        moves += [(file, f"{folder}/{name}-{n:05d}-{suffix}.parquet") for n, file in enumerate(new)]
+        fs.mkdirs(path(folder))
+        return {
+            "moves": moves,
+            "deletes": [existing[file] for file in sorted(touched)],
+            "kept": kept,
+        }
 
     def unstage(self, spark: SparkSession, staged: list[str]) -> None:
         fs, path = self.fs(spark)
@@ -164,6 +209,8 @@ def hour_columns(timestamp: str = "timestamp") -> list[Column]:
 
 
 class HiveWriter(BatchWriter):
+    replaces_ranges = True
+
     def __init__(self, route: Route, meter: Meter | None = None) -> None:
         super().__init__(route, meter)
         self.table = HiveTable(hive_table(route.stream.name, route.output.name))
@@ -228,10 +275,7 @@ class HiveWriter(BatchWriter):
         if not keep:
             self.table.unstage(spark, staged)
             return
-        hour = hour_of(window[0])
-        # A new name each time: the files of an attempt that died halfway are earlier files.
-        prefix = f"{tags[0]}-{secrets.token_hex(4)}" if tags else f"replay-{secrets.token_hex(4)}"
-        self.table.replace_hour(spark, hour, window, staged, prefix)
+        self.table.replace_hour(spark, hour_of(window[0]), window, staged, tags[0])
 
     def _query_id(self) -> str:
         # Stable across restarts from the checkpoint, new for a new one: batch ids of a
@@ -267,3 +311,26 @@ def _hour(status) -> tuple[int, int]:
     hour_dir = status.getPath().getParent()
     date_dir = hour_dir.getParent()
     return int(date_dir.getName().split("=")[1]), int(hour_dir.getName().split("=")[1])
+
+
+def _read_text(spark: SparkSession, file) -> str:
+    """A small file's text, through the table's Hadoop file system."""
+    fs = file.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+    stream = fs.open(file)
+    try:
+        return spark.sparkContext._jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8")
+    finally:
+        stream.close()
+
+
+def _write_text(spark: SparkSession, file, text: str) -> None:
+    """Writes a small file whole or not at all (written beside it, then renamed)."""
+    fs = file.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+    staging = file.suffix(".tmp")
+    stream = fs.create(staging, True)
+    try:
+        stream.write(bytearray(text.encode()))
+    finally:
+        stream.close()
+    if not fs.rename(staging, file):
+        raise OSError(f"could not write {file}")

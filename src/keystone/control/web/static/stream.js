@@ -244,7 +244,8 @@ function showBackfill(output, backfill) {
     const of = backfill.events === null || backfill.events === undefined ? "" : ` of ${count(backfill.events)}`;
     progress.querySelector("[data-backfill-text]").textContent =
       `${count(backfill.read)}${of} events routed, ${backfill.hours_done} of ${backfill.hours ?? "?"} hours, ` +
-      `about ${duration(backfill.eta_seconds)} left (at most ${count(backfill.rate)} events/s)`;
+      `about ${duration(backfill.eta_seconds)} left (at most ${count(backfill.rate)} events/s)` +
+      (backfill.waiting ? `; waiting for ${backfill.waiting}` : "");
   }
   progress.hidden = !active;
   button.disabled = active;  // one backfill per output at a time

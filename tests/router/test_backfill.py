@@ -1,0 +1,150 @@
+"""A backfill's two safeguards for a sink that replaces a range whole (Hive), on their own: it
+waits until the live output and the archive have passed the range (`settled`, checkpoints as
+Spark writes them, Kafka's positions given), and an hour's swap touches only the files with
+rows in the window and is finished, not done twice, after a crash (`HiveTable.replace_hour`,
+on a local Spark session and a Parquet folder; the real Hive: tests/router/test_recovery.py
+and tests/router/test_backfill_behind_live.py)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+
+from keystone.contracts.names import ARCHIVE_QUERY
+from keystone.contracts.settings import Settings
+from keystone.router.backfill import settled
+from keystone.router.sinks import hive
+from keystone.router.sinks.hive import HiveTable, hour_columns
+from tests.control.test_recovery_views import commit
+
+HOUR_MS = 3_600_000
+HOUR = (20261126, 10)
+BEGINS = 1_795_687_200_000  # 2026-11-26T10:00:00Z
+END = BEGINS + 1_800_000  # a window of the hour's first half
+
+
+def settings(tmp_path: Path) -> Settings:
+    return Settings(state_dir=tmp_path, kafka_ack_timeout_seconds=10)
+
+
+def test_a_range_is_settled_once_kafka_has_it_and_the_live_output_and_archive_passed_it(
+    tmp_path: Path,
+) -> None:
+    config = settings(tmp_path)
+    needed = {0: 50, 1: 70}
+    asked: list[int] = []
+
+    def at(ms: int) -> dict[int, int]:
+        asked.append(ms)
+        return needed
+
+    def waits(now_ms: int) -> str:
+        return settled(config, "plays", "warehouse", END, now_ms / 1000, at)
+
+    # Until the proxy's ack timeout has passed, an event stamped before the end may yet land.
+    assert "to reach Kafka" in waits(END + 9_999) and asked == []
+    assert "the live output" in waits(END + 10_000)  # no checkpoint yet
+    assert asked == [END + 10_000]  # the first record stamped after the end plus the timeout
+    commit(config, "plays", "warehouse", 0, {0: 50, 1: 69})
+    assert "the live output" in waits(END + 60_000)  # one partition short
+    commit(config, "plays", "warehouse", 1, {0: 50, 1: 70})  # a rewind's generation: the live one
+    assert "the archive" in waits(END + 60_000)
+    commit(config, "plays", ARCHIVE_QUERY, 0, {0: 80, 1: 90})
+    assert waits(END + 60_000) == ""
+
+
+@pytest.fixture
+def table(spark: SparkSession, tmp_path: Path) -> Iterator[HiveTable]:
+    spark.sql("CREATE DATABASE IF NOT EXISTS keystone")
+    name = f"swap_{tmp_path.name[-8:].replace('-', '_')}"
+    spark.sql(
+        f"CREATE TABLE keystone.{name} (guid STRING, `timestamp` BIGINT, record STRING, "
+        f"dateint INT, hour INT) USING parquet PARTITIONED BY (dateint, hour) "
+        f"LOCATION '{tmp_path / 'table'}'"
+    )
+    handle = HiveTable(name)
+    handle.location = f"file:{tmp_path / 'table'}"
+    yield handle
+    spark.sql(f"DROP TABLE IF EXISTS keystone.{name}")
+
+
+def rows(spark: SparkSession, guids: list[str], at: int) -> object:
+    return spark.createDataFrame(
+        [(g, at + n, f'{{"g":"{g}"}}') for n, g in enumerate(guids)],
+        "guid STRING, timestamp BIGINT, record STRING",
+    ).select("*", *hour_columns())
+
+
+def publish(spark: SparkSession, table: HiveTable, tag: str, frame) -> None:
+    table.publish(spark, table.stage(frame, tag), tag)
+
+
+def holds(spark: SparkSession, table: HiveTable) -> list[str]:
+    folder = f"{table.location}/dateint={HOUR[0]}/hour={HOUR[1]}"
+    return sorted(r.guid for r in spark.read.parquet(f"{folder}/*.parquet").collect())
+
+
+def staging_is_empty(spark: SparkSession, table: HiveTable) -> bool:
+    """No staged slice, kept rows or journal left behind."""
+    fs, path = table.fs(spark)
+    return not list(fs.listStatus(path(f"{table.location}/_staging")))
+
+
+def names(table: HiveTable, spark: SparkSession) -> dict[str, float]:
+    return {s.getPath().getName(): s.getModificationTime() for s in table.files(spark)}
+
+
+def test_a_swap_touches_only_the_files_with_rows_in_the_window_and_keeps_their_names(
+    spark: SparkSession, table: HiveTable
+) -> None:
+    # A live batch across the window's end, and one after it (written while the backfill ran).
+    across = "batch-q1-000000000007"
+    after = "batch-q1-000000000008"
+    publish(spark, table, across, rows(spark, ["a1", "a2"], END - 1).coalesce(1))
+    publish(spark, table, after, rows(spark, ["b1"], END + 5_000).coalesce(1))
+    untouched = {n: t for n, t in names(table, spark).items() if n.startswith(after)}
+    staged = table.stage(rows(spark, ["a1", "r1"], BEGINS), "bf-x-0")
+
+    table.replace_hour(spark, HOUR, (BEGINS, END), [staged], "bf-x-0")
+
+    # a1 (in the window) now only as the backfill wrote it; a2 kept, under its batch's name.
+    assert holds(spark, table) == ["a1", "a2", "b1", "r1"]
+    now = names(table, spark)
+    assert {n: t for n, t in now.items() if n.startswith(after)} == untouched
+    kept = [n for n in now if n.startswith(across)]
+    assert len(kept) == 1 and hive._PUBLISHED.fullmatch(kept[0])
+    assert staging_is_empty(spark, table)
+    # The batch published again (as Spark would rerun it) still replaces its own rows: a2 is
+    # not doubled (a1 is, which is why a backfill swaps only behind committed batches).
+    publish(spark, table, across, rows(spark, ["a1", "a2"], END - 1).coalesce(1))
+    assert holds(spark, table) == ["a1", "a1", "a2", "b1", "r1"]
+
+
+def test_a_swap_cut_short_after_its_moves_is_finished_from_its_journal(
+    spark: SparkSession, table: HiveTable
+) -> None:
+    publish(spark, table, "batch-q1-000000000001", rows(spark, ["a1", "a2"], END - 1))
+    staged = table.stage(rows(spark, ["a1", "r1"], BEGINS), "bf-y-0")
+    # The plan written and its moves done; the deletions never happened (the process died).
+    plan = table._plan_swap(spark, HOUR, (BEGINS, END), [staged], "bf-y-0")
+    fs, path = table.fs(spark)
+    hive._write_text(spark, path(f"{table.location}/_staging/bf-y-0.swap.json"), json.dumps(plan))
+    for source, target in plan["moves"]:
+        fs.rename(path(source), path(target))
+    assert holds(spark, table) == ["a1", "a1", "a2", "a2", "r1"]  # mid-swap
+
+    table.replace_hour(spark, HOUR, (BEGINS, END), [staged], "bf-y-0")
+
+    assert holds(spark, table) == ["a1", "a2", "r1"]
+    assert staging_is_empty(spark, table)
+
+
+def test_a_whole_hour_is_replaced_whole(spark: SparkSession, table: HiveTable) -> None:
+    publish(spark, table, "batch-q1-000000000001", rows(spark, ["a1", "a2"], BEGINS))
+    staged = table.stage(rows(spark, ["r1"], BEGINS), "bf-z-0")
+    table.replace_hour(spark, HOUR, (BEGINS, BEGINS + HOUR_MS), [staged], "bf-z-0")
+    assert holds(spark, table) == ["r1"]
