@@ -50,3 +50,31 @@ def test_a_producer_setting_out_of_range_is_refused_by_name(
     monkeypatch.setenv(name, value)
     with pytest.raises(ValidationError, match=name.removeprefix("KEYSTONE_").lower()):
         Settings()
+
+
+def test_three_brokers_give_their_addresses_three_replicas_and_two_in_sync() -> None:
+    s = Settings(kafka_brokers=3)
+    assert s.kafka_bootstrap == "127.0.0.1:19092,127.0.0.1:19094,127.0.0.1:19096"
+    assert [s.kafka_broker_ports(n) for n in (1, 2, 3)] == [
+        (19092, 19093),
+        (19094, 19095),
+        (19096, 19097),
+    ]
+    assert (s.kafka_replication, s.kafka_min_insync_replicas) == (3, 2)
+    one = Settings()
+    assert (one.kafka_replication, one.kafka_min_insync_replicas) == (1, 1)
+    external = Settings(kafka_bootstrap="b1:9092,b2:9092", kafka_replication=3)
+    assert external.kafka_min_insync_replicas == 2 and not external.is_embedded("kafka")
+
+
+def test_a_standalone_cluster_is_the_default_master_and_replicas_each_have_a_port() -> None:
+    assert Settings().spark_master == "local[*]"
+    assert Settings(spark_cluster="standalone").spark_master == "spark://127.0.0.1:17077"
+    assert Settings(spark_cluster="standalone", spark_master="yarn").spark_master == "yarn"
+    assert Settings(control_replicas=2).control_urls == [
+        "http://127.0.0.1:18081",
+        "http://127.0.0.1:18082",
+    ]
+    assert Settings(control_url="http://lb:8081", control_replicas=2).control_urls == [
+        "http://lb:8081"
+    ]

@@ -17,10 +17,11 @@ from keystone.router.job import (
     RewindWatch,
     dead_letter_paths,
     paths_read_by,
-    router_master,
+    router_slots,
     runs_realtime,
 )
 from keystone.router.metrics import LatencyHistogram, lag_of
+from keystone.router.spark import spark_conf
 from tests.contracts.test_recovery import rewind
 
 SPEC = {
@@ -43,24 +44,26 @@ def test_only_realtime_outputs_spark_writes_itself_run_under_real_time_mode() ->
 
 
 @pytest.mark.parametrize(
-    ("master", "expected"),
+    ("master", "expected", "cores"),
     [
         # 2 realtime queries x 4 partitions, and one for each micro-batch query: 3 outputs', the
         # dead letters' and the archive's
-        ("local[2]", "local[13]"),
-        ("local[64]", "local[64]"),
-        ("spark://127.0.0.1:7077", "spark://127.0.0.1:7077"),
+        ("local[2]", "local[13]", None),
+        ("local[64]", "local[64]", None),
+        ("spark://127.0.0.1:7077", "spark://127.0.0.1:7077", "13"),
     ],
 )
-def test_a_local_master_gets_a_task_thread_per_realtime_partition(
-    master: str, expected: str
+def test_a_router_gets_a_task_slot_per_realtime_partition_and_one_per_batch_query(
+    master: str, expected: str, cores: str | None
 ) -> None:
-    assert router_master(Settings(spark_master=master), load_spec(SPEC)) == expected
+    conf = spark_conf(Settings(spark_master=master), "r", slots=router_slots(load_spec(SPEC)))
+    assert conf["spark.master"] == expected
+    assert conf.get("spark.cores.max") == cores  # a cluster's application asks for its cores
 
 
-def test_a_stream_without_an_archive_needs_no_thread_for_it() -> None:
+def test_a_stream_without_an_archive_needs_no_slot_for_it() -> None:
     plain = load_spec({**SPEC, "archive": {"enabled": False}})
-    assert router_master(Settings(spark_master="local[2]"), plain) == "local[12]"
+    assert router_slots(plain) == 12
 
 
 def test_real_time_mode_checkpoints_no_more_often_than_spark_allows() -> None:

@@ -12,9 +12,11 @@ import redis
 from confluent_kafka import Producer
 from prometheus_client import CollectorRegistry, Counter, start_http_server
 
+from keystone.contracts.errors import StackError
 from keystone.contracts.settings import Settings
 from keystone.dashboards import targets
 from keystone.router.topics import create_topics, missing_topics
+from keystone.stack.services import Kafka, all_services
 from tests.support.kafka import consume_all, produce
 from tests.support.stack import Stack, checked
 
@@ -179,3 +181,29 @@ def test_sql_reports_a_bad_query_clearly(stack: Stack) -> None:
     assert result.returncode == 1
     assert "error: the query failed" in result.stderr
     assert "no_such_table" in result.stderr
+
+
+def test_the_cluster_stack_has_each_broker_worker_and_control_process(tmp_path) -> None:
+    settings = Settings(
+        state_dir=tmp_path, kafka_brokers=3, spark_cluster="standalone", control_replicas=2
+    )
+    names = [s.name for s in all_services(settings)]
+    assert names == [
+        "postgres",
+        "metastore",
+        *("kafka", "kafka-2", "kafka-3"),
+        *("redis", "elasticsearch", "prometheus"),
+        *("spark-master", "spark-worker-1", "spark-worker-2"),
+        "ingest_proxy",
+        *("control", "control-2"),
+    ]
+    ports = [p for s in all_services(settings) for p in s.ports]
+    assert len(ports) == len(set(ports))  # no two services on one port
+
+
+def test_a_kafka_made_with_one_broker_is_not_taken_for_three(tmp_path) -> None:
+    (tmp_path / "data" / "kafka" / "logs").mkdir(parents=True)  # a stack made before
+    with pytest.raises(StackError, match="KEYSTONE_KAFKA_BROKERS=1"):
+        Kafka(Settings(state_dir=tmp_path, kafka_brokers=3)).prepare()
+    Kafka(Settings(state_dir=tmp_path)).prepare()  # as it was made: goes on
+    assert (tmp_path / "data" / "kafka" / "brokers").read_text() == "1"

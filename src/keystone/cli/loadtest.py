@@ -39,12 +39,13 @@ def loadtest(
     fault: Annotated[
         list[str] | None,
         typer.Option(
-            help="NAME\\[:OUTPUT]\\[@AT]\\[+FOR]: kill-router, restart-kafka, "
+            help="NAME\\[:OUTPUT]\\[@AT]\\[+FOR]: kill-router, restart-kafka, kill-broker, "
             "stop-elasticsearch, stop-control, rewind-output, backfill-output; at AT s (default "
             "a third in), for FOR s. rewind-output rewinds OUTPUT (default the first Kafka "
             "output, else the first) FOR s back (default 30) and waits for its replay; "
             "backfill-output backfills it from the archive over the FOR s before AT and waits "
-            "until done. Repeatable."
+            "until done; kill-broker:N kills broker N (default the leader of the stream's "
+            "first partition) and starts it again FOR s later. Repeatable."
         ),
     ] = None,
     bad_events: Annotated[

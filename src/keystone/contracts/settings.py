@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import secrets
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -97,9 +97,23 @@ class Settings(BaseSettings, Limits):
 
     # Ports of the embedded services. Not the products' usual ports, so a system Redis,
     # PostgreSQL or Prometheus that a package manager started cannot collide with the stack.
-    kafka_port: int = Field(19092, description="The embedded Kafka broker's client port.")
+    kafka_port: int = Field(
+        19092,
+        description="The embedded Kafka's first broker's client port; broker n listens on this "
+        "port + 2(n - 1).",
+    )
     kafka_controller_port: int = Field(
-        19093, description="The embedded Kafka's KRaft controller port."
+        19093,
+        description="The embedded Kafka's first KRaft controller port; broker n's controller "
+        "listens on this port + 2(n - 1).",
+    )
+    kafka_brokers: int = Field(
+        1,
+        ge=1,
+        le=9,
+        description="Brokers of the embedded Kafka, each a broker and a KRaft controller in one "
+        "process. 3: every topic the project creates has three replicas and needs two in sync, "
+        "and the cluster survives one broker's death.",
     )
     redis_port: int = Field(16379, description="The embedded Redis (the registry) port.")
     elasticsearch_port: int = Field(19200, description="The embedded Elasticsearch's HTTP port.")
@@ -141,7 +155,38 @@ class Settings(BaseSettings, Limits):
     )
     warehouse_dir: str = Field("", description="Hive warehouse; default <state_dir>/warehouse.")
 
-    spark_master: str = Field("local[*]", description="Any spark://, k8s:// or yarn master.")
+    spark_master: str = Field(
+        "",
+        description="Any spark://, k8s:// or yarn master; default: local, or the embedded "
+        "standalone cluster's master (spark_cluster).",
+    )
+    spark_cluster: Literal["local", "standalone"] = Field(
+        "local",
+        description="standalone: the embedded stack runs a Spark standalone master and "
+        "spark_workers workers (from the pyspark distribution), and every router, backfill and "
+        "redrive is an application of that cluster, its driver beside control.",
+    )
+    spark_workers: int = Field(2, ge=1, le=8, description="Workers of the standalone cluster.")
+    spark_worker_cores: int = Field(
+        8,
+        ge=1,
+        description="Task slots each standalone worker offers (more than the machine's cores: a "
+        "Real-time Mode task waits on Kafka most of the time, and holds its slot throughout).",
+    )
+    spark_worker_memory: str = Field(
+        "4g", description="Memory each standalone worker offers its executors."
+    )
+    spark_executor_memory: str = Field(
+        "512m", description="Heap of each executor of a router on the standalone cluster."
+    )
+    spark_master_port: int = Field(17077, description="The standalone master's port.")
+    spark_master_ui_port: int = Field(
+        18070, description="The standalone master's web UI (its /json/ is the cluster's state)."
+    )
+    spark_worker_port: int = Field(17078, description="Standalone worker n's port: this + n - 1.")
+    spark_worker_ui_port: int = Field(
+        18071, description="Standalone worker n's web UI port: this + n - 1."
+    )
     spark_driver_java_options: str = Field(
         "",
         description="More JVM options for every Spark driver the project starts (routers, "
@@ -149,7 +194,12 @@ class Settings(BaseSettings, Limits):
         "its many short-lived applications then start on 40% less CPU (the fully optimizing "
         "compiler is what a long-lived router under load wants).",
     )
-    kafka_replication: int = Field(1, description="Replication factor of the topics created.")
+    kafka_replication: int = Field(
+        0,
+        ge=0,
+        description="Replication factor of the topics created; 0: that of the embedded Kafka's "
+        "brokers, at most 3.",
+    )
     kafka_transaction_timeout_ms: int = Field(
         60_000,
         ge=1_000,
@@ -196,7 +246,17 @@ class Settings(BaseSettings, Limits):
 
     # The control service.
     control_port: int = Field(
-        18081, description="The control service's HTTP port (API, web UI, /metrics)."
+        18081,
+        description="The control service's HTTP port (API, web UI, /metrics); replica n of the "
+        "embedded one listens on this port + n - 1.",
+    )
+    control_replicas: int = Field(
+        1,
+        ge=1,
+        le=4,
+        description="Control processes of the embedded stack, each on its own port. Any of them "
+        "serves the API; one at a time runs the fleet (a lease in Redis), and another takes it "
+        "over within the lease's time when it dies.",
     )
     admin_token: SecretStr = Field(
         SecretStr(""),
@@ -231,13 +291,21 @@ class Settings(BaseSettings, Limits):
         self.cache_dir = self.cache_dir.resolve()
         # Derived values are assigned without touching model_fields_set: is_embedded() reads it.
         defaults = {
-            "kafka_bootstrap": f"{host}:{self.kafka_port}",
+            "kafka_bootstrap": ",".join(
+                f"{host}:{self.kafka_broker_ports(n)[0]}" for n in range(1, self.kafka_brokers + 1)
+            ),
+            "kafka_replication": min(3, self.kafka_brokers),
             "redis_url": f"redis://{host}:{self.redis_port}/0",
             "elasticsearch_url": f"http://{host}:{self.elasticsearch_port}",
             "metastore_uri": f"thrift://{host}:{self.metastore_port}",
             "prometheus_url": f"http://{host}:{self.prometheus_port}",
             "proxy_url": f"http://{host}:{self.proxy_port}",
             "control_url": f"http://{host}:{self.control_port}",
+            "spark_master": (
+                f"spark://{host}:{self.spark_master_port}"
+                if self.spark_cluster == "standalone"
+                else "local[*]"
+            ),
             "warehouse_dir": (self.state_dir / "warehouse").as_uri(),
         }
         for name, value in defaults.items():
@@ -276,6 +344,26 @@ class Settings(BaseSettings, Limits):
     @property
     def redis_password_file(self) -> Path:
         return self.conf_dir / "redis" / "password"
+
+    @property
+    def control_urls(self) -> list[str]:
+        """Every control process's URL, the first first: the embedded replicas', or the one
+        set (a load balancer's, say)."""
+        if not self.is_embedded("control"):
+            return [self.control_url]
+        host = self.bind_host
+        return [f"http://{host}:{self.control_port + n}" for n in range(self.control_replicas)]
+
+    def kafka_broker_ports(self, node: int) -> tuple[int, int]:
+        """The embedded broker `node`'s (1 to kafka_brokers) client and controller ports."""
+        step = 2 * (node - 1)
+        return self.kafka_port + step, self.kafka_controller_port + step
+
+    @property
+    def kafka_min_insync_replicas(self) -> int:
+        """Replicas that must have a record before Kafka acknowledges it (acks=all): two of
+        three, so an acknowledged event is on two disks and one broker may die."""
+        return 2 if self.kafka_replication >= 3 else 1
 
     @property
     def max_record_bytes(self) -> int:

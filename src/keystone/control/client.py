@@ -62,12 +62,19 @@ class UnreadableAnswer(KeystoneError):
 
 
 class ControlClient:
-    def __init__(self, url: str, token: str, timeout: float = 60) -> None:
-        self.url = url.rstrip("/")
+    """Calls one control process of `urls` (one URL, or the replicas' in order): a request that
+    could not connect goes to the next, which is then asked first. Only a refused connection
+    moves on: a request that reached a process is never sent twice."""
+
+    def __init__(self, urls: str | list[str], token: str, timeout: float = 60) -> None:
+        self.urls = [u.rstrip("/") for u in ([urls] if isinstance(urls, str) else urls)]
         self.token = token
-        self._http = httpx.Client(
-            base_url=self.url, headers={"Authorization": f"Bearer {token}"}, timeout=timeout
-        )
+        self._http = httpx.Client(headers={"Authorization": f"Bearer {token}"}, timeout=timeout)
+
+    @property
+    def url(self) -> str:
+        """The control process asked first."""
+        return self.urls[0]
 
     @classmethod
     def from_settings(cls, settings: Settings) -> ControlClient:
@@ -79,7 +86,7 @@ class ControlClient:
                 "no token: set KEYSTONE_TOKEN to yours (an owner's, or the admin's from "
                 f"{settings.admin_token_file})"
             )
-        return cls(settings.control_url, token)
+        return cls(settings.control_urls, token)
 
     def close(self) -> None:
         self._http.close()
@@ -92,13 +99,7 @@ class ControlClient:
 
     def call(self, method: str, path: str, body: Any = None, **params: Any) -> Any:
         """The answer's JSON as it came (None for 204), for routes without a model."""
-        try:
-            answer = self._http.request(method, path, json=body, params=params or None)
-        except httpx.TransportError as e:
-            raise Unavailable(
-                f"control at {self.url} is unreachable ({e}): is the stack up? (keystone stack up)",
-                retry_after=2,
-            ) from e
+        answer = self._send(method, path, body, params)
         if answer.status_code == 204:
             return None
         try:
@@ -108,6 +109,27 @@ class ControlClient:
         if answer.status_code >= 400:
             raise ControlError(answer.status_code, data if isinstance(data, dict) else {})
         return data
+
+    def _send(self, method: str, path: str, body: Any, params: dict[str, Any]) -> httpx.Response:
+        refused: list[str] = []
+        for url in self.urls:
+            try:
+                answer = self._http.request(
+                    method, f"{url}{path}", json=body, params=params or None
+                )
+            except httpx.ConnectError as e:  # never reached it: the next replica may answer
+                refused.append(f"{url} ({e})")
+                continue
+            except httpx.TransportError as e:
+                raise Unavailable(
+                    f"control at {url} did not answer ({e}): ask again", retry_after=2
+                ) from e
+            self.urls = [url, *(u for u in self.urls if u != url)]
+            return answer
+        raise Unavailable(
+            f"control is unreachable at {', '.join(refused)}: is the stack up? (keystone stack up)",
+            retry_after=2,
+        )
 
     def _read(
         self, model: TypeAdapter[T], method: str, path: str, body: Any = None, **params: Any

@@ -45,6 +45,7 @@ class Load:
     attempted: int = 0  # events generated
     abandoned: int = 0  # never acknowledged within the grace period
     rejected: int = 0  # refused for good (4xx but 429): a bug in the load or the proxy
+    without_retry_after: int = 0  # 503s that did not say when to come back (Retry-After)
     seconds: dict[int, Second] = field(default_factory=lambda: defaultdict(Second))
 
     def second(self, at: float) -> Second:
@@ -99,6 +100,8 @@ async def drive_proxy(plan: Plan, url: str, key: str, tick: Tick) -> Load:
             if answer.status_code not in (429, 503):
                 load.rejected += len(bodies)
                 return []
+            if answer.status_code == 503 and "Retry-After" not in answer.headers:
+                load.without_retry_after += 1
             accepted = {a["index"]: a["guid"] for a in body.get("accepted", [])}
             load.guids.extend(accepted.values())
             second.acked += len(accepted)

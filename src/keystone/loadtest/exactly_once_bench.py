@@ -64,7 +64,7 @@ from keystone.loadtest.router_bench import (
     rate_of,
     results_table,
 )
-from keystone.router.job import Router, router_master
+from keystone.router.job import Router, router_slots
 from keystone.router.metrics import RouterMetrics
 from keystone.router.spark import spark_session
 from keystone.router.topics import create_topics
@@ -295,8 +295,8 @@ def main() -> None:
     if args.smoke:
         events, rounds, rate, seconds, warm_up, slack = 5_000, 1, 500, 3, 2, 2
         triggers = ["1 second"]
-    master = router_master(settings, spec("bench_sizing", "exactly_once", "1 second"))
-    spark = spark_session(settings, "keystone-exactly-once-bench", master)
+    slots = router_slots(spec("bench_sizing", "exactly_once", "1 second"))
+    spark = spark_session(settings, "keystone-exactly-once-bench", slots=slots)
     leftovers = Leftovers()
     try:
         results = throughput(spark, settings, events, rounds, leftovers, warm_up=not args.smoke)

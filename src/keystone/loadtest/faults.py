@@ -24,14 +24,18 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import ClassVar
 
+import httpx
+from confluent_kafka.admin import AdminClient
+
 from keystone.contracts.errors import BadRequest, KeystoneError, StackError
-from keystone.contracts.names import valid_name
+from keystone.contracts.names import fronting_topic, valid_name
 from keystone.contracts.processes import PidFile, stop
 from keystone.contracts.settings import Settings
 from keystone.contracts.spec import StreamSpec
 from keystone.control.client import ControlClient
 from keystone.control.launcher import Deployment
 from keystone.stack import lifecycle
+from keystone.stack.services import broker_service
 
 REWIND = "rewind-output"
 BACKFILL = "backfill-output"
@@ -40,6 +44,10 @@ NAMES_AN_OUTPUT = (REWIND, BACKFILL)
 # How long a rewind may take to catch up, beyond its own estimate, before the fault gives up
 # waiting (the audit still runs: a replay that has not caught up shows as lost events).
 REWIND_WAIT_SECONDS = 300.0
+KILL_BROKER = "kill-broker"
+KILL_WORKER = "kill-spark-worker"
+KILL_LEADER = "kill-control-leader"
+NAMES_A_NODE = (KILL_BROKER, KILL_WORKER)  # `:N`: which broker or worker
 _SYNTAX = re.compile(
     r"(?P<name>[a-z-]+)(?::(?P<output>[a-z0-9_]+))?"
     r"(?:@(?P<at>\d+(?:\.\d+)?))?(?:\+(?P<for>\d+(?:\.\d+)?))?"
@@ -54,6 +62,7 @@ class Fault:
     at: float
     hold: float  # seconds it lasts; for rewind-output, seconds back the output is rewound
     output: str | None = None  # rewind-output: the output (None: chosen from the stream)
+    node: int | None = None  # kill-broker, kill-spark-worker: which (None: chosen)
     count: int = 0  # bad-events: how many
     began: float | None = None
     ended: float | None = None
@@ -62,7 +71,10 @@ class Fault:
     kinds: ClassVar[dict[str, tuple[str, float]]] = {
         # name: (what it does, default seconds it lasts)
         "kill-router": ("SIGKILL to the stream's router and its JVM", 0.0),
-        "restart-kafka": ("Kafka stopped, then started again", 20.0),
+        "restart-kafka": ("Kafka (its first broker) stopped, then started again", 20.0),
+        KILL_BROKER: ("SIGKILL to one Kafka broker, started again FOR s later", 15.0),
+        KILL_WORKER: ("SIGKILL to a Spark worker and its executors, started again later", 30.0),
+        KILL_LEADER: ("SIGKILL to the control process leading the fleet, started later", 30.0),
         "stop-elasticsearch": ("Elasticsearch stopped, then started again", 60.0),
         "stop-control": ("the control service stopped, then started again", 30.0),
         REWIND: ("one output rewound FOR seconds back, until its replay caught up", 30.0),
@@ -80,9 +92,17 @@ class Fault:
                 f"{', '.join(cls.kinds)}"
             )
         name, output = found["name"], found["output"]
+        node = None
+        if name in NAMES_A_NODE and output is not None:
+            if not output.isdigit() or int(output) < 1:
+                raise BadRequest(
+                    f"--fault {text!r}: {output!r} is not a broker's or worker's number"
+                )
+            node, output = int(output), None
         if output is not None and name not in NAMES_AN_OUTPUT:
             raise BadRequest(
-                f"--fault {text!r}: only {' and '.join(NAMES_AN_OUTPUT)} name an output"
+                f"--fault {text!r}: only {' and '.join(NAMES_AN_OUTPUT)} name an output "
+                f"({' and '.join(NAMES_A_NODE)} a number)"
             )
         if output is not None and not valid_name(output):
             raise BadRequest(f"--fault {text!r}: {output!r} is not an output's name")
@@ -92,7 +112,7 @@ class Fault:
             raise BadRequest(f"--fault {text!r}: at {at:.0f} s, after the run ({duration:.0f} s)")
         if name in NAMES_AN_OUTPUT and hold <= 0:
             raise BadRequest(f"--fault {text!r}: it goes back more than 0 seconds")
-        return cls(name, at, hold, output)
+        return cls(name, at, hold, output, node)
 
     @property
     def what(self) -> str:
@@ -100,6 +120,16 @@ class Fault:
             return f"output {self.output or '?'} rewound {self.hold:g} s back, until caught up"
         if self.name == BACKFILL:
             return f"output {self.output or '?'} backfilled over {self.hold:g} s, until done"
+        if self.name == KILL_BROKER:
+            which = f"broker {self.node}" if self.node else "the stream's first partition's leader"
+            return f"SIGKILL to {which}, started again {self.hold:g} s later"
+        if self.name == KILL_WORKER:
+            which = f"Spark worker {self.node or 1}"
+            return f"SIGKILL to {which} and its executors, started again {self.hold:g} s later"
+        if self.name == KILL_LEADER:
+            return (
+                f"SIGKILL to the control process leading the fleet, started {self.hold:g} s later"
+            )
         if self.name == BAD_EVENTS:
             return f"{self.count} events dead-lettered until a fix at {self.at:g} s, redriven"
         return self.kinds[self.name][0]
@@ -107,8 +137,10 @@ class Fault:
 
 SERVICE = {
     "restart-kafka": "kafka",
+    KILL_BROKER: "kafka",
     "stop-elasticsearch": "elasticsearch",
     "stop-control": "control",
+    KILL_LEADER: "control",
 }
 
 
@@ -119,6 +151,21 @@ def check(settings: Settings, faults: list[Fault]) -> None:
         service = SERVICE.get(fault.name)
         if service is not None and not settings.is_embedded(service):
             raise BadRequest(f"--fault {fault.name}: {service} is not the embedded one")
+        if fault.name == KILL_BROKER and (fault.node or 0) > settings.kafka_brokers:
+            raise BadRequest(
+                f"--fault {fault.name}:{fault.node}: the embedded Kafka has "
+                f"{settings.kafka_brokers} broker(s) (KEYSTONE_KAFKA_BROKERS)"
+            )
+        if fault.name == KILL_WORKER and settings.spark_cluster != "standalone":
+            raise BadRequest(
+                f"--fault {fault.name}: the routers run in local mode, on no Spark worker "
+                "(KEYSTONE_SPARK_CLUSTER=standalone runs them on the stack's cluster)"
+            )
+        if fault.name == KILL_WORKER and (fault.node or 1) > settings.spark_workers:
+            raise BadRequest(
+                f"--fault {fault.name}:{fault.node}: the cluster has {settings.spark_workers} "
+                "worker(s) (KEYSTONE_SPARK_WORKERS)"
+            )
 
 
 def choose_outputs(spec: StreamSpec, faults: list[Fault]) -> None:
@@ -171,6 +218,18 @@ def inject(settings: Settings, stream: str, fault: Fault, started: float) -> Non
             time.sleep(0.2)
         fault.notes.append("the fleet had not started it again after 120 s")
         return
+    if fault.name == KILL_BROKER:
+        node = fault.node or leader(settings, fronting_topic(stream), 0)
+        kill_node(settings, f"broker {node}", broker_service(node), fault, started)
+        return
+    if fault.name == KILL_WORKER:
+        # The worker's process group: its executors die with it, as on a machine that died.
+        node = fault.node or 1
+        kill_node(settings, f"Spark worker {node}", f"spark-worker-{node}", fault, started)
+        return
+    if fault.name == KILL_LEADER:
+        kill_control_leader(settings, fault, started)
+        return
     service = SERVICE[fault.name]
     pidfile = PidFile(settings.run_dir / f"{service}.pid")
     fault.began = time.time() - started
@@ -178,14 +237,84 @@ def inject(settings: Settings, stream: str, fault: Fault, started: float) -> Non
         raise StackError(f"{service} was not running: cannot inject {fault.name}")
     fault.notes.append(f"{service} stopped at {fault.began:.1f} s")
     time.sleep(fault.hold)
-    restart(settings)
+    restart(settings, service)
     fault.ended = time.time() - started
     fault.notes.append(f"{service} healthy again at {fault.ended:.1f} s")
 
 
-def restart(settings: Settings) -> None:
-    """Starts whatever of the stack is stopped, and waits until all of it is healthy."""
-    lifecycle.up(settings, lambda _service, _state: None)
+def kill_node(settings: Settings, what: str, service: str, fault: Fault, started: float) -> None:
+    """SIGKILL to a service's process group, as a crash of its machine would (no controlled
+    shutdown), started again `fault.hold` s later."""
+    pid = PidFile(settings.run_dir / f"{service}.pid").running_pid()
+    if pid is None:
+        raise StackError(f"{what} ({service}) was not running: cannot kill it")
+    fault.began = time.time() - started
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signal.SIGKILL)
+    fault.notes.append(f"{what} (pid {pid}) killed at {fault.began:.1f} s")
+    time.sleep(fault.hold)
+    restart(settings, service)
+    fault.ended = time.time() - started
+    fault.notes.append(f"{what} healthy again at {fault.ended:.1f} s")
+
+
+def kill_control_leader(settings: Settings, fault: Fault, started: float) -> None:
+    """SIGKILL to the control process that leads the fleet; notes which replica leads next and
+    when; started again `fault.hold` s later."""
+    leading = fleet_leader(settings)
+    if leading is None:
+        raise StackError("no control process leads the fleet: cannot kill its leader")
+    service = "control" if leading == 0 else f"control-{leading + 1}"
+    pid = PidFile(settings.run_dir / f"{service}.pid").running_pid()
+    if pid is None:
+        raise StackError(f"{service} leads the fleet but has no running process")
+    fault.began = time.time() - started
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signal.SIGKILL)
+    fault.notes.append(f"{service} (pid {pid}), the fleet's leader, killed at {fault.began:.1f} s")
+    deadline = time.monotonic() + fault.hold
+    while time.monotonic() < deadline:
+        now = fleet_leader(settings)
+        if now is not None and now != leading:
+            taken = time.time() - started - fault.began
+            fault.notes.append(f"control replica {now + 1} leads the fleet {taken:.1f} s later")
+            break
+        time.sleep(0.5)
+    else:
+        fault.notes.append(f"no other control process led the fleet within {fault.hold:g} s")
+    time.sleep(max(0.0, deadline - time.monotonic()))
+    restart(settings, service)
+    fault.ended = time.time() - started
+    fault.notes.append(f"{service} healthy again at {fault.ended:.1f} s")
+
+
+def fleet_leader(settings: Settings) -> int | None:
+    """Which control process (its index in `control_urls`) says it leads the fleet now."""
+    for index, url in enumerate(settings.control_urls):
+        try:
+            answer = httpx.get(f"{url}/readyz", timeout=2)
+        except httpx.HTTPError:
+            continue
+        if answer.headers.get("content-type", "").startswith("application/json") and (
+            answer.json().get("fleet_leader")
+        ):
+            return index
+    return None
+
+
+def leader(settings: Settings, topic: str, partition: int) -> int:
+    """The broker leading one partition of a topic now."""
+    admin = AdminClient({"bootstrap.servers": settings.kafka_bootstrap})
+    found = admin.list_topics(topic, timeout=10).topics.get(topic)
+    if found is None or partition not in found.partitions:
+        raise StackError(f"topic {topic} has no partition {partition}")
+    return found.partitions[partition].leader
+
+
+def restart(settings: Settings, service: str | None = None) -> None:
+    """Starts whatever of the stack is stopped (or only `service`), and waits until it is
+    healthy."""
+    lifecycle.up(settings, lambda _service, _state: None, None if service is None else {service})
 
 
 def rewind(settings: Settings, stream: str, fault: Fault, started: float) -> None:

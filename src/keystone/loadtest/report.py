@@ -176,6 +176,7 @@ def write(settings: Settings, run: Run, folder: Path) -> dict[str, Any]:
             "acknowledged": len(load.guids),
             "abandoned": load.abandoned,
             "rejected": load.rejected,
+            "unavailable_without_retry_after": load.without_retry_after,
             "achieved_per_s": round(len(load.guids) / max(1.0, run.plan.duration), 1),
             "request_p50_ms": _ms(_quantile(all_latencies, 0.5)),
             "request_p99_ms": _ms(_quantile(all_latencies, 0.99)),
@@ -332,7 +333,8 @@ def ingest_table(f: dict[str, Any]) -> list[str]:
         + ", ".join(f"{k}: {v:,}" for k, v in sorted(ingest["responses"].items()))
         + " |",
         "",
-        f"Acknowledged but missing from the fronting topic: {f['audit']['missing_at_ingest']:,}.",
+        f"Acknowledged but missing from the fronting topic: {f['audit']['missing_at_ingest']:,}. "
+        f"503s without Retry-After: {ingest.get('unavailable_without_retry_after', 0):,}.",
         "",
     ]
 

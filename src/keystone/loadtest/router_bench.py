@@ -69,7 +69,7 @@ from keystone.loadtest.bench import (
     write_section,
 )
 from keystone.loadtest.topics import read_topic
-from keystone.router.job import BATCH_LIMIT, Router, router_master
+from keystone.router.job import BATCH_LIMIT, Router, router_slots
 from keystone.router.metrics import RouterMetrics
 from keystone.router.spark import spark_session
 from keystone.router.topics import create_topics, delete_topics
@@ -416,8 +416,8 @@ def main() -> None:
     if args.smoke:
         runs = [("realtime", "5 seconds", 3), ("microbatch", "1 second", 3)]
         events, rounds, rate, warm_up, slack = 5_000, 1, 500, 2, 3
-    master = router_master(settings, spec("bench_sizing", "realtime", "10 seconds"))
-    spark = spark_session(settings, "keystone-router-bench", master)
+    slots = router_slots(spec("bench_sizing", "realtime", "10 seconds"))
+    spark = spark_session(settings, "keystone-router-bench", slots=slots)
     leftovers = Leftovers()
     try:
         results = throughput(spark, settings, events, rounds, leftovers, warm_up=not args.smoke)

@@ -15,7 +15,7 @@ import sys
 from keystone.contracts.errors import KeystoneError
 from keystone.contracts.registry import RegistryReader
 from keystone.contracts.settings import Settings
-from keystone.router.job import Router, router_master
+from keystone.router.job import Router, router_slots
 from keystone.router.metrics import RouterMetrics
 from keystone.router.spark import (
     application_logging,
@@ -47,11 +47,12 @@ def main(argv: list[str] | None = None) -> int:
 
     stop = stop_on_signals()
 
-    master = router_master(settings, spec)
-    spark = spark_session(settings, f"keystone-router-{spec.name}", master)
+    slots = router_slots(spec)
+    spark = spark_session(settings, f"keystone-router-{spec.name}", slots=slots)
     metrics = RouterMetrics(spec.name)
     port = metrics.serve(settings, args.metrics_port)
-    log.info("router for %s on %s; metrics on port %d", spec.name, master, port)
+    master = spark.sparkContext.master
+    log.info("router for %s on %s (%d slots); metrics on port %d", spec.name, master, slots, port)
     try:
         Router(spark, settings, spec, metrics, registry).run(stop)
     finally:

@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import re
 import threading
 import time
 from collections.abc import Callable
@@ -89,20 +87,14 @@ def dead_letter_paths(outputs: list[OutputSpec]) -> frozenset[tuple[str, ...]]:
     return paths_read_by(outputs)
 
 
-def router_master(settings: Settings, spec: StreamSpec) -> str:
-    """Real-time Mode keeps one task running per topic partition for each realtime query; a
-    local master gets that many task threads, and one more for each micro-batch query (the
-    outputs', the dead letters', the archive's), so that none waits for a slot while another's
-    batch waits on its sink."""
-    master = settings.spark_master
-    local = re.fullmatch(r"local(?:\[(\*|\d+)\])?", master)
-    if local is None:
-        return master
-    whole = local.group(1) in (None, "*")
-    threads = (os.cpu_count() or 1) if whole else int(local.group(1))
+def router_slots(spec: StreamSpec) -> int:
+    """Real-time Mode keeps one task running per topic partition for each realtime query; the
+    router needs that many task slots, and one more for each micro-batch query (the outputs',
+    the dead letters', the archive's), so that none waits for a slot while another's batch
+    waits on its sink."""
     realtime = sum(spec.partitions for o in spec.outputs if runs_realtime(o))
     batches = sum(1 for o in spec.outputs if not runs_realtime(o)) + 1 + spec.archive.enabled
-    return f"local[{max(threads, realtime + batches)}]"
+    return realtime + batches
 
 
 def replay_column(rewind: Rewind | None, bound: Offsets | None = None) -> Column:

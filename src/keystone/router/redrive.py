@@ -59,6 +59,7 @@ from keystone.router.spark import (
     spark_session,
     stop_on_signals,
 )
+from keystone.router.topics import topic_config
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +74,7 @@ def ensure_redriven_topic(settings: Settings, stream: str) -> None:
         redriven_topic(stream),
         num_partitions=1,
         replication_factor=settings.kafka_replication,
-        config={"cleanup.policy": "compact"},
+        config=topic_config(settings, **{"cleanup.policy": "compact"}),
     )
     for future in admin.create_topics([topic], operation_timeout=30).values():
         try:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -16,10 +17,36 @@ from pyspark.sql import SparkSession
 from keystone.contracts.settings import Settings
 from keystone.router import jvm
 
+DEFAULT_SLOTS = 2  # task slots of an application that does not say how many it needs
 
-def spark_conf(settings: Settings, app_name: str, master: str | None = None) -> dict[str, str]:
+
+def master_with_slots(master: str, slots: int) -> str:
+    """A local master with at least `slots` task threads (`local[*]`: the machine's cores);
+    any other master as it is (its applications ask for `spark.cores.max`)."""
+    local = re.fullmatch(r"local(?:\[(\*|\d+)\])?", master)
+    if local is None:
+        return master
+    whole = local.group(1) in (None, "*")
+    threads = (os.cpu_count() or 1) if whole else int(local.group(1))
+    return f"local[{max(threads, slots)}]"
+
+
+def spark_conf(
+    settings: Settings, app_name: str, master: str | None = None, slots: int | None = None
+) -> dict[str, str]:
+    """`slots`: the task slots the application needs at once (a router's Real-time Mode tasks
+    each hold one for as long as they run): a local master gets that many threads, a cluster
+    application asks for that many cores (`spark.cores.max`, spread over the workers)."""
     host = settings.bind_host
-    master = master or settings.spark_master
+    master = master_with_slots(master or settings.spark_master, slots or DEFAULT_SLOTS)
+    cluster = (
+        {
+            "spark.cores.max": str(slots or DEFAULT_SLOTS),
+            "spark.executor.memory": settings.spark_executor_memory,
+        }
+        if master.startswith("spark://")
+        else {}
+    )
     conf = {
         "spark.app.name": app_name,
         "spark.master": master,
@@ -50,6 +77,7 @@ def spark_conf(settings: Settings, app_name: str, master: str | None = None) -> 
         # must win (the map is built reversed; see router.source).
         "spark.sql.mapKeyDedupPolicy": "LAST_WIN",
         **(jvm.local_file_system(settings) if master.startswith("local") else {}),
+        **cluster,
     }
     options = settings.spark_driver_java_options.split()
     shared = jvm.class_archive(settings, conf.get("spark.driver.extraClassPath", ""))
@@ -72,8 +100,10 @@ def session_builder(settings: Settings, conf: dict[str, str]) -> SparkSession.Bu
     return builder
 
 
-def spark_session(settings: Settings, app_name: str, master: str | None = None) -> SparkSession:
-    conf = spark_conf(settings, app_name, master)
+def spark_session(
+    settings: Settings, app_name: str, master: str | None = None, slots: int | None = None
+) -> SparkSession:
+    conf = spark_conf(settings, app_name, master, slots)
     session = session_builder(settings, conf).enableHiveSupport().getOrCreate()
     session.sparkContext.setLogLevel("WARN")
     return session

@@ -9,11 +9,21 @@ from keystone.contracts.errors import Unavailable
 from keystone.contracts.settings import Settings
 
 
+def topic_config(settings: Settings, **more: str) -> dict[str, str]:
+    """Every topic the project creates: it takes records of the settings' largest (whatever
+    the broker's default), and acknowledges a record once `kafka_min_insync_replicas` have it."""
+    return {
+        "max.message.bytes": str(settings.max_record_bytes),
+        "min.insync.replicas": str(settings.kafka_min_insync_replicas),
+        **more,
+    }
+
+
 def create_topics(settings: Settings, partitions: dict[str, int]) -> list[str]:
-    """Creates each topic with its partition count unless it exists; returns those created.
-    Each takes records of the settings' largest (whatever the broker's default)."""
+    """Creates each topic with its partition count (`topic_config`, `kafka_replication`
+    replicas) unless it exists; returns those created."""
     admin = AdminClient({"bootstrap.servers": settings.kafka_bootstrap})
-    config = {"max.message.bytes": str(settings.max_record_bytes)}
+    config = topic_config(settings)
     futures = admin.create_topics(
         [NewTopic(t, n, settings.kafka_replication, config=config) for t, n in partitions.items()],
         request_timeout=15,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from typing import Literal
 
@@ -64,13 +65,14 @@ def status_json(settings: Settings) -> dict:
     }
 
 
-def up(settings: Settings, progress: Progress) -> None:
-    """Starts every embedded service that is not running and waits until all are healthy.
+def up(settings: Settings, progress: Progress, only: set[str] | None = None) -> None:
+    """Starts every embedded service that is not running and waits until all are healthy (or
+    only the services named in `only`, the others taken as they are: a fault undone).
 
     Idempotent. Checks prerequisites and every port before starting anything, so a taken port
     fails fast without leaving half a stack behind.
     """
-    services = all_services(settings)
+    services = [s for s in all_services(settings) if only is None or s.name in only]
     to_start = [s for s in services if s.embedded and s.pidfile.running_pid() is None]
     _check_prerequisites(settings, to_start)
     pending = list(services)
@@ -153,11 +155,20 @@ def _tail(service: Service, lines: int = 15) -> str:
 def down(settings: Settings, purge: bool, progress: Progress) -> None:
     """Stops what the stack started (by pid file, in reverse start order); data stays unless
     `purge`, which also removes the state directory but keeps the download cache."""
-    for service in reversed(all_services(settings)):
-        if service.embedded:
-            stopped = stop(service.pidfile, service.stop_signal, service.stop_timeout)
+    services = [s for s in reversed(all_services(settings)) if s.embedded]
+    while services:
+        # Brokers stop together: one by one, the last would wait out its timeout for a
+        # controller quorum the others took with them.
+        kind = type(services[0])
+        group = [s for s in services if type(s) is kind] if kind.stop_together else services[:1]
+        with ThreadPoolExecutor(len(group)) as pool:
+            stopped = list(
+                pool.map(lambda s: stop(s.pidfile, s.stop_signal, s.stop_timeout), group)
+            )
+        for service, was_running in zip(group, stopped, strict=True):
             service.after_stop()
-            progress(service.name, "stopped" if stopped else "not running")
+            progress(service.name, "stopped" if was_running else "not running")
+        services = [s for s in services if s not in group]
     if purge and settings.state_dir.exists():
         for child in settings.state_dir.iterdir():
             if child == settings.cache_dir or child in settings.cache_dir.parents:

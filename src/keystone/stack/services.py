@@ -8,6 +8,7 @@ client-facing address from settings, so an external service is checked the same 
 from __future__ import annotations
 
 import glob
+import importlib.util
 import os
 import pwd
 import secrets
@@ -43,6 +44,7 @@ class Service(ABC):
     start_timeout: ClassVar[float] = 120.0
     stop_signal: ClassVar[signal.Signals] = signal.SIGTERM
     stop_timeout: ClassVar[float] = 30.0
+    stop_together: ClassVar[bool] = False  # `down` stops every service of the class at once
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -312,38 +314,76 @@ class Metastore(Service):
         return tcp_accepts(*_host_port(self.settings.metastore_uri))
 
 
+def broker_service(node: int) -> str:
+    """The service name of embedded broker `node`. The first keeps the single broker's name
+    and folders: a stack made before there could be more goes on as broker 1."""
+    return "kafka" if node == 1 else f"kafka-{node}"
+
+
 class Kafka(Service):
-    """An Apache Kafka broker in KRaft combined mode (broker and controller in one JVM)."""
+    """One Apache Kafka broker in KRaft combined mode (broker and controller in one JVM), of
+    `kafka_brokers`. One: its own quorum of one. Three: a quorum of the three controllers, so
+    the metadata, like the data, survives any one of them (one controller would make its
+    broker the one that must not die); the internal topics get three replicas, two in sync."""
 
     name = "kafka"
     stop_timeout = 60.0  # a controlled shutdown moves leadership and flushes logs
+    stop_together = True
+
+    def __init__(self, settings: Settings, node: int = 1) -> None:
+        super().__init__(settings)
+        self.node = node
+        self.name = broker_service(node)
+
+    @property
+    def embedded(self) -> bool:
+        return self.settings.is_embedded("kafka")
 
     @property
     def address(self) -> str:
-        return self.settings.kafka_bootstrap
+        if not self.embedded:
+            return self.settings.kafka_bootstrap
+        return f"{self.settings.bind_host}:{self.settings.kafka_broker_ports(self.node)[0]}"
 
     @property
     def ports(self) -> list[int]:
-        return [self.settings.kafka_port, self.settings.kafka_controller_port]
+        return list(self.settings.kafka_broker_ports(self.node))
 
     def prepare(self) -> None:
         self._dirs()
         s, host = self.settings, self.settings.bind_host
+        client, controller = s.kafka_broker_ports(self.node)
+        replicas, in_sync = str(s.kafka_replication), str(s.kafka_min_insync_replicas)
+        voters = ",".join(
+            f"{n}@{host}:{s.kafka_broker_ports(n)[1]}" for n in range(1, s.kafka_brokers + 1)
+        )
+        quorum = (
+            {"controller.quorum.bootstrap.servers": f"{host}:{controller}"}
+            if s.kafka_brokers == 1
+            else {"controller.quorum.voters": voters}
+        )
         props = {
             "process.roles": "broker,controller",
-            "node.id": "1",
-            "listeners": f"PLAINTEXT://{host}:{s.kafka_port},CONTROLLER://{host}:{s.kafka_controller_port}",
-            "advertised.listeners": f"PLAINTEXT://{host}:{s.kafka_port}",
+            "node.id": str(self.node),
+            "listeners": f"PLAINTEXT://{host}:{client},CONTROLLER://{host}:{controller}",
+            "advertised.listeners": f"PLAINTEXT://{host}:{client}",
             "controller.listener.names": "CONTROLLER",
             "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
-            "controller.quorum.bootstrap.servers": f"{host}:{s.kafka_controller_port}",
+            **quorum,
             "log.dirs": str(self.data / "logs"),
-            # One broker: internal topics cannot have more replicas than that.
-            "offsets.topic.replication.factor": "1",
-            "transaction.state.log.replication.factor": "1",
-            "transaction.state.log.min.isr": "1",
-            "share.coordinator.state.topic.replication.factor": "1",
-            "share.coordinator.state.topic.min.isr": "1",
+            # Internal topics as replicated as the project's own (one broker: one replica).
+            "offsets.topic.replication.factor": replicas,
+            "transaction.state.log.replication.factor": replicas,
+            "transaction.state.log.min.isr": in_sync,
+            "share.coordinator.state.topic.replication.factor": replicas,
+            "share.coordinator.state.topic.min.isr": in_sync,
+            "default.replication.factor": replicas,
+            "min.insync.replicas": in_sync,
+            # A broker that died is fenced (its partitions led elsewhere) after 4 s without a
+            # heartbeat, not 9: on loopback a heartbeat is never late, and producers waiting
+            # for a dead leader answer 503 for as long as this lasts.
+            "broker.heartbeat.interval.ms": "1000",
+            "broker.session.timeout.ms": "4000",
             "group.initial.rebalance.delay.ms": "0",
             # Topics exist only as provisioned, from validated names: a producer still holding a
             # deleted stream's topic in its metadata would otherwise create it again.
@@ -371,11 +411,40 @@ class Kafka(Service):
             "appender.stdout.layout.type = PatternLayout\n"
             "appender.stdout.layout.pattern = [%d] %p %m (%c)%n\n"
         )
+        self._check_brokers()
         if not (self.data / "logs" / "meta.properties").exists():
             self._format()
 
+    @property
+    def _brokers_file(self) -> Path:
+        """How many brokers the stack's Kafka was made with (beside broker 1's data)."""
+        return self.settings.data_dir / "kafka" / "brokers"
+
+    def _check_brokers(self) -> None:
+        made = self._brokers_file.read_text().strip() if self._brokers_file.exists() else None
+        if made is None and (self.settings.data_dir / "kafka" / "logs").exists():
+            made = "1"  # made before the count was recorded: one broker
+        wanted = str(self.settings.kafka_brokers)
+        if made is not None and made != wanted:
+            raise StackError(
+                f"this state directory's Kafka has {made} broker(s), not {wanted}: a quorum "
+                "cannot change its size here. Keep KEYSTONE_KAFKA_BROKERS="
+                f"{made}, or start afresh (`keystone stack down --purge`)"
+            )
+        self._brokers_file.parent.mkdir(parents=True, exist_ok=True)
+        self._brokers_file.write_text(wanted)
+
+    def _cluster_id(self) -> str:
+        """One id for every broker of the cluster (Kafka's: 16 random bytes, base64), made by
+        the first broker formatted."""
+        path = self.settings.conf_dir / "kafka" / "cluster-id"
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode())
+        return path.read_text().strip()
+
     def _format(self) -> None:
-        cluster_id = urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        quorum = ["--standalone"] if self.settings.kafka_brokers == 1 else []
         result = subprocess.run(
             [
                 "java",
@@ -384,9 +453,9 @@ class Kafka(Service):
                 f"-Dlog4j2.configurationFile={self.conf / 'log4j2.properties'}",
                 "kafka.tools.StorageTool",
                 "format",
-                "--standalone",
+                *quorum,
                 # One argument: an id may start with '-', which would read as an option.
-                f"--cluster-id={cluster_id}",
+                f"--cluster-id={self._cluster_id()}",
                 "-c",
                 str(self.conf / "server.properties"),
             ],
@@ -408,12 +477,14 @@ class Kafka(Service):
         )
 
     def healthy(self) -> bool:
-        # A metadata request answered by a broker; log_level 0 keeps librdkafka quiet meanwhile.
+        # A metadata request answered, with this broker registered in the cluster; log_level 0
+        # keeps librdkafka quiet meanwhile.
         admin = AdminClient({"bootstrap.servers": self.address, "log_level": 0})
         try:
-            return bool(admin.list_topics(timeout=2).brokers)
+            brokers = admin.list_topics(timeout=2).brokers
         except Exception:
             return False
+        return bool(brokers) if not self.embedded else self.node in brokers
 
 
 class Redis(Service):
@@ -660,25 +731,39 @@ class IngestProxy(UvicornService):
 
 
 class Control(UvicornService):
-    """The control service: the API, the web UI and the router fleet (one process: it runs the
-    fleet). The routers it runs outlive a restart of it; `down` stops them after it."""
+    """The control service: the API, the web UI and the router fleet. With `control_replicas`
+    above one, each replica serves the API on its own port and one at a time runs the fleet (a
+    lease in Redis). The routers they run outlive a restart of them; `down` stops them after
+    the first replica (the last stopped)."""
 
     name = "control"
-    needs = ("kafka", "redis", "elasticsearch", "metastore", "prometheus")
+    # The standalone master, where there is one: the fleet starts routers there at once.
+    needs = ("kafka", "redis", "elasticsearch", "metastore", "prometheus", "spark-master")
     app_factory = "keystone.control.app:app_from_env"
+
+    def __init__(self, settings: Settings, replica: int = 1) -> None:
+        super().__init__(settings)
+        self.replica = replica
+        self.name = "control" if replica == 1 else f"control-{replica}"
+
+    @property
+    def embedded(self) -> bool:
+        return self.settings.is_embedded("control")
 
     @property
     def address(self) -> str:
-        return self.settings.control_url
+        return self.settings.control_urls[self.replica - 1]
 
     @property
     def port(self) -> int:
-        return self.settings.control_port
+        return self.settings.control_port + self.replica - 1
 
     def after_stop(self) -> None:
         """Stops every router, backfill and redrive the fleet started, gracefully (their Python
         process first, which stops its queries and its JVM); a backfill or redrive goes on
         where it was when the fleet starts it again."""
+        if self.replica != 1:
+            return
         timeout = self.settings.router_stop_timeout_seconds
         settings = self.settings
         for folder in (
@@ -690,6 +775,133 @@ class Control(UvicornService):
                 stop(PidFile(record), signal.SIGTERM, timeout, group=False)
 
 
+def _spark_home() -> str:
+    """The pyspark distribution's folder (found without importing pyspark: the CLI must not)."""
+    found = importlib.util.find_spec("pyspark")
+    if found is None or found.origin is None:
+        raise StackError("pyspark is not installed: run scripts/bootstrap")
+    return str(Path(found.origin).parent)
+
+
+def _spark_class(*args: str) -> list[str]:
+    """A Spark daemon (`org.apache.spark.deploy...`) from the pyspark distribution."""
+    return [str(Path(_spark_home()) / "bin" / "spark-class"), *args]
+
+
+class SparkService(Service):
+    """A daemon of the embedded Spark standalone cluster, from the pyspark distribution, bound
+    to loopback (its web UI too: Spark binds every server to SPARK_LOCAL_IP)."""
+
+    start_timeout = 90.0
+
+    @property
+    def embedded(self) -> bool:
+        return self.settings.spark_cluster == "standalone"
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {
+            "SPARK_HOME": _spark_home(),
+            "SPARK_LOCAL_IP": self.settings.bind_host,
+            "SPARK_LOG_DIR": str(self.settings.logs_dir),
+            "SPARK_NO_DAEMONIZE": "1",
+        }
+
+    def prepare(self) -> None:
+        self._dirs()
+
+    def state(self) -> dict | None:
+        """The master's /json/: its workers and applications (None if it does not answer)."""
+        s = self.settings
+        answer = _get(f"http://{s.bind_host}:{s.spark_master_ui_port}/json/")
+        try:
+            return answer.json() if answer is not None else None
+        except ValueError:  # the UI answers before its JSON is ready
+            return None
+
+
+class SparkMaster(SparkService):
+    name = "spark-master"
+
+    @property
+    def address(self) -> str:
+        return self.settings.spark_master
+
+    @property
+    def ports(self) -> list[int]:
+        return [self.settings.spark_master_port, self.settings.spark_master_ui_port]
+
+    @property
+    def env(self) -> dict[str, str]:
+        # An application that does not say how many cores it wants (spark.cores.max) gets two,
+        # not every core of the cluster: the project's own always say.
+        return {**super().env, "SPARK_MASTER_OPTS": "-Dspark.deploy.defaultCores=2"}
+
+    def argv(self) -> list[str]:
+        s = self.settings
+        return _spark_class(
+            "org.apache.spark.deploy.master.Master",
+            *("--host", s.bind_host, "--port", str(s.spark_master_port)),
+            *("--webui-port", str(s.spark_master_ui_port)),
+        )
+
+    def healthy(self) -> bool:
+        state = self.state()
+        return state is not None and state.get("status") == "ALIVE"
+
+
+class SparkWorker(SparkService):
+    """Worker n of `spark_workers`, offering `spark_worker_cores` slots and its memory."""
+
+    name = "spark-worker"
+    needs = ("spark-master",)
+
+    def __init__(self, settings: Settings, number: int = 1) -> None:
+        super().__init__(settings)
+        self.number = number
+        self.name = f"spark-worker-{number}"
+
+    @property
+    def port(self) -> int:
+        return self.settings.spark_worker_port + self.number - 1
+
+    @property
+    def address(self) -> str:
+        return f"{self.settings.bind_host}:{self.port}"
+
+    @property
+    def ports(self) -> list[int]:
+        return [self.port, self.settings.spark_worker_ui_port + self.number - 1]
+
+    @property
+    def env(self) -> dict[str, str]:
+        # Finished applications' folders (executors' logs, fetched jars) kept an hour.
+        cleanup = "-Dspark.worker.cleanup.enabled=true -Dspark.worker.cleanup.appDataTtl=3600"
+        return {**super().env, "SPARK_WORKER_OPTS": cleanup}
+
+    def argv(self) -> list[str]:
+        s = self.settings
+        return _spark_class(
+            "org.apache.spark.deploy.worker.Worker",
+            *("--host", s.bind_host, "--port", str(self.port)),
+            *("--webui-port", str(s.spark_worker_ui_port + self.number - 1)),
+            *("--cores", str(s.spark_worker_cores), "--memory", s.spark_worker_memory),
+            *("--work-dir", str(self.data)),
+            s.spark_master,
+        )
+
+    def healthy(self) -> bool:
+        """Registered with the master, and alive there."""
+        state = self.state()
+        workers = state.get("workers", []) if state is not None else []
+        return any(
+            w.get("host") == self.settings.bind_host
+            and w.get("port") == self.port
+            and w.get("state") == "ALIVE"
+            for w in workers
+        )
+
+
 SERVICES: tuple[type[Service], ...] = (
     Postgres,
     Metastore,
@@ -697,6 +909,8 @@ SERVICES: tuple[type[Service], ...] = (
     Redis,
     Elasticsearch,
     Prometheus,
+    SparkMaster,
+    SparkWorker,
     IngestProxy,
     Control,
 )
@@ -704,7 +918,18 @@ SERVICES: tuple[type[Service], ...] = (
 
 def all_services(settings: Settings) -> list[Service]:
     """The stack's services in start order; PostgreSQL only while the metastore is embedded."""
-    services = [cls(settings) for cls in SERVICES]
+    standalone = settings.spark_cluster == "standalone"
+    services: list[Service] = []
+    for cls in SERVICES:
+        if cls is Kafka and settings.is_embedded("kafka"):
+            services += [Kafka(settings, n) for n in range(1, settings.kafka_brokers + 1)]
+        elif cls is Control and settings.is_embedded("control"):
+            services += [Control(settings, n) for n in range(1, settings.control_replicas + 1)]
+        elif cls is SparkWorker:
+            if standalone:
+                services += [SparkWorker(settings, n) for n in range(1, settings.spark_workers + 1)]
+        elif cls is not SparkMaster or standalone:
+            services.append(cls(settings))
     if not settings.is_embedded("metastore"):
         services = [s for s in services if s.name != "postgres"]
     return services

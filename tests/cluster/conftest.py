@@ -1,0 +1,43 @@
+"""The cluster stack (issue 33): the embedded stack with three Kafka brokers, a Spark
+standalone master and two workers running every router, and two control processes, started
+once for the tests of this package. The suite's own stack is stopped meanwhile (one stack at
+a time on this machine) and started again after them, its data kept."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+
+import pytest
+
+from tests.support.api import Api
+from tests.support.stack import Stack, checked, private_state_dir, stack_env
+
+CLUSTER = {
+    "KEYSTONE_KAFKA_BROKERS": "3",
+    "KEYSTONE_SPARK_CLUSTER": "standalone",
+    "KEYSTONE_SPARK_WORKERS": "2",
+    "KEYSTONE_CONTROL_REPLICAS": "2",
+}
+
+
+@pytest.fixture(scope="package")
+def cluster(stack: Stack) -> Iterator[Stack]:
+    checked(stack.keystone("stack", "down", timeout=300))
+    state_dir = private_state_dir()
+    env = stack_env(state_dir, port_offset=20000)
+    env.pop("KEYSTONE_SPARK_MASTER")  # the cluster's own master
+    handle = Stack(env={**env, **CLUSTER}, state_dir=state_dir)
+    try:
+        checked(handle.keystone("stack", "up", timeout=900))
+        yield handle
+    finally:
+        handle.keystone("stack", "down", "--purge", timeout=600)
+        shutil.rmtree(state_dir, ignore_errors=True)
+        checked(stack.keystone("stack", "up", timeout=900))
+
+
+@pytest.fixture(scope="package")
+def cluster_admin(cluster: Stack) -> Api:
+    token = (cluster.state_dir / "conf" / "control" / "admin-token").read_text().strip()
+    return Api(cluster.settings.control_urls[0], token)

@@ -1,0 +1,166 @@
+"""Nodes killed under load on the cluster stack: `keystone loadtest` through the proxy while one
+broker is killed with SIGKILL, then the leader of the stream's first partition, then a Spark
+worker with its executors (each started again after a while). The proxy answers 202, or 503
+with Retry-After, and nothing else; every acknowledged event is in the fronting topic and in
+every output (the audit, guid by guid); Elasticsearch and Hive hold none twice; the router's
+queries went on through the worker's death (the same driver process throughout). Then the
+control process leading the fleet is killed: the other takes the fleet over within the
+lease's time, keeps the routers it finds (the same processes), and deploys a stream created
+afterwards."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from confluent_kafka.admin import AdminClient, ConfigResource
+
+from keystone.contracts.names import fronting_topic
+from keystone.contracts.processes import PidFile
+from keystone.control.fleet import LEASE_SECONDS, PASS_SECONDS
+from keystone.control.launcher import Deployment
+from tests.support.api import Api
+from tests.support.stack import Stack, checked
+from tests.support.waiting import eventually
+
+STREAM, LATE = "cl_main", "cl_late"
+OUTPUTS = [
+    {
+        "name": "picked",
+        "filter": "level != 'info'",
+        "sink": {"type": "kafka"},
+        "delivery": {"mode": "realtime", "trigger": "5 seconds"},
+    },
+    {"name": "search", "projection": ["title", "country"], "sink": {"type": "elasticsearch"}},
+    {
+        "name": "warehouse",
+        "sink": {"type": "hive"},
+        "delivery": {"mode": "microbatch", "trigger": "5 seconds"},
+    },
+]
+
+
+def running(api: Api, stream: str) -> bool:
+    return api.ok("GET", f"/v1/streams/{stream}/status")["router"]["state"] == "running"
+
+
+@pytest.fixture(scope="module")
+def streams(cluster: Stack, cluster_admin: Api) -> Iterator[None]:
+    spec = {"name": STREAM, "owner": "team-cluster", "partitions": 3, "outputs": OUTPUTS}
+    cluster_admin.ok("PUT", f"/v1/streams/{STREAM}", {**spec, "archive": {"enabled": False}})
+    eventually("the router", lambda: running(cluster_admin, STREAM), timeout=240)
+    yield
+    for name in (STREAM, LATE):
+        cluster_admin.call("DELETE", f"/v1/streams/{name}")
+
+
+def master_state(cluster: Stack) -> dict:
+    settings = cluster.settings
+    url = f"http://{settings.bind_host}:{settings.spark_master_ui_port}/json/"
+    return httpx.get(url, timeout=10).json()
+
+
+def test_every_node_is_listed_healthy_and_topics_live_on_three_brokers(
+    cluster: Stack, streams: None
+) -> None:
+    services = cluster.status()["services"]
+    for name in ("kafka", "kafka-2", "kafka-3", "spark-master", "spark-worker-1", "control-2"):
+        assert services[name]["health"] == "healthy" and services[name]["pid"], name
+    assert "spark-worker-2" in services
+    admin = AdminClient({"bootstrap.servers": cluster.settings.kafka_bootstrap})
+    topic = fronting_topic(STREAM)
+    partitions = admin.list_topics(topic, timeout=10).topics[topic].partitions.values()
+    assert all(sorted(p.replicas) == [1, 2, 3] and len(p.isrs) == 3 for p in partitions)
+    resource = ConfigResource("topic", topic)
+    config = admin.describe_configs([resource])[resource].result()
+    assert config["min.insync.replicas"].value == "2"
+
+
+def test_brokers_and_a_spark_worker_killed_under_load_lose_no_acknowledged_event(
+    cluster: Stack, streams: None, tmp_path: Path
+) -> None:
+    apps = [a["name"] for a in master_state(cluster)["activeapps"]]
+    assert f"keystone-router-{STREAM}" in apps  # the router runs on the cluster
+    driver = Deployment.load(cluster.settings, STREAM)
+    assert driver is not None
+    result = checked(
+        cluster.keystone(
+            "loadtest",
+            *("--stream", STREAM, "--rate", "150", "--duration", "75", "--producers", "2"),
+            *("--event-size", "500", "--report", str(tmp_path), "--json"),
+            *("--fault", "kill-broker:2@8+10", "--fault", "kill-broker@28+10"),
+            *("--fault", "kill-spark-worker:1@48+15"),
+            timeout=1200,
+        )
+    )
+    figures = json.loads(result.stdout)
+    ingest, audit = figures["ingest"], figures["audit"]
+    # 202, or 503 saying when to come back: never another answer, never an event given up.
+    assert set(ingest["responses"]) <= {"202", "503"}, ingest["responses"]
+    assert ingest["unavailable_without_retry_after"] == 0
+    assert (ingest["rejected"], ingest["abandoned"]) == (0, 0)
+    assert ingest["acknowledged"] == ingest["attempted"]
+    assert audit["missing_at_ingest"] == 0 and audit["drained"] and audit["lossless"], audit
+    for output in audit["outputs"]:
+        assert output["lost"] == 0 and output["delivery_rate"] == 1.0, output
+        if output["sink"] in ("elasticsearch", "hive"):
+            assert output["duplicates"] == 0, output
+    notes = {f["what"]: f["notes"] for f in figures["faults"]}
+    assert len(notes) == 3 and all(any("killed" in n for n in v) for v in notes.values()), notes
+    assert all(any("healthy again" in n for n in v) for v in notes.values()), notes
+    # The worker's death cost the router executors, not its driver: Spark rescheduled.
+    after = Deployment.load(cluster.settings, STREAM)
+    assert after is not None and after.pid == driver.pid
+    states = {w["port"]: w["state"] for w in master_state(cluster)["workers"]}
+    assert list(states.values()).count("ALIVE") == 2, states
+
+
+def test_the_fleet_fails_over_to_the_other_control_process_and_keeps_its_routers(
+    cluster: Stack, cluster_admin: Api, streams: None
+) -> None:
+    settings = cluster.settings
+    urls = settings.control_urls
+    assert len(urls) == 2
+
+    def leader() -> int | None:
+        for index, url in enumerate(urls):
+            try:
+                if httpx.get(f"{url}/readyz", timeout=2).json()["fleet_leader"]:
+                    return index
+            except (httpx.HTTPError, ValueError):
+                continue
+        return None
+
+    eventually("a fleet leader", lambda: leader() is not None, timeout=60)
+    leading = leader()
+    assert leading is not None
+    routers = Deployment.load(settings, STREAM)
+    assert routers is not None
+    service = "control" if leading == 0 else f"control-{leading + 1}"
+    pid = PidFile(settings.run_dir / f"{service}.pid").running_pid()
+    assert pid is not None
+    killed = time.monotonic()
+    os.killpg(pid, signal.SIGKILL)
+    other = 1 - leading
+    eventually("the other control process to lead", lambda: leader() == other, timeout=60)
+    took = time.monotonic() - killed
+    assert took <= LEASE_SECONDS + 3 * PASS_SECONDS, took
+    # It adopted the running router: the same process, not a second one.
+    time.sleep(3 * PASS_SECONDS)
+    again = Deployment.load(settings, STREAM)
+    assert again is not None and again.pid == routers.pid and again.alive()
+    apps = [a["name"] for a in master_state(cluster)["activeapps"]]
+    assert apps.count(f"keystone-router-{STREAM}") == 1, apps
+    # API writes go on through the survivor, and its fleet deploys what they ask.
+    survivor = Api(urls[other], cluster_admin.token)
+    late = {"name": LATE, "owner": "team-cluster", "outputs": OUTPUTS[:1]}
+    survivor.ok("PUT", f"/v1/streams/{LATE}", {**late, "archive": {"enabled": False}})
+    eventually("the late stream's router", lambda: running(survivor, LATE), timeout=240)
+    checked(cluster.keystone("stack", "up", timeout=300))  # the killed one back
+    assert leader() == other  # it stays the follower: no flapping
