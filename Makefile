@@ -37,6 +37,7 @@ bench: bootstrap
 	.venv/bin/python -m keystone.loadtest.e2e_bench --write-docs
 	.venv/bin/python -m keystone.loadtest.exactly_once_bench --write-docs
 	.venv/bin/python -m keystone.loadtest.recovery_bench --write-docs
+	.venv/bin/python -m keystone.loadtest.idle_bench --write-docs
 
 down:
 	.venv/bin/keystone stack down

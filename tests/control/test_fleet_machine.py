@@ -23,6 +23,7 @@ from keystone.control.fleet import (
     Fleet,
     fingerprint,
 )
+from keystone.control.sizing import CHANGE_EVERY_SECONDS, SAMPLE_SECONDS, Sizer
 
 T0 = 1_000_000.0
 STOP_TIMEOUT = 60.0
@@ -55,6 +56,7 @@ class FakeLauncher:
     exit_codes: dict[int, int | None] = field(default_factory=dict)
     failing: dict[str, Exception] = field(default_factory=dict)  # stream -> what start raises
     calls: list[tuple[Any, ...]] = field(default_factory=list)
+    sizes: list[int] = field(default_factory=list)  # what each start was sized for
     next_pid: int = 100
 
     def deployments(self) -> dict[str, Deployment]:
@@ -63,8 +65,11 @@ class FakeLauncher:
     def alive(self, deployed: Deployment) -> bool:
         return deployed.pid in self.running
 
-    def start(self, spec: StreamSpec, *, port: int, fingerprint: str, started: float) -> Deployment:
+    def start(
+        self, spec: StreamSpec, *, port: int, fingerprint: str, started: float, sized_for: int
+    ) -> Deployment:
         self.calls.append(("start", spec.name, port))
+        self.sizes.append(sized_for)
         if spec.name in self.failing:
             raise self.failing[spec.name]
         self.next_pid += 1
@@ -117,6 +122,7 @@ class FakeStore:
     specs: dict[str, StreamSpec] = field(default_factory=dict)
     unreadable: list[Unreadable] = field(default_factory=list)
     states: dict[str, RouterState] = field(default_factory=dict)
+    samples: dict[str, list[tuple[float, int]]] = field(default_factory=dict)
 
     def read_streams(self) -> tuple[list[StreamSpec], list[Unreadable]]:
         return list(self.specs.values()), list(self.unreadable)
@@ -129,6 +135,13 @@ class FakeStore:
 
     def delete_router_state(self, stream: str) -> None:
         self.states.pop(stream, None)
+        self.samples.pop(stream, None)
+
+    def traffic(self, stream: str) -> list[tuple[float, int]]:
+        return list(self.samples.get(stream, []))
+
+    def put_traffic(self, stream: str, samples: list[tuple[float, int]]) -> None:
+        self.samples[stream] = list(samples)
 
     def hold_lease(self, name: str, holder: str, seconds: float) -> bool:
         return True
@@ -162,6 +175,16 @@ class FakeRecovery:
 
 
 @dataclass
+class Topics:
+    """Records in each fronting topic so far, as the test writes them."""
+
+    counts: dict[str, int] = field(default_factory=dict)
+
+    def __call__(self, topics: list[str]) -> dict[str, int]:
+        return {t: self.counts.get(t, 0) for t in topics}
+
+
+@dataclass
 class World:
     fleet: Fleet
     launcher: FakeLauncher
@@ -169,6 +192,7 @@ class World:
     dashboards: FakeDashboards
     clock: Clock
     recovery: FakeRecovery
+    topics: Topics
 
     def state(self, stream: str = "alpha") -> RouterState:
         return self.store.states[stream]
@@ -185,16 +209,17 @@ class World:
 def world(tmp_path: Path) -> World:
     settings = Settings(state_dir=tmp_path, router_stop_timeout_seconds=STOP_TIMEOUT)
     launcher, store, dashboards, clock = FakeLauncher(), FakeStore(), FakeDashboards(), Clock()
-    recovery = FakeRecovery()
+    recovery, topics = FakeRecovery(), Topics()
     fleet = Fleet(
         settings,
         store,  # type: ignore[arg-type]
         launcher=launcher,
         dashboards=dashboards,
         recovery=recovery,
+        sizer=Sizer(settings, store, clock, sizes=topics),
         clock=clock,
     )
-    return World(fleet, launcher, store, dashboards, clock, recovery)
+    return World(fleet, launcher, store, dashboards, clock, recovery, topics)
 
 
 def test_a_new_stream_with_outputs_is_started_and_runs_once_it_is_up(world: World) -> None:
@@ -207,7 +232,7 @@ def test_a_new_stream_with_outputs_is_started_and_runs_once_it_is_up(world: Worl
     assert state.state == RouterPhase.STARTING
     assert (state.pid, state.port) == (deployed.pid, deployed.port)
     assert state.since == state.started == T0 == deployed.started
-    assert state.fingerprint == deployed.fingerprint == fingerprint(spec())
+    assert state.fingerprint == deployed.fingerprint == fingerprint(spec(), 1_000)
     assert state.restarts == state.failures == 0
     assert set(state.extra["outputs"]) == {"o1"}
     assert world.dashboards.synced == [(["alpha"], set())]
@@ -222,7 +247,7 @@ def test_a_new_stream_with_outputs_is_started_and_runs_once_it_is_up(world: Worl
 
 def test_a_router_found_running_is_adopted_not_started_again(world: World) -> None:
     world.store.specs["alpha"] = spec()
-    deployed = Deployment("alpha", 42, 42, 9042, fingerprint(spec()), T0 - 10)
+    deployed = Deployment("alpha", 42, 42, 9042, fingerprint(spec(), 1_000), T0 - 10)
     world.launcher.records["alpha"] = deployed
     world.launcher.running.add(42)
     world.launcher.up_streams.add("alpha")
@@ -355,7 +380,7 @@ def test_a_changed_spec_stops_the_old_router_then_starts_the_new_one(world: Worl
     ]
     state = world.state()
     assert state.state == RouterPhase.STARTING
-    assert state.fingerprint == new.fingerprint == fingerprint(changed) != old.fingerprint
+    assert state.fingerprint == new.fingerprint == fingerprint(changed, 1_000) != old.fingerprint
     assert (state.pid, state.restarts, state.failures) == (new.pid, 0, 0)  # not a failure
     assert state.retry_at == 0.0
     assert world.launcher.actions("remove_checkpoints") == []  # the same sink goes on
@@ -510,3 +535,51 @@ def test_a_store_error_in_a_pass_is_left_to_the_loop(world: World) -> None:
     with pytest.raises(KeystoneError):
         world.fleet.reconcile()  # the thread's loop logs it and tries again
     assert world.launcher.calls == []
+
+
+def _traffic(world: World, per_second: float, seconds: float) -> None:
+    """The stream's input at `per_second` for `seconds`, the fleet passing every second."""
+    topic = "keystone.alpha"
+    for _ in range(int(seconds)):
+        world.topics.counts[topic] = world.topics.counts.get(topic, 0) + int(per_second)
+        world.clock.advance(1)
+        world.fleet.reconcile()
+
+
+def test_a_stream_whose_traffic_rises_tenfold_is_resized_once_and_redeployed(
+    world: World,
+) -> None:
+    world.store.specs["alpha"] = spec()
+    world.fleet.reconcile()
+    world.running()
+    _traffic(world, 500, 60)  # 500/s with headroom: the smallest size does
+    assert world.state().sized_for == 1_000 and world.launcher.sizes == [1_000]
+    assert world.state().rate_per_second == 500
+    _traffic(world, 5_000, 3 * SAMPLE_SECONDS)  # tenfold: 7,500 with headroom
+    state = world.state()
+    assert (state.sized_for, state.resizes, state.resized_at > T0) == (8_000, 1, True)
+    assert world.launcher.actions("stop") == [("stop", "alpha", 101)]  # redeployed with it
+    world.launcher.die("alpha", 0)
+    _traffic(world, 5_000, 5)
+    assert world.launcher.sizes == [1_000, 8_000]
+    assert world.state().fingerprint == fingerprint(spec(), 8_000)
+    # Twenty times more, within ten minutes of that change: not resized again yet.
+    world.launcher.up_streams.add("alpha")
+    _traffic(world, 100_000, 60)
+    assert (world.state().sized_for, world.state().resizes) == (8_000, 1)
+    # Past the interval, up again at once; down only once the last hour's peak allows.
+    _traffic(world, 100_000, CHANGE_EVERY_SECONDS)
+    assert (world.state().sized_for, world.state().resizes) == (64_000, 2)  # the spec's most
+
+
+def test_the_spec_bounds_the_size(world: World) -> None:
+    world.store.specs["alpha"] = load_spec(
+        {
+            "name": "alpha",
+            "owner": "team-a",
+            "outputs": [{"name": "o1", "sink": {"type": "kafka"}}],
+            "sizing": {"min_events_per_second": 4_000, "max_events_per_second": 16_000},
+        }
+    )
+    world.fleet.reconcile()
+    assert world.launcher.sizes == [4_000]  # the least it may have, quiet as it is

@@ -15,6 +15,7 @@ from keystone.contracts.spec import load_spec
 from keystone.router.counts import LATENCY_BUCKETS, latency_counts
 from keystone.router.job import (
     RewindWatch,
+    batch_limit,
     dead_letter_paths,
     paths_read_by,
     router_slots,
@@ -154,3 +155,14 @@ def test_the_router_follows_rewinds_and_holds_an_output_whose_record_does_not_re
     watch.read()
     assert watch.plan("search") == (1, False) and watch.held == {"clicks"}
     assert RewindWatch(None, "plays").ready  # no registry: never rewound, nothing to wait for
+
+
+def test_a_router_sized_for_more_gives_its_batch_queries_more_slots_and_bigger_batches() -> None:
+    spec = load_spec(SPEC)  # 4 partitions: 2 realtime queries, 5 micro-batch queries
+    assert router_slots(spec, 1_000) == 8 + 5 * 1
+    assert router_slots(spec, 8_000) == 8 + 5 * 2  # one slot per 4,000 events/s
+    assert router_slots(spec, 64_000) == 8 + 5 * 4  # at most one per partition
+    assert batch_limit(spec, 1_000) == 100_000  # never fewer
+    assert batch_limit(spec, 8_000) == 240_000  # 30 s of the rate
+    bounded = load_spec({**SPEC, "sizing": {"max_events_per_second": 4_000}})
+    assert batch_limit(bounded, 64_000) == 120_000  # within the spec's bounds

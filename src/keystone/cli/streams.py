@@ -99,6 +99,8 @@ def stream_show(ctx: typer.Context, name: str, as_json: JsonOption = False) -> N
         line += f"  pid {router.pid}  for {router.for_seconds:.0f} s"
     if router.restarts:
         line += f"  {router.restarts} restarts"
+    if router.sizing:
+        line += f"  {router.sizing}"
     console.print(line)
     if router.last_error:
         console.print(Text(f"last error: {router.last_error}", style="red"))

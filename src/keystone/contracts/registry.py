@@ -135,7 +135,14 @@ class RouterState:
     failures: int = 0  # deaths in a row without a minute of health
     retry_at: float = 0.0
     last_error: str = ""
-    fingerprint: str = ""  # of the spec it runs
+    fingerprint: str = ""  # of the spec it runs, and its size
+    # Its size (`control.sizing`): the events per second it is sized for, how many times its
+    # traffic changed that and when last, and the input's rate now and peak of the last hour.
+    sized_for: int = 0
+    resizes: int = 0
+    resized_at: float = 0.0
+    rate_per_second: float = 0.0
+    peak_per_second: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod

@@ -223,6 +223,24 @@ class Archive(_Strict):
         return trigger
 
 
+class Sizing(_Strict):
+    """Bounds of the router's size, which the fleet sets from the stream's traffic: the events
+    per second it is sized for (its task slots and its micro-batches' size follow)."""
+
+    min_events_per_second: int = Field(
+        1_000, ge=1, description="The smallest size, however quiet the stream."
+    )
+    max_events_per_second: int = Field(
+        64_000, ge=1, description="The largest size, however busy the stream."
+    )
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Sizing:
+        if self.min_events_per_second > self.max_events_per_second:
+            raise ValueError("min_events_per_second is above max_events_per_second")
+        return self
+
+
 class StreamSpec(_Strict):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
@@ -237,6 +255,7 @@ class StreamSpec(_Strict):
     objectives: Objectives = Field(default_factory=Objectives)
     recovery: Recovery = Field(default_factory=Recovery)
     archive: Archive = Field(default_factory=Archive)
+    sizing: Sizing = Field(default_factory=Sizing)
 
     @field_validator("avro_schema")
     @classmethod

@@ -38,6 +38,7 @@ from keystone.contracts.settings import Settings
 from keystone.contracts.spec import StreamSpec
 from keystone.control.launcher import Deployment, Launcher, ProcessLauncher
 from keystone.control.recovery import Recovery
+from keystone.control.sizing import Sizer
 from keystone.control.store import Store
 from keystone.dashboards.publish import Publisher
 
@@ -51,12 +52,13 @@ FAILED_AFTER = 3  # deaths in a row that make a router "failed" (still retried, 
 MAX_BACKOFF = 300.0
 
 
-def fingerprint(spec: StreamSpec) -> str:
+def fingerprint(spec: StreamSpec, sized_for: int = 0) -> str:
     """What the router runs: the spec without its producers, which only the proxy reads, and
-    its recovery settings, which only control reads."""
+    its recovery and sizing settings, which only control reads; and its size."""
     data = json.loads(spec.to_json())
-    data.pop("producers", None)
-    data.pop("recovery", None)
+    for control_only in ("producers", "recovery", "sizing"):
+        data.pop(control_only, None)
+    data["sized_for"] = sized_for
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -89,6 +91,7 @@ class Fleet:
         launcher: Launcher | None = None,
         dashboards: Dashboards | None = None,
         recovery: Keeper | None = None,
+        sizer: Sizer | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.settings = settings
@@ -99,6 +102,7 @@ class Fleet:
         self.recovery: Keeper = (
             recovery if recovery is not None else Recovery(settings, store, clock)
         )
+        self.sizer = sizer if sizer is not None else Sizer(settings, store, clock)
         self.holder = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.leading = False
         self._unreadable: dict[str, str] = {}  # stream -> why, as last said
@@ -143,6 +147,10 @@ class Fleet:
             self.dashboards.sync(specs, keep=untouched)
         except (KeystoneError, ValueError, OSError) as e:  # retried next pass; routers first
             log.warning("dashboards not published: %s", e)
+        try:
+            self.sizer.observe(specs)
+        except KeystoneError as e:  # sized as they were; sampled again next time
+            log.warning("traffic not sampled: %s", e)
         desired = {s.name: s for s in specs if s.outputs}
         running = self.launcher.deployments()
         states = self.store.router_states()
@@ -175,8 +183,10 @@ class Fleet:
             else:
                 self._undeploy(stream)
             return
+        size = self.sizer.size(spec, state)
         if deployed is not None:
-            if deployed.fingerprint != fingerprint(spec) or state.state == RouterPhase.STOPPING:
+            changed = deployed.fingerprint != fingerprint(spec, size)
+            if changed or state.state == RouterPhase.STOPPING:
                 self._stopping(deployed, state, now)  # a redeploy begins with a stop
             else:
                 self._watch(deployed, state, now)
@@ -234,8 +244,10 @@ class Fleet:
 
     def _deploy(self, spec: StreamSpec, state: RouterState, now: float) -> None:
         self._forget_checkpoints(spec, state)
-        digest = fingerprint(spec)
-        deployed = self.launcher.start(spec, port=state.port, fingerprint=digest, started=now)
+        digest = fingerprint(spec, state.sized_for)
+        deployed = self.launcher.start(
+            spec, port=state.port, fingerprint=digest, started=now, sized_for=state.sized_for
+        )
         pid, port = deployed.pid, deployed.port
         if state.state in (RouterPhase.RESTARTING, RouterPhase.FAILED):
             state.restarts += 1

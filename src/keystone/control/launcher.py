@@ -92,9 +92,12 @@ class Launcher(Protocol):
         """Whether the recorded process still runs."""
         ...
 
-    def start(self, spec: StreamSpec, *, port: int, fingerprint: str, started: float) -> Deployment:
+    def start(
+        self, spec: StreamSpec, *, port: int, fingerprint: str, started: float, sized_for: int
+    ) -> Deployment:
         """Starts the stream's router (on `port` for its metrics if that is free, else on
-        another), records it and registers its metrics target; returns its record."""
+        another), sized for `sized_for` events per second, records it and registers its
+        metrics target; returns its record."""
         ...
 
     def reap(self, deployed: Deployment) -> int | None:
@@ -139,7 +142,9 @@ class ProcessLauncher:
     def alive(self, deployed: Deployment) -> bool:
         return deployed.alive()
 
-    def start(self, spec: StreamSpec, *, port: int, fingerprint: str, started: float) -> Deployment:
+    def start(
+        self, spec: StreamSpec, *, port: int, fingerprint: str, started: float, sized_for: int
+    ) -> Deployment:
         settings = self.settings
         if not port or port_in_use(settings.bind_host, port):
             port = _free_port(settings.bind_host)
@@ -155,6 +160,8 @@ class ProcessLauncher:
             spec.name,
             "--metrics-port",
             str(port),
+            "--sized-for",
+            str(sized_for),
         ]
         record = Deployment.path(settings, spec.name)
         pid = spawn(

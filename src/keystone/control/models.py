@@ -35,6 +35,24 @@ class RouterPublic(BaseModel):
     restarts: int = 0
     last_error: str | None = None
     retry_in_seconds: float | None = None
+    sized_for: int | None = Field(
+        None, description="Events per second the fleet sized it for, from the stream's traffic."
+    )
+    resizes: int = Field(0, description="Times its traffic changed its size.")
+    rate_per_second: float | None = Field(None, description="The stream's input now.")
+    peak_per_second: float | None = Field(
+        None, description="The stream's highest input rate of the last hour (10-s samples)."
+    )
+
+    @property
+    def sizing(self) -> str:
+        """'sized for 4,000 events/s, peak of the last hour 3,100' ('' before it is sized)."""
+        if not self.sized_for:
+            return ""
+        return (
+            f"sized for {self.sized_for:,} events/s, peak of the last hour "
+            f"{self.peak_per_second or 0:,.0f}"
+        )
 
     @classmethod
     def of(cls, state: RouterState | None, has_outputs: bool) -> RouterPublic:
@@ -51,6 +69,10 @@ class RouterPublic(BaseModel):
             for_seconds=round(now - state.since, 1) if state.since else None,
             restarts=state.restarts,
             last_error=state.last_error or None,
+            sized_for=state.sized_for or None,
+            resizes=state.resizes,
+            rate_per_second=state.rate_per_second if state.sized_for else None,
+            peak_per_second=state.peak_per_second if state.sized_for else None,
             **retry,
         )
 

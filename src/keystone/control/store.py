@@ -356,7 +356,21 @@ class Store(RegistryReader):
         self._call(self.redis.hset, key("router", stream), mapping=state.to_hash())
 
     def delete_router_state(self, stream: str) -> None:
-        self._call(self.redis.delete, key("router", stream))
+        self._call(self.redis.delete, key("router", stream), key("traffic", stream))
+
+    def traffic(self, stream: str) -> list[tuple[float, int]]:
+        """The fleet's samples of the stream's input, (time, records so far), oldest first; a
+        record that does not read is none (sampling starts again)."""
+        raw = self._call(self.redis.get, key("traffic", check_stream_name(stream)))
+        try:
+            samples = json.loads(raw) if raw is not None else []
+            return [(float(t), int(n)) for t, n in samples]
+        except (ValueError, TypeError):
+            log.warning("the traffic samples of %s do not read: sampling again", stream)
+            return []
+
+    def put_traffic(self, stream: str, samples: list[tuple[float, int]]) -> None:
+        self._call(self.redis.set, key("traffic", check_stream_name(stream)), json.dumps(samples))
 
     def hold_lease(self, name: str, holder: str, seconds: float) -> bool:
         """Takes or renews an expiring lock; True while `holder` has it."""

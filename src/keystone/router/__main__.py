@@ -33,6 +33,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--metrics-port", type=int, default=0, help="where to serve /metrics (default: any)"
     )
+    parser.add_argument(
+        "--sized-for",
+        type=int,
+        default=None,
+        help="the events per second the fleet sized it for (default: the spec's smallest)",
+    )
     args = parser.parse_args(argv)
     application_logging()
     settings = Settings()
@@ -47,14 +53,21 @@ def main(argv: list[str] | None = None) -> int:
 
     stop = stop_on_signals()
 
-    slots = router_slots(spec)
+    slots = router_slots(spec, args.sized_for)
     spark = spark_session(settings, f"keystone-router-{spec.name}", slots=slots)
     metrics = RouterMetrics(spec.name)
     port = metrics.serve(settings, args.metrics_port)
     master = spark.sparkContext.master
-    log.info("router for %s on %s (%d slots); metrics on port %d", spec.name, master, slots, port)
+    log.info(
+        "router for %s on %s, sized for %s events/s (%d slots); metrics on port %d",
+        spec.name,
+        master,
+        args.sized_for or "the least",
+        slots,
+        port,
+    )
     try:
-        Router(spark, settings, spec, metrics, registry).run(stop)
+        Router(spark, settings, spec, metrics, registry, args.sized_for).run(stop)
     finally:
         registry.close()
         metrics.close()

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -61,8 +62,14 @@ from keystone.router.topics import watermarks
 
 log = logging.getLogger(__name__)
 
-DEAD_LETTER_TRIGGER = "2 seconds"
-BATCH_LIMIT = 100_000  # records per micro-batch, so catching up comes in bounded steps
+DEAD_LETTER_TRIGGER = "10 seconds"
+BATCH_LIMIT = 100_000  # records per micro-batch at least, so catching up comes in bounded steps
+BATCH_SECONDS = 30  # ...and at most this many seconds of the rate the router is sized for
+# Events per second one task of a micro-batch keeps up with, reading, routing and writing to
+# the slowest sink (Elasticsearch took 2,800 events/s in the backfill benchmark, Kafka 45,000
+# on two cores in the router benchmark): a router sized for more gives each micro-batch query
+# more tasks at once, up to one per partition.
+EVENTS_PER_TASK = 4_000
 MAX_BACKOFF = 60.0
 
 
@@ -87,14 +94,30 @@ def dead_letter_paths(outputs: list[OutputSpec]) -> frozenset[tuple[str, ...]]:
     return paths_read_by(outputs)
 
 
-def router_slots(spec: StreamSpec) -> int:
+def sized(spec: StreamSpec, sized_for: int | None) -> int:
+    """The events per second the router is sized for: the fleet's figure, within the spec's
+    bounds (its smallest when the fleet gave none)."""
+    bounds = spec.sizing
+    wanted = sized_for if sized_for is not None else bounds.min_events_per_second
+    return max(bounds.min_events_per_second, min(bounds.max_events_per_second, wanted))
+
+
+def router_slots(spec: StreamSpec, sized_for: int | None = None) -> int:
     """Real-time Mode keeps one task running per topic partition for each realtime query; the
-    router needs that many task slots, and one more for each micro-batch query (the outputs',
-    the dead letters', the archive's), so that none waits for a slot while another's batch
-    waits on its sink."""
+    router needs that many task slots, and for each micro-batch query (the outputs', the dead
+    letters', the archive's) as many as its batches need at once at the rate it is sized for
+    (one per `EVENTS_PER_TASK`, up to one per partition), so that none waits for a slot while
+    another's batch waits on its sink."""
     realtime = sum(spec.partitions for o in spec.outputs if runs_realtime(o))
-    batches = sum(1 for o in spec.outputs if not runs_realtime(o)) + 1 + spec.archive.enabled
-    return realtime + batches
+    queries = sum(1 for o in spec.outputs if not runs_realtime(o)) + 1 + spec.archive.enabled
+    per_query = min(spec.partitions, math.ceil(sized(spec, sized_for) / EVENTS_PER_TASK))
+    return realtime + queries * per_query
+
+
+def batch_limit(spec: StreamSpec, sized_for: int | None = None) -> int:
+    """Records a micro-batch reads at most: `BATCH_SECONDS` of the rate the router is sized
+    for, and never fewer than `BATCH_LIMIT`."""
+    return max(BATCH_LIMIT, BATCH_SECONDS * sized(spec, sized_for))
 
 
 def replay_column(rewind: Rewind | None, bound: Offsets | None = None) -> Column:
@@ -204,11 +227,14 @@ class Router:
         spec: StreamSpec,
         metrics: RouterMetrics,
         registry: RegistryReader | None = None,
+        sized_for: int | None = None,
     ) -> None:
-        """`registry`: where control keeps the outputs' rewinds (none: never rewound)."""
+        """`registry`: where control keeps the outputs' rewinds (none: never rewound);
+        `sized_for`: the events per second the fleet sized the router for."""
         self.spark = spark
         self.settings = settings
         self.spec = spec
+        self.batch_limit = batch_limit(spec, sized_for)
         self.metrics = metrics
         self.watch = RewindWatch(registry, spec.name)
         self.watch.read()
@@ -267,9 +293,9 @@ class Router:
         if rewind is not None and rewind.replaying:
             # Rate limited, whatever the output's mode, until it has caught up: a second's worth
             # of events a second.
-            limit = min(BATCH_LIMIT, rewind.rate)
+            limit = min(self.batch_limit, rewind.rate)
         else:
-            limit = None if realtime else BATCH_LIMIT
+            limit = None if realtime else self.batch_limit
         source = self._source(starting, limit, paths=paths_read_by([output]))
         frame = writer.frame(routed(source, output, meter, replay_column(rewind, bound)))
         stream_writer = self._writer(frame, route.name, route.checkpoint.as_posix())
@@ -320,7 +346,7 @@ class Router:
         # then a dead letter, never just skipped.
         source = self._source(
             "earliest" if "earliest" in starts else "latest",
-            BATCH_LIMIT,
+            self.batch_limit,
             paths=dead_letter_paths(self.spec.outputs),
         )
         frame = source.where(F.col("problem").isNotNull()).select(
@@ -344,7 +370,7 @@ class Router:
             self.settings,
             self.spec.name,
             starting="earliest",
-            max_per_trigger=BATCH_LIMIT,
+            max_per_trigger=self.batch_limit,
         )
         frame = (
             archived(records)

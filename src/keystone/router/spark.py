@@ -68,6 +68,10 @@ def spark_conf(
         # A query stopped (a rewind restarts one) whose batch is stuck in a sink's retries must
         # not hold the router's supervision for ever: the stop gives up after a minute.
         "spark.sql.streaming.stopTimeout": "60s",
+        # A query run back to back (an Elasticsearch output) asks Kafka for new records this
+        # often while there are none: Spark's 10 ms made an idle router ask 100 times a second
+        # (a third of its idle CPU, and the broker's).
+        "spark.sql.streaming.pollingDelay": "250ms",
         # Running tasks' accumulators reach the driver with each executor heartbeat: the
         # router's live counts (router.meter) are as fresh as this (Spark's default is 10 s).
         "spark.executor.heartbeatInterval": "1s",

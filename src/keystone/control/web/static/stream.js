@@ -17,6 +17,10 @@ async function refresh() {
   state.className = `state state-${status.router.state}`;
   const restarts = status.router.restarts || 0;
   document.getElementById("router-detail").textContent = restarts ? `${restarts} restarts` : "";
+  const router = status.router;
+  document.getElementById("router-size").textContent = router.sized_for
+    ? `sized for ${count(router.sized_for)} events/s, peak of the last hour ${count(Math.round(router.peak_per_second || 0))}`
+    : "not sized yet";
   const error = document.getElementById("router-error");
   error.textContent = status.router.last_error || "";
   error.hidden = !status.router.last_error;

@@ -1,0 +1,121 @@
+"""A router sized from its traffic, on the cluster stack: a stream at 500 events/s runs at the
+smallest size; its rate raised tenfold, the fleet resizes it once (8,000 events/s: twice the
+task slots on the cluster, bigger micro-batches) and redeploys it; the rate held, then back
+down, it is not resized again (a change at most every ten minutes, down only on the last
+hour's peak), and its output's lag comes back under the stream's objective."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from keystone.control.launcher import Deployment
+from keystone.ingest_proxy.client import DirectProducer
+from tests.support.api import Api
+from tests.support.stack import Stack
+from tests.support.waiting import eventually
+
+STREAM, APP = "cl_sized", "cl_sized_app"
+LAG_OBJECTIVE = 100_000
+
+
+class Load:
+    """Events written straight to the fronting topic at a rate the test changes."""
+
+    def __init__(self, cluster: Stack) -> None:
+        self.producer = DirectProducer(cluster.settings.kafka_bootstrap, APP)
+        self.rate = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        n = 0
+        while not self._stop.is_set():
+            began = time.monotonic()
+            batch = self.rate // 10
+            if batch:
+                self.producer.send(STREAM, [{"n": n + i} for i in range(batch)])
+                n += batch
+            self._stop.wait(max(0.0, 0.1 - (time.monotonic() - began)))
+
+    def __enter__(self) -> Load:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+@pytest.fixture(scope="module")
+def sized(cluster: Stack, cluster_admin: Api) -> Iterator[Api]:
+    cluster_admin.call("POST", "/v1/apps", {"name": APP})
+    output = {
+        "name": "copy",
+        "sink": {"type": "kafka"},
+        "delivery": {"mode": "microbatch", "trigger": "2 seconds"},
+    }
+    spec = {
+        "name": STREAM,
+        "owner": "team-cluster",
+        "partitions": 4,
+        "producers": [APP],
+        "outputs": [output],
+        "archive": {"enabled": False},
+        "objectives": {"lag_records": LAG_OBJECTIVE},
+    }
+    cluster_admin.ok("PUT", f"/v1/streams/{STREAM}", spec)
+    yield cluster_admin
+    cluster_admin.call("DELETE", f"/v1/streams/{STREAM}")
+
+
+def router(api: Api) -> dict:
+    return api.ok("GET", f"/v1/streams/{STREAM}/status")["router"]
+
+
+def cores(cluster: Stack) -> int:
+    """Cores the cluster's master gave the stream's router."""
+    settings = cluster.settings
+    state = httpx.get(
+        f"http://{settings.bind_host}:{settings.spark_master_ui_port}/json/", timeout=10
+    ).json()
+    return sum(a["cores"] for a in state["activeapps"] if a["name"] == f"keystone-router-{STREAM}")
+
+
+def test_a_stream_whose_rate_rises_tenfold_is_resized_once(cluster: Stack, sized: Api) -> None:
+    eventually("the router", lambda: router(sized)["state"] == "running", timeout=240)
+    with Load(cluster) as load:
+        load.rate = 500
+        time.sleep(30)
+        quiet = router(sized)
+        assert (quiet["sized_for"], quiet["resizes"]) == (1_000, 0), quiet
+        assert 300 <= quiet["rate_per_second"] <= 700, quiet
+        assert cores(cluster) == 2  # the output's and the dead letters' micro-batches
+        before = Deployment.load(cluster.settings, STREAM)
+        assert before is not None
+
+        load.rate = 5_000  # tenfold: 7,500 with headroom
+        eventually("the resize", lambda: router(sized)["sized_for"] == 8_000, timeout=90)
+        eventually("the resized router", lambda: router(sized)["state"] == "running", 240)
+        after = Deployment.load(cluster.settings, STREAM)
+        assert after is not None and after.pid != before.pid  # redeployed with its new size
+        assert cores(cluster) == 4  # twice the slots for each micro-batch query
+        time.sleep(60)  # the rate held
+        load.rate = 500
+        time.sleep(30)  # and back down
+
+        def caught_up() -> bool:
+            status = sized.ok("GET", f"/v1/streams/{STREAM}/status")
+            lag = status["outputs"][0]["lag"]
+            return lag is not None and lag < LAG_OBJECTIVE
+
+        eventually("the output's lag under its objective", caught_up, timeout=180)
+    now = router(sized)
+    assert (now["sized_for"], now["resizes"]) == (8_000, 1), now  # once, not back and forth
+    assert now["peak_per_second"] >= 4_000, now
+    again = Deployment.load(cluster.settings, STREAM)
+    assert again is not None and again.pid == after.pid

@@ -1,0 +1,71 @@
+"""The sizing rule on its own: rates from samples, the size a rate calls for, and when the size
+changes (up at once on the last five minutes' peak, down on the last hour's, at most once in ten
+minutes, within the spec's bounds)."""
+
+from __future__ import annotations
+
+import pytest
+
+from keystone.contracts.registry import RouterState
+from keystone.contracts.spec import Sizing
+from keystone.control.sizing import (
+    CHANGE_EVERY_SECONDS,
+    WINDOW_SECONDS,
+    Traffic,
+    decide,
+    peak,
+    rates,
+    size_for,
+)
+
+T0 = 1_000_000.0
+BOUNDS = Sizing()
+
+
+def steady(per_second: float, start: float, seconds: int, count: int = 0) -> list:
+    return [(start + t, count + int(per_second * t)) for t in range(0, seconds + 1, 10)]
+
+
+def test_rates_leave_out_an_interval_whose_count_went_down() -> None:
+    assert rates([(0, 0), (10, 100), (20, 50), (30, 150)]) == [(10, 10.0), (30, 10.0)]
+    assert peak([(0, 0), (10, 100), (20, 400)], since=15) == 30.0
+    assert peak([], since=0) == 0.0
+
+
+@pytest.mark.parametrize(
+    ("rate", "size"),
+    [(0, 1_000), (600, 1_000), (700, 2_000), (5_000, 8_000), (1e9, 64_000)],
+)
+def test_a_rate_calls_for_the_smallest_step_with_headroom_within_the_bounds(
+    rate: float, size: int
+) -> None:
+    assert size_for(rate, BOUNDS) == size
+
+
+def test_up_at_once_down_after_the_hour_never_twice_in_ten_minutes() -> None:
+    state = RouterState(sized_for=1_000)
+    quiet = steady(500, T0, 600)
+    assert decide(state, quiet, BOUNDS, T0 + 600) == 1_000
+    busy = quiet + steady(5_000, T0 + 610, 60, quiet[-1][1])[1:]
+    assert decide(state, busy, BOUNDS, T0 + 670) == 8_000  # the recent peak
+    state = RouterState(sized_for=8_000, resized_at=T0 + 670)
+    busier = busy + steady(40_000, T0 + 680, 60, busy[-1][1])[1:]
+    assert decide(state, busier, BOUNDS, T0 + 740) == 8_000  # within ten minutes of a change
+    later = T0 + 670 + CHANGE_EVERY_SECONDS + 10
+    assert decide(state, busier, BOUNDS, later) == 8_000  # nothing recent; the hour: no less
+    calm = busy + steady(100, T0 + 680, int(WINDOW_SECONDS) + 60, busy[-1][1])[1:]
+    assert decide(state, calm, BOUNDS, T0 + 680 + WINDOW_SECONDS + 60) == 1_000
+
+
+def test_bounds_the_owner_moves_apply_at_once() -> None:
+    state = RouterState(sized_for=8_000, resized_at=T0)
+    assert decide(state, [], Sizing(max_events_per_second=4_000), T0 + 1) == 4_000
+    assert decide(RouterState(), [], Sizing(min_events_per_second=2_000), T0) == 2_000
+
+
+def test_an_hour_of_samples_is_kept() -> None:
+    traffic = Traffic([])
+    for t in range(0, 7200, 10):
+        traffic.add((T0 + t, t))
+    assert traffic.samples[0][0] >= T0 + 7190 - WINDOW_SECONDS - 10
+    assert traffic.samples[-1] == (T0 + 7190, 7190)
