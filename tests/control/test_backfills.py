@@ -13,11 +13,12 @@ import pytest
 from keystone.contracts.checkpoints import Offsets
 from keystone.contracts.errors import Conflict, LimitExceeded, NotFound, Unprocessable
 from keystone.contracts.names import ARCHIVE_QUERY
-from keystone.contracts.recovery import Backfill, BackfillProgress, HourDone, JobPhase
+from keystone.contracts.recovery import Backfill, BackfillProgress, HourDone, JobPhase, Rewind
 from keystone.contracts.settings import Settings
 from keystone.contracts.spec import StreamSpec, load_spec
 from keystone.control.backfills import Backfills, progress_of
 from keystone.control.tenancy import Caller
+from tests.contracts.test_recovery import rewind
 from tests.control.test_recovery_views import commit
 
 NOW = 1_800_000_000.0  # 2027-01-15T08:00:00Z
@@ -45,9 +46,13 @@ def at(seconds_ago: float) -> datetime:
 @dataclass
 class FakeStore:
     latest: dict[str, Backfill] = field(default_factory=dict)
+    rewound: dict[str, Rewind] = field(default_factory=dict)
 
     def backfills(self, stream: str) -> dict[str, Backfill]:
         return self.latest
+
+    def rewinds(self, stream: str) -> dict[str, Rewind]:
+        return self.rewound
 
 
 @dataclass
@@ -174,6 +179,15 @@ def test_one_backfill_per_output_at_a_time(tmp_path: Path) -> None:
     # Another output, or once it has ended, is fine.
     backfills(tmp_path, store).plan(TEAM, "plays", "search", at(2 * HOUR), at(HOUR), None)
     store.latest["clicks"] = first.model_copy(update={"phase": JobPhase.DONE})
+    backfills(tmp_path, store).plan(TEAM, "plays", "clicks", at(2 * HOUR), at(HOUR), None)
+
+
+def test_an_output_replaying_a_rewind_is_not_backfilled_meanwhile(tmp_path: Path) -> None:
+    replaying = rewind(output="clicks")
+    store = FakeStore(rewound={"clicks": replaying})
+    with pytest.raises(Conflict, match=replaying.id):
+        backfills(tmp_path, store).plan(TEAM, "plays", "clicks", at(2 * HOUR), at(HOUR), None)
+    store.rewound["clicks"] = replaying.model_copy(update={"phase": "caught_up"})
     backfills(tmp_path, store).plan(TEAM, "plays", "clicks", at(2 * HOUR), at(HOUR), None)
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from keystone.contracts.checkpoints import Offsets
 from keystone.contracts.errors import Conflict, Gone, LimitExceeded, Unprocessable
-from keystone.contracts.recovery import Replaced, RestorePoint, Rewind
+from keystone.contracts.recovery import Backfill, JobPhase, Replaced, RestorePoint, Rewind
 from keystone.contracts.settings import Settings
 from keystone.contracts.spec import StreamSpec, load_spec
 from keystone.control.positions import Extent
@@ -63,9 +63,13 @@ POINTS = [
 class FakeStore:
     rewound: dict[str, Rewind] = field(default_factory=dict)
     points: list[RestorePoint] = field(default_factory=lambda: list(POINTS))
+    backfilled: dict[str, Backfill] = field(default_factory=dict)
 
     def rewinds(self, stream: str) -> dict[str, Rewind]:
         return self.rewound
+
+    def backfills(self, stream: str) -> dict[str, Backfill]:
+        return self.backfilled
 
     def restore_points(self, stream: str, output: str) -> list[RestorePoint]:
         return self.points
@@ -184,3 +188,20 @@ def test_one_rewind_per_output_at_a_time_and_the_next_one_a_generation_on(tmp_pa
     store.rewound["clicks"] = replaying.model_copy(update={"phase": "caught_up"})
     plan = rewinds(tmp_path, store).plan(TEAM, "plays", "clicks", Target(restore_point="0-3"), 7)
     assert plan.rewind.generation == 2 and plan.rewind.rate == 7
+
+
+def test_an_output_being_backfilled_is_not_rewound_meanwhile(tmp_path: Path) -> None:
+    running = Backfill(
+        id="bf-0123456789ab",
+        output="clicks",
+        start=0,
+        end=1000,
+        rate=10,
+        requested_at=NOW,
+        by="team-a",
+    )
+    store = FakeStore(backfilled={"clicks": running})
+    with pytest.raises(Conflict, match=running.id):
+        rewinds(tmp_path, store).plan(TEAM, "plays", "clicks", Target(restore_point="0-3"), None)
+    store.backfilled["clicks"] = running.model_copy(update={"phase": JobPhase.DONE})
+    rewinds(tmp_path, store).plan(TEAM, "plays", "clicks", Target(restore_point="0-3"), None)

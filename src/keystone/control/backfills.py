@@ -105,6 +105,13 @@ class Backfills:
                 "output at a time; cancel it first",
                 backfill=current.id,
             )
+        rewind = self.store.rewinds(stream).get(output)
+        if rewind is not None and rewind.replaying:
+            raise Conflict(
+                f"output {stream}.{output} is replaying rewind {rewind.id}: a backfill waits "
+                "until it has caught up",
+                rewind=rewind.id,
+            )
         check_replay_rate(self.settings, rate)
         begins, ends = _utc(start).timestamp(), _utc(end).timestamp()
         now = self.clock()

@@ -117,7 +117,8 @@ class ControlClient:
                 answer = self._http.request(
                     method, f"{url}{path}", json=body, params=params or None
                 )
-            except httpx.ConnectError as e:  # never reached it: the next replica may answer
+            except (httpx.ConnectError, httpx.ConnectTimeout) as e:
+                # Never reached it: the next replica may answer.
                 refused.append(f"{url} ({e})")
                 continue
             except httpx.TransportError as e:

@@ -144,6 +144,15 @@ class Rewinds:
                 "output at a time",
                 rewind=current.id,
             )
+        backfill = self.store.backfills(stream).get(output)
+        if backfill is not None and backfill.active:
+            # A rewind's replay would write the backfilled range again beside what the backfill
+            # wrote, or replace a Hive hour the backfill is replacing.
+            raise Conflict(
+                f"output {stream}.{output} is being backfilled ({backfill.id}): let it finish, "
+                "or cancel it, before rewinding",
+                backfill=backfill.id,
+            )
         check_replay_rate(self.settings, rate)
         topic = fronting_topic(stream)
         extent = self.positions.extent(topic)

@@ -38,16 +38,18 @@ SAMPLE_SECONDS = 10.0
 RECENT_SECONDS = 300.0
 WINDOW_SECONDS = 3600.0
 CHANGE_EVERY_SECONDS = 600.0
+ASK_SECONDS = 3.0  # Kafka's answer for the samples, at most
 
 Sample = tuple[float, int]  # (epoch seconds, records in the fronting topic so far)
 
 
 def rates(samples: list[Sample]) -> list[tuple[float, float]]:
     """Events per second between consecutive samples, at the later one's time (an interval
-    whose count went down, a topic made again, is left out)."""
+    whose count went down, a topic made again, is left out, and so is one too short to tell
+    a rate from a burst)."""
     found = []
     for (t0, n0), (t1, n1) in pairwise(samples):
-        if t1 > t0 and n1 >= n0:
+        if t1 - t0 >= SAMPLE_SECONDS / 2 and n1 >= n0:
             found.append((t1, (n1 - n0) / (t1 - t0)))
     return found
 
@@ -104,10 +106,11 @@ class TrafficStore(Protocol):
 
 
 def topic_sizes(settings: Settings, topics: Iterable[str]) -> dict[str, int]:
-    """Records each topic holds so far (its partitions' end offsets, summed), in one request."""
+    """Records each topic holds so far (its partitions' end offsets, summed), in one request,
+    soon or not at all: the fleet's pass waits for it, within its lease."""
     admin = AdminClient({"bootstrap.servers": settings.kafka_bootstrap})
     try:
-        metadata = admin.list_topics(timeout=10).topics
+        metadata = admin.list_topics(timeout=ASK_SECONDS).topics
         wanted = {
             TopicPartition(t, p): OffsetSpec.latest()
             for t in topics
@@ -116,7 +119,8 @@ def topic_sizes(settings: Settings, topics: Iterable[str]) -> dict[str, int]:
         }
         if not wanted:
             return {}
-        ends = {tp: f.result() for tp, f in admin.list_offsets(wanted, request_timeout=10).items()}
+        asked = admin.list_offsets(wanted, request_timeout=ASK_SECONDS)
+        ends = {tp: f.result() for tp, f in asked.items()}
     except KafkaException as e:
         raise Unavailable(f"Kafka did not answer for the streams' sizes: {e}", 5) from e
     sizes: dict[str, int] = {}
@@ -150,6 +154,8 @@ class Sizer:
         for topic, count in self.sizes(list(topics)).items():
             stream = topics[topic]
             traffic = Traffic(self.store.traffic(stream))
+            if traffic.samples and now - traffic.samples[-1][0] < SAMPLE_SECONDS / 2:
+                continue  # another control process sampled it a moment ago (a failover)
             traffic.add((now, count))
             self.store.put_traffic(stream, traffic.samples)
 

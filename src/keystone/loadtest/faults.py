@@ -308,7 +308,10 @@ def leader(settings: Settings, topic: str, partition: int) -> int:
     found = admin.list_topics(topic, timeout=10).topics.get(topic)
     if found is None or partition not in found.partitions:
         raise StackError(f"topic {topic} has no partition {partition}")
-    return found.partitions[partition].leader
+    node = found.partitions[partition].leader
+    if node < 0:
+        raise StackError(f"partition {partition} of {topic} has no leader now")
+    return node
 
 
 def restart(settings: Settings, service: str | None = None) -> None:

@@ -15,11 +15,13 @@ how far it has come (`BackfillProgress`), and a backfill started again goes on f
 hour under way starts again at its next slice (a Hive hour stopped on purpose, its staged
 slices discarded, starts again from its first).
 
-An output whose sink replaces the range whole (`Writer.replaces_ranges`: Hive) replaces an
-hour's rows only once the live output and the archive have committed past every event
-ingested before the window's end (`settled`): a live output still behind the window (after
-the redeploy of a fix, say) would otherwise write some of its rows again after the backfill
-replaced them. Until then the progress says what it waits for.
+An output whose sink replaces the range whole (`Writer.replaces_ranges`: Hive) reads an hour
+only once the live output and the archive have committed past every event ingested before the
+window's end (`settled`): the archive then holds all of the window, and a live output still
+behind it (after the redeploy of a fix, say) does not write some of its rows again after the
+backfill replaced them. Until then the progress says what it waits for. Its swaps are
+journaled (`HiveTable.replace_hour`); one an earlier backfill's application left halfway is
+finished when the next starts (`Writer.settle_replays`).
 """
 
 from __future__ import annotations
@@ -62,6 +64,7 @@ log = logging.getLogger(__name__)
 
 SLICE_SECONDS = 10  # a slice holds at most this many seconds' worth of the rate
 SETTLE_POLL_SECONDS = 2.0  # between two looks at the live output's position
+SETTLE_SLACK_MS = 5_000  # the proxies' and this machine's clocks may be this far apart
 
 
 def iso(epoch_ms: float) -> str:
@@ -79,11 +82,13 @@ def settled(
     """'' once the output's live query and the stream's archive have committed past every
     event ingested before `end_ms`; else what is still waited for.
 
-    The proxy stamps an event, then waits at most `kafka_ack_timeout_seconds` for Kafka: an
-    event stamped before `end_ms` that Kafka has is before the first record stamped after
-    `end_ms` plus that timeout, in every partition (`at` finds it: Kafka's offsets-for-times).
+    The proxy stamps an event, then waits at most `kafka_ack_timeout_seconds` for room in its
+    producer's queue and as long again for Kafka: an event stamped before `end_ms` that Kafka
+    has is before the first record stamped `SETTLE_SLACK_MS` past twice that timeout after
+    `end_ms` (the slack for clocks apart), in every partition (`at` finds it: Kafka's
+    offsets-for-times).
     """
-    settle_ms = end_ms + int(settings.kafka_ack_timeout_seconds * 1000)
+    settle_ms = end_ms + int(2 * settings.kafka_ack_timeout_seconds * 1000) + SETTLE_SLACK_MS
     if now * 1000 < settle_ms:
         return f"events ingested before {iso(end_ms)} to reach Kafka (until {iso(settle_ms)})"
     topic = fronting_topic(stream)
@@ -140,6 +145,7 @@ class Backfiller:
         is set (False)."""
         backfill, progress = self.backfill, self.progress
         self.writer.prepare(self.spark)
+        self.writer.settle_replays(self.spark, keep=backfill.id)
         if progress.total is None:
             progress.total = self.records(backfill.start, backfill.end).count()
             progress.save(self.path)
@@ -148,6 +154,7 @@ class Backfiller:
             window = (max(backfill.start, begins), min(backfill.end, begins + 3_600_000))
             if not self.hour(f"{dateint}{hour:02d}", window, stop):
                 return False
+        self.writer.settle_replays(self.spark, keep=None)
         progress.done = True
         progress.save(self.path)
         log.info(
@@ -163,10 +170,14 @@ class Backfiller:
         """One hour's `window`, slice by slice at the backfill's rate; False if stopped."""
         backfill, progress = self.backfill, self.progress
         done = progress.hours.get(key)
+        if done is not None and done.done:
+            return True
+        # Before the hour is read: the archive then holds all of it, and the live output
+        # writes none of its rows after they are replaced.
+        if self.writer.replaces_ranges and not self.wait_until_settled(window[1], stop):
+            return False  # what is staged stays: started again, it goes on from there
         if done is None:
             done = HourDone(events=self.records(*window).count())
-        if done.done:
-            return True
         slices = max(1, math.ceil(done.events / (backfill.rate * SLICE_SECONDS)))
         tags = [f"{backfill.id}-{key}-{n}" for n in range(slices)]
         records = self.records(*window)
@@ -197,8 +208,6 @@ class Backfiller:
             progress.save(self.path)
             # Paced: a slice of `read` events takes at least read / rate seconds.
             stop.wait(max(0.0, counts.read / backfill.rate - (time.monotonic() - began)))
-        if self.writer.replaces_ranges and not self.wait_until_settled(window[1], stop):
-            return self.stopped(key, window, tags)
         self.writer.end_replay(self.spark, window, tags, keep=True)
         progress.hours[key] = done.model_copy(update={"done": True})
         progress.save(self.path)

@@ -99,6 +99,11 @@ class Writer(ABC):
         them (`keep`) or discards them (a cancelled backfill). Others wrote them already."""
         return None  # most sinks have nothing left to do
 
+    def settle_replays(self, spark: SparkSession, keep: str | None) -> None:  # noqa: B027 - a hook
+        """Finishes what earlier backfills of the output left halfway in a sink that takes a
+        range whole (Hive), and forgets what they left behind, but the backfill `keep`'s (the
+        one running; None: none is). Others wrote as they went: nothing is left."""
+
 
 class RecordWriter(Writer):
     """Spark's Kafka sink, or for an exactly-once output (`transactional`) the project's

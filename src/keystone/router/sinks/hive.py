@@ -35,6 +35,8 @@ from keystone.router.sinks.base import BatchWriter
 from keystone.router.sinks.route import Route
 
 # A published file: batch-<query id>-<batch id>-<n>.parquet
+# A backfill's swap of an hour: its plan, then a mark once it is carried out.
+JOURNAL, APPLIED = ".swap.json", ".swap.applied"
 # (a backfill that replaced some of its rows leaves the others as `<that name>.<hex>.parquet`)
 _PUBLISHED = re.compile(r"batch-(.+)-([0-9]{12})-[0-9]{5}(?:\.[0-9a-f]{8})?\.parquet")
 
@@ -117,23 +119,54 @@ class HiveTable:
         again still replaces its own files and a rewind still finds its batches' rows by name;
         a file written meanwhile (a live batch past the window) is left alone. The moves and
         deletions are planned first, in a journal (`_staging/<name>.swap.json`), then carried
-        out: done again after a crash, an unfinished plan is finished, not planned again."""
+        out, then marked applied (`<name>.swap.applied`): done again after a crash, an
+        unfinished plan is finished, an applied one is not done twice. Journals go once their
+        backfill is over (`settle_swaps`)."""
         fs, path = self.fs(spark)
-        journal = path(f"{self.location}/_staging/{name}.swap.json")
+        journal = path(f"{self.location}/_staging/{name}{JOURNAL}")
+        applied = path(f"{self.location}/_staging/{name}{APPLIED}")
+        if fs.exists(applied):
+            return
         if fs.exists(journal):
             plan = json.loads(_read_text(spark, journal))
         else:
             plan = self._plan_swap(spark, hour, window, staged, name)
             _write_text(spark, journal, json.dumps(plan))
+        self._carry_out(spark, plan)
+        _write_text(spark, applied, "")
+
+    def settle_swaps(self, spark: SparkSession, keep: str | None) -> None:
+        """Finishes the swaps a backfill's application left halfway (killed, or cancelled mid-
+        swap) and forgets the finished ones, with what backfills left staged, but those whose
+        names begin with `keep` (the backfill running, which goes on with its own)."""
+        fs, path = self.fs(spark)
+        folder = f"{self.location}/_staging"
+        for status in fs.globStatus(path(f"{folder}/*{JOURNAL}")) or []:
+            name = status.getPath().getName().removesuffix(JOURNAL)
+            if keep is not None and name.startswith(keep):
+                continue
+            applied = path(f"{folder}/{name}{APPLIED}")
+            if not fs.exists(applied):
+                self._carry_out(spark, json.loads(_read_text(spark, status.getPath())))
+            fs.delete(status.getPath(), False)
+            fs.delete(applied, False)
+        for status in fs.globStatus(path(f"{folder}/bf-*")) or []:
+            name = status.getPath().getName()
+            if status.isDirectory() and (keep is None or not name.startswith(keep)):
+                fs.delete(status.getPath(), True)
+
+    def _carry_out(self, spark: SparkSession, plan: dict[str, Any]) -> None:
+        """The plan's moves, then its deletions, then its staged folders gone: each step
+        skips what a first attempt did."""
+        fs, path = self.fs(spark)
         for source, target in plan["moves"]:
             if fs.exists(path(source)) and not fs.rename(path(source), path(target)):
                 raise OSError(f"could not move {source} to {target}")
         for file in plan["deletes"]:
             fs.delete(path(file), False)
-        for where in [*staged, plan["kept"]]:
+        for where in [*plan["staged"], plan["kept"]]:
             fs.delete(path(where), True)
-        fs.delete(journal, False)
-        self.add_partitions(spark, [hour])
+        self.add_partitions(spark, [(plan["hour"][0], plan["hour"][1])])
 
     def _plan_swap(
         self,
@@ -181,8 +214,10 @@ class HiveTable:
         moves += [(file, f"{folder}/{name}-{n:05d}-{suffix}.parquet") for n, file in enumerate(new)]
         fs.mkdirs(path(folder))
         return {
+            "hour": list(hour),
             "moves": moves,
             "deletes": [existing[file] for file in sorted(touched)],
+            "staged": staged,
             "kept": kept,
         }
 
@@ -276,6 +311,9 @@ class HiveWriter(BatchWriter):
             self.table.unstage(spark, staged)
             return
         self.table.replace_hour(spark, hour_of(window[0]), window, staged, tags[0])
+
+    def settle_replays(self, spark: SparkSession, keep: str | None) -> None:
+        self.table.settle_swaps(spark, keep)
 
     def _query_id(self) -> str:
         # Stable across restarts from the checkpoint, new for a new one: batch ids of a
