@@ -1,7 +1,7 @@
 """A backfill of a Hive output whose live query has not yet passed the backfilled range (its
-router redeployed with a fix, say, and behind): the backfill stages the range, says it waits
-for the live output, and replaces the rows only once the live output has committed past them,
-so the table holds each event once. Replaced before, the rows would be written again by the
+router redeployed with a fix, say, and behind): the backfill says it waits for the live output,
+and reads and replaces the rows only once the live output has committed past them, so the
+table holds each event once. Replaced before, the rows would be written again by the
 live output when it caught up (the load test's race). On the real stack; the swap's own
 pieces: tests/router/test_backfill.py."""
 
@@ -78,7 +78,7 @@ def test_a_hive_backfill_waits_for_the_live_output_to_pass_its_range(
             return state.get("waiting") or ""
 
         eventually("the backfill to wait for the live output", lambda: "live" in waiting(), 240)
-        assert warehouse() == sorted(first)  # staged, not yet swapped in
+        assert warehouse() == sorted(first)  # nothing replaced yet
         topic = fronting_topic(STREAM)
         committed = latest(checkpoint_dir(stack.settings, STREAM, "warehouse"), topic)
         assert committed is not None and sum(committed.offsets.values()) == len(first)
