@@ -67,6 +67,7 @@ def test_the_other_faults_parse_as_before() -> None:
         ("rewind-output:a__b@5", "not an output's name"),
         ("rewind-output:9lives@5", "not an output's name"),
         ("kill-router:clicks@5", "only rewind-output and backfill-output name an output"),
+        ("kill-control-leader:2", "only rewind-output and backfill-output name an output"),
         ("rewind-output@5+0", "more than 0 seconds"),
         ("rewind-output@60", "after the run"),
     ],
@@ -75,6 +76,27 @@ def test_bad_faults_are_refused_saying_why(text: str, says: str) -> None:
     with pytest.raises(BadRequest) as refused:
         Fault.parse(text, 60)
     assert says in str(refused.value)
+
+
+def test_the_node_faults_name_a_broker_or_worker_by_number_and_fit_the_stack() -> None:
+    leader = Fault.parse("kill-broker@10", 60)
+    assert (leader.name, leader.node, leader.hold) == ("kill-broker", None, 15)
+    assert "the stream's first partition's leader" in leader.what
+    second = Fault.parse("kill-broker:2@10+5", 60)
+    assert (second.node, second.hold, second.output) == (2, 5, None)
+    worker = Fault.parse("kill-spark-worker:2", 60)
+    assert (worker.node, worker.hold) == (2, 30)
+    assert Fault.parse("kill-control-leader", 60).hold == 30
+    with pytest.raises(BadRequest, match="not a broker's or worker's number"):
+        Fault.parse("kill-broker:leader", 60)
+    cluster = Settings(kafka_brokers=3, spark_cluster="standalone", spark_workers=2)
+    check(cluster, [second, worker, Fault.parse("kill-control-leader", 60)])
+    with pytest.raises(BadRequest, match="3 broker"):
+        check(cluster, [Fault.parse("kill-broker:4", 60)])
+    with pytest.raises(BadRequest, match="local mode"):
+        check(Settings(), [worker])  # no worker to kill
+    with pytest.raises(BadRequest, match="2 worker"):
+        check(cluster, [Fault.parse("kill-spark-worker:3", 60)])
 
 
 def test_the_refusal_lists_rewind_output_among_the_faults() -> None:
