@@ -1,7 +1,9 @@
 """The cluster stack (issue 33): the embedded stack with three Kafka brokers, a Spark
 standalone master and two workers running every router, and two control processes, started
-once for the tests of this package. The suite's own stack is stopped meanwhile (one stack at
-a time on this machine) and started again after them, its data kept."""
+once for the tests of this package, which run last (tests/conftest.py): the suite's own stack
+is stopped first (one stack at a time on this machine). Its ports are the defaults moved by
+12,000, below the kernel's ephemeral ports (32768 and up), which an outgoing connection may
+hold at any moment."""
 
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ CLUSTER = {
 def cluster(stack: Stack) -> Iterator[Stack]:
     checked(stack.keystone("stack", "down", timeout=300))
     state_dir = private_state_dir()
-    env = stack_env(state_dir, port_offset=20000)
+    env = stack_env(state_dir, port_offset=12000)
     env.pop("KEYSTONE_SPARK_MASTER")  # the cluster's own master
     handle = Stack(env={**env, **CLUSTER}, state_dir=state_dir)
     try:
@@ -34,7 +36,6 @@ def cluster(stack: Stack) -> Iterator[Stack]:
     finally:
         handle.keystone("stack", "down", "--purge", timeout=600)
         shutil.rmtree(state_dir, ignore_errors=True)
-        checked(stack.keystone("stack", "up", timeout=900))
 
 
 @pytest.fixture(scope="package")
