@@ -86,10 +86,14 @@ def local_file_system(settings: Settings) -> dict[str, str]:
 
 def class_archive(settings: Settings, extra_classpath: str) -> Path:
     """The class-data sharing archive (`keystone.stack.cds` builds it) for drivers with this
-    extra classpath, this Spark and this Java. The JVM refuses an archive whose jars have changed
-    since, so their sizes and times are in its name."""
+    extra classpath, this Spark (its jars where they are now) and this Java. The JVM refuses an
+    archive whose jars have changed since, so their sizes and times are in its name: a
+    virtualenv made again at the same path, with the same pyspark, has new jars."""
     java = os.path.realpath(shutil.which("java") or "java")
     entries = [p for p in extra_classpath.split(":") if p]
     jars = [(p, os.stat(p).st_size, os.stat(p).st_mtime_ns) for p in entries]
-    key = hashlib.sha256(f"{version('pyspark')}:{java}:{jars}".encode()).hexdigest()
+    spark = max((j.stat().st_mtime_ns for j in PYSPARK_JARS.glob("*.jar")), default=0)
+    key = hashlib.sha256(
+        f"{version('pyspark')}:{PYSPARK_JARS}:{spark}:{java}:{jars}".encode()
+    ).hexdigest()
     return settings.cache_dir / "cds" / f"spark-driver-{key[:16]}.jsa"

@@ -86,7 +86,10 @@ def spark_conf(
     options = settings.spark_driver_java_options.split()
     shared = jvm.class_archive(settings, conf.get("spark.driver.extraClassPath", ""))
     if shared.exists():
-        options.append(f"-XX:SharedArchiveFile={shared}")
+        # Off, the JVM's word on an archive it cannot use: it goes to stdout, which a driver's
+        # caller may read (the archive is then simply not used; tests/stack/test_spark.py
+        # checks that it is).
+        options += [f"-XX:SharedArchiveFile={shared}", "-Xlog:cds=off", "-Xlog:cds+dynamic=off"]
     if options:
         conf["spark.driver.extraJavaOptions"] = " ".join(options)
     return conf
