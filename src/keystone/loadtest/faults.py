@@ -35,7 +35,7 @@ from keystone.contracts.spec import StreamSpec
 from keystone.control.client import ControlClient
 from keystone.control.launcher import Deployment
 from keystone.stack import lifecycle
-from keystone.stack.services import broker_service
+from keystone.stack.services import broker_service, control_service
 
 REWIND = "rewind-output"
 BACKFILL = "backfill-output"
@@ -245,17 +245,23 @@ def inject(settings: Settings, stream: str, fault: Fault, started: float) -> Non
 def kill_node(settings: Settings, what: str, service: str, fault: Fault, started: float) -> None:
     """SIGKILL to a service's process group, as a crash of its machine would (no controlled
     shutdown), started again `fault.hold` s later."""
-    pid = PidFile(settings.run_dir / f"{service}.pid").running_pid()
-    if pid is None:
-        raise StackError(f"{what} ({service}) was not running: cannot kill it")
+    pid = sigkill(settings, service, what)
     fault.began = time.time() - started
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pid, signal.SIGKILL)
     fault.notes.append(f"{what} (pid {pid}) killed at {fault.began:.1f} s")
     time.sleep(fault.hold)
     restart(settings, service)
     fault.ended = time.time() - started
     fault.notes.append(f"{what} healthy again at {fault.ended:.1f} s")
+
+
+def sigkill(settings: Settings, service: str, what: str) -> int:
+    """SIGKILL to an embedded service's process group, by its pid file; its pid."""
+    pid = PidFile(settings.run_dir / f"{service}.pid").running_pid()
+    if pid is None:
+        raise StackError(f"{what} ({service}) was not running: cannot kill it")
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signal.SIGKILL)
+    return pid
 
 
 def kill_control_leader(settings: Settings, fault: Fault, started: float) -> None:
@@ -264,13 +270,9 @@ def kill_control_leader(settings: Settings, fault: Fault, started: float) -> Non
     leading = fleet_leader(settings)
     if leading is None:
         raise StackError("no control process leads the fleet: cannot kill its leader")
-    service = "control" if leading == 0 else f"control-{leading + 1}"
-    pid = PidFile(settings.run_dir / f"{service}.pid").running_pid()
-    if pid is None:
-        raise StackError(f"{service} leads the fleet but has no running process")
+    service = control_service(leading + 1)
+    pid = sigkill(settings, service, "the fleet's leader")
     fault.began = time.time() - started
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pid, signal.SIGKILL)
     fault.notes.append(f"{service} (pid {pid}), the fleet's leader, killed at {fault.began:.1f} s")
     deadline = time.monotonic() + fault.hold
     while time.monotonic() < deadline:

@@ -730,6 +730,11 @@ class IngestProxy(UvicornService):
         self.metrics_dir.mkdir(parents=True)
 
 
+def control_service(replica: int) -> str:
+    """The service name of embedded control replica `replica` (the first keeps the one name)."""
+    return "control" if replica == 1 else f"control-{replica}"
+
+
 class Control(UvicornService):
     """The control service: the API, the web UI and the router fleet. With `control_replicas`
     above one, each replica serves the API on its own port and one at a time runs the fleet (a
@@ -744,7 +749,7 @@ class Control(UvicornService):
     def __init__(self, settings: Settings, replica: int = 1) -> None:
         super().__init__(settings)
         self.replica = replica
-        self.name = "control" if replica == 1 else f"control-{replica}"
+        self.name = control_service(replica)
 
     @property
     def embedded(self) -> bool:
