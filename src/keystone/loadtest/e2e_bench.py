@@ -81,6 +81,20 @@ def cpu_figures(events: int, routers: CpuMeter, proxy: CpuMeter | None) -> dict[
     }
 
 
+# The settings that shape the embedded stack, beyond one of each (issue 33's cluster stack).
+SHAPE = ("kafka_brokers", "spark_cluster", "spark_workers", "control_replicas")
+
+
+def stack_shape(settings: Settings) -> str:
+    """The environment that gave the stack its shape, where it is not the default: a run's
+    command says what it ran on."""
+    fields = Settings.model_fields
+    changed = [n for n in SHAPE if getattr(settings, n) != fields[n].default]
+    if "spark_cluster" not in changed:
+        changed = [n for n in changed if n != "spark_workers"]  # no workers in local mode
+    return "".join(f"KEYSTONE_{n.upper()}={getattr(settings, n)} " for n in changed)
+
+
 def markdown(figures: dict, command: str, images: str) -> str:
     plan = figures["plan"]
     cpu = figures["cpu"]
@@ -157,7 +171,9 @@ def main() -> None:
         rate, duration = SMOKE["rate"], SMOKE["duration"]
         producers, drain_timeout = int(SMOKE["producers"]), SMOKE["drain_timeout"]
         report = settings.state_dir / "bench" / f"{args.name}-smoke"
-    command = "python -m keystone.loadtest.e2e_bench " + " ".join(sys.argv[1:])
+    command = (
+        stack_shape(settings) + "python -m keystone.loadtest.e2e_bench " + " ".join(sys.argv[1:])
+    )
     options = Options(
         plan=Plan(STREAM, rate, duration, 1024, producers),
         faults=[Fault.parse(f, duration) for f in args.fault],
