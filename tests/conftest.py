@@ -38,16 +38,20 @@ def unique() -> str:
     return uuid.uuid4().hex[:6]
 
 
-@pytest.hookimpl(trylast=True)  # after pytest-randomly's shuffle
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by these marks
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Marks each test by what it needs, from the fixtures it uses: `stack` (the embedded
-    stack) or `spark` (a local Spark session); `make check` runs the tests that are neither.
-    Puts the cluster tests last, together: their stack replaces the suite's, once."""
+    stack) or `spark` (a local Spark session); `make check` runs the tests that are neither."""
     for item in items:
         needs = getattr(item, "fixturenames", ())
         if "stack" in needs:
             item.add_marker(pytest.mark.stack)
         elif "spark" in needs:
             item.add_marker(pytest.mark.spark)
-    on_cluster = {id(i) for i in items if "cluster" in getattr(i, "fixturenames", ())}
-    items.sort(key=lambda i: id(i) in on_cluster)  # stable: the shuffled order otherwise
+
+
+@pytest.hookimpl(trylast=True)  # after pytest-randomly's shuffle
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Puts the cluster tests last, together: their stack replaces the suite's, once."""
+    on_cluster = {id(i) for i in session.items if "cluster" in getattr(i, "fixturenames", ())}
+    session.items.sort(key=lambda i: id(i) in on_cluster)  # stable: the shuffled order otherwise

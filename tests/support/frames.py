@@ -9,8 +9,13 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from keystone.contracts.envelope import METADATA
+from keystone.router.lang.ast import METADATA as NAMES
 from keystone.router.lang.ast import Expr, Projection, paths_read
+from keystone.router.lang.spark import Scope
 from keystone.router.source import envelope
+
+# The key `hash` uses in the language's tests.
+KEY = b"the stream's key"
 
 # The records of Spark's Kafka source.
 KAFKA = (
@@ -34,3 +39,8 @@ def frame(
     events = envelope(kafka, paths=paths_read(*read)).orderBy("offset")
     events = events.withColumn("value", F.col("value").cast("string"))
     return events.withColumn("whole", F.parse_json("value"))
+
+
+def scope(key: bytes | None = KEY) -> Scope:
+    """What a frame's expressions compile against (needs the session: built in each test)."""
+    return Scope(F.col("payload"), {name: F.col(name) for name in NAMES}, key)

@@ -93,15 +93,21 @@ class Limits(BaseModel):
     )
 
     # The routing language.
-    max_filter_chars: int = Field(4096, ge=16, description="One filter's text (422).")
+    max_filter_chars: int = Field(
+        4096, ge=16, description="One filter's text, or one projected item's (422)."
+    )
     max_projection_fields: int = Field(256, ge=1, description="Fields one projection lists.")
     max_expression_depth: int = Field(
         64,
         ge=4,
         le=HARD_MAX_EXPRESSION_DEPTH,
-        description="Nesting of parentheses and 'not's in a filter (422).",
+        description="Nesting of parentheses, 'not's, function calls and arithmetic operators "
+        "in a filter or projected item (422).",
     )
     max_in_values: int = Field(1000, ge=1, description="Values in one 'in (...)' list (422).")
+    max_function_arguments: int = Field(
+        64, ge=3, description="Arguments to one function call (concat, coalesce) (422)."
+    )
     max_like_wildcards: int = Field(
         16, ge=1, description="'%' and '_' in one 'like' pattern (422)."
     )

@@ -63,6 +63,8 @@ def key(*parts: str) -> str:
 
 
 VERSION = key("version")
+# A stream's key for `hash`: random, made with the stream, never shown through the API.
+HASHING_KEY_BYTES = 32
 AUDIT = key("audit")
 REDRIVES = key("redrives")
 # Deleted streams' names and their owners: the topics, tables and indices stay, so the name does.
@@ -237,6 +239,13 @@ class RegistryReader:
                 unreadable.append(problem)
         return specs, unreadable
 
+    def hashing_key(self, stream: str) -> bytes | None:
+        """The stream's key for `hash` in its outputs (control makes it with the stream;
+        None for a stream stored before there were keys, and not changed since: no output of
+        it hashes)."""
+        raw = self._call(self.redis.get, hashing_key_key(stream))
+        return None if raw is None else bytes.fromhex(raw.decode())
+
     def get_app(self, name: str) -> App:
         found = [a for a in self._apps([name]) if a.name == name]
         if not found:
@@ -370,6 +379,10 @@ class RegistryReader:
             raise
         except redis.RedisError as e:
             raise Unavailable(f"the registry (Redis) is unreachable: {e}", retry_after=2) from e
+
+
+def hashing_key_key(stream: str) -> str:
+    return key("hashing_key", stream)
 
 
 def restore_points_key(stream: str, output: str) -> str:

@@ -173,7 +173,8 @@ def preview_output(
         projection = existing.projection if existing else ["*"]
     drafted = body.filter is not None or body.projection is not None
     limits = plane.settings if drafted else None
-    result = preview(plane.settings, spec, filter_text or None, projection, body.limit, limits)
+    key = plane.store.ensure_hashing_key(stream)
+    result = preview(plane.settings, spec, filter_text or None, projection, body.limit, limits, key)
     return PreviewPublic(**result.__dict__)
 
 

@@ -34,7 +34,8 @@ class Preview:
     scanned: int = 0  # events read from the topic
     matched: int = 0
     unreadable: int = 0  # events the router would dead-letter instead
-    records: list[dict[str, Any]] = field(default_factory=list)  # {guid, timestamp, record}
+    # {guid, timestamp, event, record}: the payload before, the output's record after
+    records: list[dict[str, Any]] = field(default_factory=list)
     problems: list[dict[str, Any]] = field(default_factory=list)  # why events were unreadable
 
 
@@ -45,10 +46,13 @@ def preview(
     projection_text: list[str],
     limit: int,
     limits: Limits | None,
+    key: bytes,
 ) -> Preview:
-    """What the output would deliver of the stream's last `limit` events (at most). A draft is
-    parsed with `limits`, as a new output would be; an output's stored filter and projection
-    with None (they passed when stored: lowering a limit leaves them previewable)."""
+    """What the output would deliver of the stream's last `limit` events (at most), each event
+    beside its record (hashed, masked and computed fields as the router writes them, with the
+    stream's `key`). A draft is parsed with `limits`, as a new output would be; an output's
+    stored filter and projection with None (they passed when stored: lowering a limit leaves
+    them previewable)."""
     expression, projection = _compiled(filter_text, projection_text, limits)
     schema = parse_schema(spec.avro_schema) if spec.avro_schema else None
     result = Preview()
@@ -61,13 +65,14 @@ def preview(
                 result.problems.append({"guid": event.headers.get(envelope.GUID), "reason": why})
             continue
         meta = _metadata(event.headers)
-        if matches(expression, payload, meta):
+        if matches(expression, payload, meta, key):
             result.matched += 1
             result.records.append(
                 {
                     "guid": meta["guid"],
                     "timestamp": meta["timestamp"],
-                    "record": project(projection, payload, meta),
+                    "event": payload,
+                    "record": project(projection, payload, meta, key),
                 }
             )
     return result

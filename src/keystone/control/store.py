@@ -20,6 +20,7 @@ from keystone.contracts.names import check_stream_name, topic_key, valid_name
 from keystone.contracts.recovery import Backfill, Redrive, RestorePoint, Rewind
 from keystone.contracts.registry import (
     AUDIT,
+    HASHING_KEY_BYTES,
     REDRIVES,
     RETIRED,
     RETIRED_OWNERS,
@@ -32,6 +33,7 @@ from keystone.contracts.registry import (
     Unreadable,
     check_label,
     hash_key,
+    hashing_key_key,
     key,
     read_spec,
     restore_points_key,
@@ -119,12 +121,15 @@ class Store(RegistryReader):
                     raise Conflict(f"stream {name!r} already exists")
             tx.multi()
             if new is None:
-                tx.delete(key("stream", name))
+                # Its key goes with it: what its outputs hashed can no longer be matched to
+                # values (a stream made again under its name hashes with a new one).
+                tx.delete(key("stream", name), hashing_key_key(name))
                 tx.srem(key("streams"), name)
                 if old is not None:
                     tx.hset(RETIRED, name, old.owner)
             else:
                 tx.set(key("stream", name), stored)
+                tx.setnx(hashing_key_key(name), secrets.token_hex(HASHING_KEY_BYTES))
                 tx.sadd(key("streams"), name)
                 for topic in new.kafka_topics().values():
                     tx.hsetnx(TOPICS, topic_key(topic), new.owner)
@@ -132,6 +137,14 @@ class Store(RegistryReader):
             return old, new
 
         return self._transact(write, audit)
+
+    def ensure_hashing_key(self, stream: str) -> bytes:
+        """The stream's key for `hash`, made now if it has none yet (a stream stored before
+        there were keys): the preview of a draft that hashes needs the key the output will get
+        when it is stored."""
+        new = secrets.token_hex(HASHING_KEY_BYTES)
+        old = self._call(self.redis.set, hashing_key_key(stream), new, nx=True, get=True)
+        return bytes.fromhex(old.decode() if old is not None else new)
 
     def purge_unreadable(self, name: str, audit: dict[str, Any], fallback_owner: str) -> None:
         """Deletes a stored spec that does not read back (the admin's way out); its name stays

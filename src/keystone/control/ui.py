@@ -317,6 +317,7 @@ def preview_draft(
         body.projection or ["*"],
         body.limit,
         plane.settings,  # a draft: held to the limits of a new output
+        plane.store.ensure_hashing_key(stream),
     )
     return JSONResponse(result.__dict__)
 

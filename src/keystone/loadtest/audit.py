@@ -23,6 +23,7 @@ from typing import Any
 
 from keystone.contracts import envelope
 from keystone.contracts.names import fronting_topic
+from keystone.contracts.registry import RegistryReader
 from keystone.contracts.schema import parse_schema, schema_problems
 from keystone.contracts.settings import Settings
 from keystone.contracts.spec import OutputSpec, StreamSpec
@@ -92,6 +93,16 @@ def routes(spec: StreamSpec, streams: dict[str, StreamSpec]) -> list[Route]:
     return found
 
 
+def hashing_keys(settings: Settings, names: set[str]) -> dict[str, bytes | None]:
+    """The streams' keys for `hash`, from the registry (the audit sees what the router sees:
+    a Keystone route's projection may hash what the next stream's filter reads)."""
+    registry = RegistryReader.connect(settings)
+    try:
+        return {name: registry.hashing_key(name) for name in names}
+    finally:
+        registry.close()
+
+
 def expect(settings: Settings, spec: StreamSpec, audited: list[Route], acked: set[str]) -> int:
     """Fills each route's expected guids from the fronting topic; returns how many acknowledged
     events are missing from it."""
@@ -110,6 +121,7 @@ def expect(settings: Settings, spec: StreamSpec, audited: list[Route], acked: se
         for name, rs in by_stream.items()
         if rs[0].stream.avro_schema
     }
+    keys = hashing_keys(settings, set(by_stream))
 
     def arrive(stream: str, payload: dict, meta: dict[str, Any]) -> None:
         """An event arriving in `stream`: which of its outputs take it, and onwards."""
@@ -118,10 +130,12 @@ def expect(settings: Settings, spec: StreamSpec, audited: list[Route], acked: se
             return  # that stream dead-letters it
         for route in by_stream.get(stream, []):
             expr, projection = compiled[id(route)]
-            if matches(expr, payload, meta):
+            key = keys[stream]
+            if matches(expr, payload, meta, key):
                 route.expected.add(meta["guid"])
                 if route.output.sink.type == "keystone":
-                    arrive(route.output.sink.stream, project(projection, payload, meta), meta)
+                    record = project(projection, payload, meta, key)
+                    arrive(route.output.sink.stream, record, meta)
 
     seen = set()
     for message in iter_topic(settings.kafka_bootstrap, fronting_topic(spec.name)):

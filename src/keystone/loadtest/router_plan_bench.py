@@ -132,7 +132,7 @@ def main() -> None:
     sink = KafkaWriter(Route(settings, stream, output), meter)
     plans: dict[str, Callable[[], DataFrame]] = {
         "router": lambda: sink.frame(
-            routed(source_columns(batch, None, paths_read_by([output])), output, meter)
+            routed(source_columns(batch, None, paths_read_by([output])), output, meter, key=None)
         ),
         "hand-written": lambda: handwritten_records(batch),
     }

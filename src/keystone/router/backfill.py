@@ -123,8 +123,11 @@ class Backfiller:
         spec: StreamSpec,
         output: OutputSpec,
         backfill: Backfill,
+        key: bytes | None,
     ) -> None:
+        """`key`: the stream's, for `hash` (`RegistryReader.hashing_key`)."""
         self.spark = spark
+        self.key = key
         self.settings = settings
         self.spec = spec
         self.output = output
@@ -189,8 +192,9 @@ class Backfiller:
                 return self.stopped(key, window, tags)
             began = time.monotonic()
             source = envelope(records.where(place == n), self.schema, self.paths)
-            frame = routed(source, self.output, self.meter, F.lit(backfill.id))
-            outcome = self.writer.write_replay(frame, tags[n], left_out(source, self.output))
+            frame = routed(source, self.output, self.meter, F.lit(backfill.id), key=self.key)
+            left = left_out(source, self.output, self.key)
+            outcome = self.writer.write_replay(frame, tags[n], left)
             counts = self.meter.take()
             delivered = outcome.delivered if outcome is not None else counts.delivered
             dead = outcome.dead_lettered if outcome is not None else counts.dead_lettered
@@ -257,6 +261,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         spec = registry.get_stream(args.stream)
         backfill = registry.backfills(args.stream).get(args.output)
+        key = registry.hashing_key(args.stream)
     except KeystoneError as e:
         log.error("%s", e.message)
         return 2
@@ -280,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
         backfill.rate,
     )
     try:
-        finished = Backfiller(spark, settings, spec, output, backfill).run(stop)
+        finished = Backfiller(spark, settings, spec, output, backfill, key).run(stop)
     finally:
         end_session(spark)
     log.info("backfill %s %s", backfill.id, "finished" if finished else "stopped")

@@ -52,7 +52,7 @@ from keystone.router.archive import ArchiveWriter, archived
 from keystone.router.deadletter import dead_letter_headers
 from keystone.router.lang.ast import paths_read
 from keystone.router.lang.parser import parse_filter, parse_projection
-from keystone.router.lang.spark import compile_filter, compile_projection
+from keystone.router.lang.spark import Scope, compile_filter, compile_projection
 from keystone.router.meter import Meter
 from keystone.router.metrics import ProgressListener, RouterMetrics
 from keystone.router.sinks.base import ROUTED, RecordWriter, to_kafka, writer_class, writer_for
@@ -134,21 +134,21 @@ def routed(
     output: OutputSpec,
     meter: Meter | None,
     replay: Column | None = None,
+    *,
+    key: bytes | None,
 ) -> DataFrame:
     """The output's events from the source's columns, as the columns of `ROUTED`: those its
     filter matches, the record projected, a replay marked with its operation's id (`replay`,
     else none is). Counted on the way by the output's meter if it has one (a replayed event's
-    latency left out), else observed per batch as `read` (in) and `matched`."""
+    latency left out), else observed per batch as `read` (in) and `matched`. `key`: the
+    stream's, for `hash` (`RegistryReader.hashing_key`)."""
     if replay is None:
         replay = F.lit(None).cast("string")
     source = source.withColumn("replay", replay)
     record = compile_projection(
-        parse_projection(output.projection),
-        F.col("payload"),
-        F.col("value").cast("string"),
-        _metadata(),
+        parse_projection(output.projection), F.col("value").cast("string"), _scope(key)
     )
-    keep = F.col("problem").isNull() & _condition(output)
+    keep = F.col("problem").isNull() & _condition(output, key)
     if meter is not None:
         # Counted in a column, then filtered: a filter's condition is pushed below the source's
         # projection, with the parse inlined (and run again) for each field it reads.
@@ -164,20 +164,21 @@ def routed(
     return matched.select(*ROUTED[:-1], record.alias("record"))
 
 
-def left_out(source: DataFrame, output: OutputSpec) -> DataFrame:
+def left_out(source: DataFrame, output: OutputSpec, key: bytes | None) -> DataFrame:
     """The source's events the output's filter leaves out (readable ones: `guid`, `timestamp`),
     for a backfill to take out of a sink that holds them from before a fix."""
-    kept = F.coalesce(_condition(output), F.lit(False))
+    kept = F.coalesce(_condition(output, key), F.lit(False))
     return source.where(F.col("problem").isNull() & ~kept).select("guid", "timestamp")
 
 
-def _metadata() -> dict[str, Column]:
-    return {name: F.col(name) for name in ("guid", "timestamp", "host", "app")}
+def _scope(key: bytes | None) -> Scope:
+    metadata = {name: F.col(name) for name in ("guid", "timestamp", "host", "app")}
+    return Scope(F.col("payload"), metadata, key)
 
 
-def _condition(output: OutputSpec) -> Column:
+def _condition(output: OutputSpec, key: bytes | None) -> Column:
     parsed = parse_filter(output.filter) if output.filter else None
-    return compile_filter(parsed, F.col("payload"), _metadata())
+    return compile_filter(parsed, _scope(key))
 
 
 class RewindWatch:
@@ -229,11 +230,13 @@ class Router:
         registry: RegistryReader | None = None,
         sized_for: int | None = None,
     ) -> None:
-        """`registry`: where control keeps the outputs' rewinds (none: never rewound);
-        `sized_for`: the events per second the fleet sized the router for."""
+        """`registry`: where control keeps the outputs' rewinds and the stream's key for `hash`
+        (none: never rewound, no output hashes); `sized_for`: the events per second the fleet
+        sized the router for."""
         self.spark = spark
         self.settings = settings
         self.spec = spec
+        self.key = registry.hashing_key(spec.name) if registry is not None else None
         self.batch_limit = batch_limit(spec, sized_for)
         self.metrics = metrics
         self.watch = RewindWatch(registry, spec.name)
@@ -297,7 +300,9 @@ class Router:
         else:
             limit = None if realtime else self.batch_limit
         source = self._source(starting, limit, paths=paths_read_by([output]))
-        frame = writer.frame(routed(source, output, meter, replay_column(rewind, bound)))
+        frame = writer.frame(
+            routed(source, output, meter, replay_column(rewind, bound), key=self.key)
+        )
         stream_writer = self._writer(frame, route.name, route.checkpoint.as_posix())
         if rewind is not None and rewind.replaying:
             stream_writer = stream_writer.trigger(processingTime="1 second")

@@ -23,11 +23,25 @@ JAVA_DIR = Path(__file__).parent / "java"
 # Found, not imported: what only needs the path should not load Spark.
 PYSPARK_JARS = Path(find_spec("pyspark").origin).parent / "jars"  # type: ignore[union-attr, arg-type]
 # The router's classes, compiled against Spark's jars.
-CLASSES = ("ForklessLocalFileSystem", "RouterMeter", "JsonPaths", "LikeMatcher")
+CLASSES = (
+    "ForklessLocalFileSystem",
+    "RouterMeter",
+    "JsonPaths",
+    "LikeMatcher",
+    "LangFunction",
+    "JsonExcept",
+)
 # The router's classes compiled against Spark's Kafka connector too (its Kafka client).
 KAFKA_CLASSES = ("TransactionalKafkaWriter",)
 # Classes that Spark ships to its executors (by `spark.jars`).
-SHIPPED = ("RouterMeter", "JsonPaths", "LikeMatcher", "TransactionalKafkaWriter")
+SHIPPED = (
+    "RouterMeter",
+    "JsonPaths",
+    "LikeMatcher",
+    "LangFunction",
+    "JsonExcept",
+    "TransactionalKafkaWriter",
+)
 
 
 def bundle_dir(settings: Settings, bundle: str) -> Path:

@@ -185,9 +185,16 @@ def redriven(source: DataFrame) -> DataFrame:
 
 class Redriver:
     def __init__(
-        self, spark: SparkSession, settings: Settings, spec: StreamSpec, redrive: Redrive
+        self,
+        spark: SparkSession,
+        settings: Settings,
+        spec: StreamSpec,
+        redrive: Redrive,
+        key: bytes | None,
     ) -> None:
+        """`key`: the stream's, for `hash` (`RegistryReader.hashing_key`)."""
         self.spark = spark
+        self.key = key
         self.settings = settings
         self.spec = spec
         self.redrive = redrive
@@ -253,7 +260,7 @@ class Redriver:
                 output = self.spec.output(name)
                 assert output is not None
                 mine = source.where(failed_in.isNull() | (failed_in == name))
-                frame = routed(mine, output, self.meters[name], F.lit(redrive.id))
+                frame = routed(mine, output, self.meters[name], F.lit(redrive.id), key=self.key)
                 outcome = writer.write_again(frame, f"{redrive.id}-{n:05d}")
                 counts = self.meters[name].take()
                 delivered = outcome.delivered if outcome is not None else counts.delivered
@@ -301,6 +308,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         spec = registry.get_stream(args.stream)
         redrive = registry.redrive(args.stream)
+        key = registry.hashing_key(args.stream)
     except KeystoneError as e:
         log.error("%s", e.message)
         return 2
@@ -320,7 +328,7 @@ def main(argv: list[str] | None = None) -> int:
         redrive.rate,
     )
     try:
-        finished = Redriver(spark, settings, spec, redrive).run(stop)
+        finished = Redriver(spark, settings, spec, redrive, key).run(stop)
     finally:
         end_session(spark)
     log.info("redrive %s %s", redrive.id, "finished" if finished else "stopped")

@@ -13,8 +13,11 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from keystone.router.lang.ast import (
+    ARITHMETIC,
     METADATA,
+    TIME_FORMATS,
     And,
+    Call,
     Column,
     Compare,
     Const,
@@ -31,9 +34,9 @@ from keystone.router.lang.ast import (
     Truth,
 )
 from keystone.router.lang.evaluate import matches, project
-from keystone.router.lang.parser import parse_filter
+from keystone.router.lang.parser import parse_filter, parse_projection
 from keystone.router.lang.spark import compile_filter, compile_projection
-from tests.support.frames import frame
+from tests.support.frames import KEY, frame, scope
 
 # Few names, so that paths often exist (and often do not); "A" is not "a".
 NAMES = ["a", "b", "A"]
@@ -67,9 +70,42 @@ METADATA_VALUES = st.fixed_dictionaries(
 )
 # Up to three names: a value not an object is then met both at the top and inside an object.
 PATHS = st.lists(st.sampled_from(NAMES), min_size=1, max_size=3).map(lambda p: Field(tuple(p)))
-OPERANDS: st.SearchStrategy[Operand] = (
+LEAVES: st.SearchStrategy[Operand] = (
     PATHS | st.sampled_from(sorted(METADATA)).map(Meta) | SCALARS.map(Const)
 )
+# Times in ISO-8601 among the strings, valid and not, for to_timestamp.
+TIMES = st.sampled_from(
+    ["2026-11-26T10:00:00Z", "2024-02-29T23:59:59.999999+05:30", "2026-02-30T00:00:00Z", "x"]
+).map(Const)
+
+
+def calls(inner: st.SearchStrategy[Operand]) -> st.SearchStrategy[Operand]:
+    """Every function and operator over `inner` values, options as literals."""
+    one = st.sampled_from(
+        [
+            *("hash", "redact", "lower", "upper", "trim", "to_number", "to_string", "to_bool"),
+            *("length", "date_of"),
+        ]
+    )
+    return (
+        st.builds(lambda name, arg: Call(name, (arg,)), one, inner)
+        | st.builds(lambda arg, keep: Call("mask", (arg, Const(keep))), inner, st.integers(0, 5))
+        | st.builds(
+            lambda arg, form: Call("to_timestamp", (arg, Const(form))),
+            inner | TIMES,
+            st.sampled_from(TIME_FORMATS),
+        )
+        | st.builds(
+            lambda name, args: Call(name, tuple(args)),
+            st.sampled_from(["coalesce", "concat"]),
+            st.lists(inner, min_size=2, max_size=3),
+        )
+        | st.builds(lambda a, b, c: Call("substring", (a, b, c)), inner, inner, inner)
+        | st.builds(lambda op, a, b: Call(op, (a, b)), st.sampled_from(ARITHMETIC), inner, inner)
+    )
+
+
+OPERANDS: st.SearchStrategy[Operand] = st.recursive(LEAVES, calls, max_leaves=4)
 PATTERNS = st.lists(
     st.sampled_from(["a", "b", "%", "_", "\\%", "\\_", "\\\\", "é", "😀", "\n"]), max_size=6
 ).map("".join)
@@ -104,6 +140,10 @@ def render(node: Expr | Operand) -> str:
             return ".".join(path)
         case Meta(name=name):
             return name
+        case Call(name=name, args=(left, right)) if name in ARITHMETIC:
+            return f"({render(left)} {name} {render(right)})"
+        case Call(name=name, args=args):
+            return f"{name}({', '.join(render(a) for a in args)})"
         case Compare(op=op, left=left, right=right):
             return f"{render(left)} {op} {render(right)}"
         case In(operand=operand, values=values):
@@ -123,10 +163,6 @@ def render(node: Expr | Operand) -> str:
     raise TypeError(node)
 
 
-def metadata_columns() -> dict:
-    return {name: F.col(name) for name in METADATA}  # needs the session: built in each test
-
-
 EXAMPLES = settings(
     max_examples=80, deadline=None, database=None, suppress_health_check=list(HealthCheck)
 )
@@ -140,28 +176,37 @@ EXAMPLES = settings(
 def test_spark_keeps_exactly_what_python_keeps(spark: SparkSession, rows, exprs) -> None:
     parsed = [parse_filter(render(e)) for e in exprs]
     assert parsed == exprs  # the parser reads back exactly the generated tree
-    columns = [
-        compile_filter(e, F.col("payload"), metadata_columns()).alias(f"f{i}")
-        for i, e in enumerate(parsed)
-    ]
+    columns = [compile_filter(e, scope()).alias(f"f{i}") for i, e in enumerate(parsed)]
     results = frame(spark, rows, *parsed).select(*columns).collect()
     for (event, metadata), result in zip(rows, results, strict=True):
         for i, expr in enumerate(parsed):
-            assert result[f"f{i}"] == matches(expr, event, metadata), (
+            assert result[f"f{i}"] == matches(expr, event, metadata, KEY), (
                 render(expr),
                 event,
                 metadata,
             )
 
 
-PROJECTIONS = st.one_of(
-    st.just(Projection(whole=True)),
-    st.lists(PATHS | st.sampled_from(sorted(METADATA)).map(Meta), min_size=1, max_size=4).map(
-        lambda sources: Projection(
-            whole=False, columns=tuple(Column(source, f"c{i}") for i, source in enumerate(sources))
-        )
+# Named as the event's fields may be ("a"), so that a chosen name replaces one of '*'.
+COLUMN_NAMES = st.sampled_from(["c0", "c1", "a", "b"])
+PROJECTIONS = st.builds(
+    lambda whole, sources, names, dropped: Projection(
+        whole=whole or not sources,
+        columns=tuple(Column(s, n) for s, n in zip(sources, names, strict=False)),
+        dropped=tuple(d.path for d in dropped) if whole else (),
     ),
+    st.booleans(),
+    st.lists(OPERANDS, max_size=4),
+    st.lists(COLUMN_NAMES, min_size=4, max_size=4, unique=True),
+    st.lists(PATHS, max_size=3, unique=True),
 )
+
+
+def items(projection: Projection) -> list[str]:
+    """Text for a projection: parsing it must give the very same projection."""
+    star = ["* except " + ", ".join(".".join(p) for p in projection.dropped)]
+    star = (star if projection.dropped else ["*"]) if projection.whole else []
+    return star + [f"{render(c.source)} as {c.name}" for c in projection.columns]
 
 
 @EXAMPLES
@@ -170,7 +215,9 @@ PROJECTIONS = st.one_of(
     projection=PROJECTIONS,
 )
 def test_spark_projects_what_python_projects(spark: SparkSession, rows, projection) -> None:
-    column = compile_projection(projection, F.col("payload"), F.col("value"), metadata_columns())
+    assert parse_projection(items(projection)) == projection  # read back as generated
+    column = compile_projection(projection, F.col("value"), scope())
     results = frame(spark, rows, projection).select(column.alias("out")).collect()
     for (event, metadata), result in zip(rows, results, strict=True):
-        assert json.loads(result["out"]) == project(projection, event, metadata)
+        expected = project(projection, event, metadata, KEY)
+        assert json.loads(result["out"]) == expected, (items(projection), event, metadata)

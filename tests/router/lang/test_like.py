@@ -14,7 +14,7 @@ from pyspark.sql import functions as F
 
 from keystone.router.lang import like
 from keystone.router.lang.parser import parse_filter
-from keystone.router.lang.spark import compile_filter
+from keystone.router.lang.spark import Scope, compile_filter
 
 # Astral characters (one code point, two UTF-16 units) among them: `_` matches one.
 PIECES = ["a", "b", "%", "_", "\\%", "\\_", "\\\\", "é", "😀", "\n"]
@@ -90,7 +90,7 @@ def test_the_jvm_compares_at_most_text_times_pattern_characters(
 
 def test_the_router_does_not_use_sparks_backtracking_like(spark: SparkSession) -> None:
     condition = compile_filter(
-        parse_filter("host like '%a%b'"), F.col("payload"), {"host": F.lit("x")}
+        parse_filter("host like '%a%b'"), Scope(F.col("payload"), {"host": F.lit("x")})
     )
     plan = str(condition)
     assert "likematcher" in plan.lower() and " LIKE " not in plan.upper(), plan
@@ -111,7 +111,7 @@ def test_underscore_is_one_code_point_in_both_backends(
 ) -> None:
     assert like.matches(pattern, text) is expected
     condition = compile_filter(
-        parse_filter(f"host like '{pattern}'"), F.col("payload"), {"host": F.lit(text)}
+        parse_filter(f"host like '{pattern}'"), Scope(F.col("payload"), {"host": F.lit(text)})
     )
     [row] = spark.range(1).select(condition.alias("keep")).collect()
     assert row["keep"] is expected

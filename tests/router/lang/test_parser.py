@@ -1,3 +1,5 @@
+import re
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -6,6 +8,7 @@ from keystone.contracts.errors import ExpressionError
 from keystone.contracts.limits import HARD_MAX_EXPRESSION_DEPTH, Limits
 from keystone.router.lang.ast import (
     And,
+    Call,
     Column,
     Compare,
     Const,
@@ -17,6 +20,7 @@ from keystone.router.lang.ast import (
     Meta,
     Not,
     Or,
+    Projection,
     Truth,
 )
 from keystone.router.lang.evaluate import matches
@@ -81,13 +85,106 @@ def test_projections() -> None:
         Column(Field(("title",)), "title"),
     )
     for items, message in (
-        (["*", "guid"], "cannot be combined"),
+        (["*", "* except a"], "'\\*' is given twice"),
         (["a.id", "b.id"], "two projected fields are named 'id'"),
         (["a as"], "a name after 'as'"),
-        (["a b"], "'as' or the end"),
+        (["a b"], "an operator, 'as' or the end"),
+        (["lower(a)"], "a computed field needs a name"),
+        (["'v1'"], "a computed field needs a name"),
+        (["* except guid"], "'guid' is the event's metadata"),
+        (["* a"], "'except' or the end after"),
+        (["* except a b"], "',' or the end"),
+        (["1e400 as x"], "beyond a double's range"),
     ):
         with pytest.raises(ExpressionError, match=message):
             parse_projection(items)
+
+
+def test_star_keeps_the_payload_less_its_except_paths_with_the_other_items() -> None:
+    assert parse_projection(["* except user.email, user.phone, user.email", "guid"]) == (
+        Projection(
+            whole=True,
+            columns=(Column(Meta("guid"), "guid"),),
+            dropped=(("user", "email"), ("user", "phone")),
+        )
+    )
+    assert parse_projection(["hash(user.email) as email", "*"]) == Projection(
+        whole=True, columns=(Column(Call("hash", (Field(("user", "email")),)), "email"),)
+    )
+
+
+def test_functions_and_arithmetic() -> None:
+    a, b, c = Field(("a",)), Field(("b",)), Field(("c",))
+    # '*' and '/' before '+' and '-', each left to right.
+    assert parse_filter("a + b * c - 2 / a > 0") == Compare(
+        ">",
+        Call("-", (Call("+", (a, Call("*", (b, c)))), Call("/", (Const(2), a)))),
+        Const(0),
+    )
+    # A test's '(' may hold a value, which the test then goes on with.
+    assert parse_filter("(a + b) * 2 >= c") == Compare(
+        ">=", Call("*", (Call("+", (a, b)), Const(2))), c
+    )
+    assert parse_filter("not (a) in (1)") == Not(In(a, (Const(1),)))
+    assert parse_filter("(a) and b") == And(Truth(a), Truth(b))
+    # Names in any case; a negative number is a literal, a '-' after a value an operator.
+    assert parse_filter("LOWER(Trim(a)) = 'x'") == Compare(
+        "=", Call("lower", (Call("trim", (a,)),)), Const("x")
+    )
+    assert parse_filter("a-1 = -1") == Compare("=", Call("-", (a, Const(1))), Const(-1))
+    assert parse_projection(["mask(card, 4) as card", "to_timestamp(t, 'epoch_s') as at"]) == (
+        Projection(
+            whole=False,
+            columns=(
+                Column(Call("mask", (Field(("card",)), Const(4))), "card"),
+                Column(Call("to_timestamp", (Field(("t",)), Const("epoch_s"))), "at"),
+            ),
+        )
+    )
+    # A field may have a function's name: a call is a name followed by '('.
+    assert parse_filter("hash = lower") == Compare("=", Field(("hash",)), Field(("lower",)))
+
+
+@pytest.mark.parametrize(
+    ("text", "message", "column", "expected"),
+    [
+        ("hsh(a)", "unknown function 'hsh': the functions are coalesce, concat", 1, "one of "),
+        ("hash(a, b)", "hash takes 1 argument, not 2", 1, "hash(...)"),
+        ("coalesce(a)", "coalesce takes at least 2 arguments, not 1", 1, "coalesce(..., ..., ...)"),
+        ("lower() = 'a'", "lower takes 1 argument, not 0", 1, "lower(...)"),
+        ("mask(a, b) = 'x'", "how many characters it keeps", 9, "an integer, 0 or more"),
+        ("mask(a, 1.5) = 'x'", "how many characters it keeps", 9, "an integer, 0 or more"),
+        ("mask(a, -1) = 'x'", "keeps 0 or more characters", 9, "0 or more"),
+        ("to_timestamp(a, 'unix') > 0", "'unix' is not a time format", 17, "one of 'iso8601'"),
+        ("a - = 1", "expected a value", 5, "a value (a field, 'text', a number, true"),
+        ("- a = 1", "expected a number after '-'", 3, "a number after '-'"),
+        ("lower(a = 1", "expected ',' or ')'", 9, "',' or ')'"),
+        ("a + 1e400 > 1", "beyond a double's range", 5, "a number within a double's range"),
+    ],
+)
+def test_function_errors_say_what_is_known(
+    text: str, message: str, column: int, expected: str
+) -> None:
+    with pytest.raises(ExpressionError, match=re.escape(message)) as caught:
+        parse_filter(text)
+    assert caught.value.details["column"] == column
+    assert caught.value.details["expected"].startswith(expected)
+
+
+def test_function_arguments_and_arithmetic_chains_are_bounded() -> None:
+    many = "concat(" + ", ".join(["a"] * 65) + ") = 'x'"
+    parse_filter(many)  # stored specs are read without limits
+    with pytest.raises(ExpressionError) as caught:
+        parse_filter(many, limits=Limits())
+    assert caught.value.details["setting"] == "max_function_arguments"
+    # Each operator of a chain is a level (a double's arithmetic cannot be rebalanced).
+    with pytest.raises(ExpressionError, match="the limit is 200"):
+        parse_filter(" + ".join(["a"] * 5000) + " > 1")
+    with pytest.raises(ExpressionError) as caught:
+        parse_filter(" * ".join(["a"] * 70) + " > 1", limits=Limits())
+    assert caught.value.details["setting"] == "max_expression_depth"
+    with pytest.raises(ExpressionError, match="the limit is 200"):
+        parse_projection(["lower(" * 300 + "a" + ")" * 300 + " as x"])
 
 
 # Robustness: any text is a tree or an ExpressionError, and what a new spec asks is bounded.
@@ -98,14 +195,18 @@ TOKENS = st.sampled_from(
     [
         "(", ")", "not ", " and ", " or ", "a", "b.c", "guid", " = ", " <> ", " < ", " in ",
         " like ", " is ", "null", "true", "'x'", "'%_\\%'", "''", ", ", "1", "-1.5e3",
-        "9" * 4400, "1e400", "*", " as ", ".",
+        "9" * 4400, "1e400", "*", " as ", ".", "hash(", "mask(", "coalesce(", "lower(",
+        "to_timestamp(", "'iso8601'", "nope(", " + ", " - ", "-", " / ", " except ",
     ]
 )  # fmt: skip
 TEXTS = st.text() | st.lists(TOKENS | st.sampled_from(["'", "~"]), max_size=40).map("".join)
 # Units that each open one or more levels and leave the parser inside them, repeated past
 # any limit: nested parentheses, 'not's, and both within real conditions.
-NESTING_UNITS = st.sampled_from(
-    ["(", "not ", "not(", "(a or ", "not (b = 1 and ", "(c like 'x' or "]
+# Conditions nest in conditions, values in values: each list's units go together.
+NESTING_UNITS = st.just(
+    st.sampled_from(["(", "not ", "not(", "(a or ", "not (b = 1 and ", "(c like 'x' or "])
+) | st.just(
+    st.sampled_from(["lower(", "concat(a, ", "a + ", "(1 * ", "coalesce(null, ", "b / -2 - "])
 )
 PROPERTIES = settings(max_examples=300, deadline=None, database=None)
 
@@ -136,7 +237,7 @@ def test_any_text_is_a_tree_or_an_expression_error(text: str, limited: bool) -> 
 
 @settings(max_examples=60, deadline=None, database=None)
 @given(
-    units=st.lists(NESTING_UNITS, min_size=1, max_size=4),
+    units=NESTING_UNITS.flatmap(lambda unit: st.lists(unit, min_size=1, max_size=4)),
     times=st.integers(HARD_MAX_EXPRESSION_DEPTH + 1, 3000),
     tail=st.lists(TOKENS, max_size=40).map("".join),
     limited=st.booleans(),

@@ -9,12 +9,12 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from keystone.contracts.limits import HARD_MAX_EXPRESSION_DEPTH
-from keystone.router.lang.ast import METADATA, Expr, paths_read
+from keystone.router.lang.ast import Expr, paths_read
 from keystone.router.lang.evaluate import matches, project
 from keystone.router.lang.parser import parse_filter, parse_projection
 from keystone.router.lang.spark import compile_filter, compile_projection
 from keystone.router.source import envelope
-from tests.support.frames import KAFKA, frame
+from tests.support.frames import KAFKA, frame, scope
 
 EVENT = {
     "country": "US",
@@ -103,10 +103,9 @@ CASES = [
 def test_both_backends_mean_the_same(spark: SparkSession, text: str, keeps: bool) -> None:
     expr = parse_filter(text)
     assert matches(expr, EVENT, META) is keeps
-    metadata = {name: F.col(name) for name in METADATA}
     [row] = (
         frame(spark, [(EVENT, META)], expr)
-        .select(compile_filter(expr, F.col("payload"), metadata).alias("keep"))
+        .select(compile_filter(expr, scope()).alias("keep"))
         .collect()
     )
     assert row["keep"] is keeps
@@ -114,11 +113,10 @@ def test_both_backends_mean_the_same(spark: SparkSession, text: str, keeps: bool
 
 def both(spark: SparkSession, expr: Expr, rows: list[tuple[dict, dict]]) -> list[bool]:
     """What each backend keeps of the rows: checked to agree, returned."""
-    metadata = {name: F.col(name) for name in METADATA}
     kept = [
         row["keep"]
         for row in frame(spark, rows, expr)
-        .select(compile_filter(expr, F.col("payload"), metadata).alias("keep"))
+        .select(compile_filter(expr, scope()).alias("keep"))
         .collect()
     ]
     assert kept == [matches(expr, event, meta) for event, meta in rows]
@@ -173,12 +171,9 @@ def test_a_projection_renames_and_leaves_out_what_is_missing(spark: SparkSession
         "big": 123456789012345678901234567890,
     }
     assert project(projection, EVENT, META) == expected
-    metadata = {name: F.col(name) for name in METADATA}
     [row] = (
         frame(spark, [(EVENT, META)], projection)
-        .select(
-            compile_projection(projection, F.col("payload"), F.col("value"), metadata).alias("out")
-        )
+        .select(compile_projection(projection, F.col("value"), scope()).alias("out"))
         .collect()
     )
     assert json.loads(row["out"]) == expected
@@ -187,11 +182,7 @@ def test_a_projection_renames_and_leaves_out_what_is_missing(spark: SparkSession
 def test_star_keeps_the_event_text_as_it_is(spark: SparkSession) -> None:
     [row] = (
         frame(spark, [(EVENT, META)])
-        .select(
-            compile_projection(parse_projection(["*"]), F.col("payload"), F.col("value"), {}).alias(
-                "out"
-            )
-        )
+        .select(compile_projection(parse_projection(["*"]), F.col("value"), scope()).alias("out"))
         .collect()
     )
     assert row["out"] == json.dumps(EVENT)
@@ -206,12 +197,11 @@ def test_a_projected_value_is_its_text_in_the_event(spark: SparkSession) -> None
     )
     headers = [("ks_guid", b'g-"1'), ("ks_ts", b"1700000000000")]
     projection = parse_projection(["d", "e", "huge", "s", "o", "guid", "timestamp", "host"])
-    metadata = {name: F.col(name) for name in METADATA}
     events = envelope(
         spark.createDataFrame([(b"k", text.encode(), headers, "t", 0, 0)], KAFKA),
         paths=paths_read(projection),
     )
-    record = compile_projection(projection, F.col("payload"), F.col("value"), metadata)
+    record = compile_projection(projection, F.col("value"), scope())
     [row] = events.select(record.alias("out")).collect()
     assert row["out"] == (
         '{"d":1.50,"e":1E2,"huge":1234567890123456789012345678901234567890123,'

@@ -40,7 +40,59 @@ class Const:
     value: str | int | float | bool | None
 
 
-Operand = Field | Meta | Const
+@dataclass(frozen=True)
+class Call:
+    """A function of values (`FUNCTIONS`), or arithmetic: `+ - * /` (`ARITHMETIC`) on two."""
+
+    name: str
+    args: tuple[Operand, ...]
+
+
+Operand = Field | Meta | Const | Call
+
+
+@dataclass(frozen=True)
+class Signature:
+    """A function's arguments: how many, and which must be written as literals (an option,
+    not a value: `mask`'s count, `to_timestamp`'s format)."""
+
+    arity: tuple[int, int | None]  # at least, at most (None: any number)
+    summary: str
+    literals: tuple[int, ...] = ()  # positions that take a literal
+
+
+# Names of the formats `to_timestamp` reads.
+TIME_FORMATS = ("iso8601", "epoch_ms", "epoch_s")
+# What `redact` puts in place of a value.
+REDACTED = "[redacted]"
+
+FUNCTIONS: dict[str, Signature] = {
+    # Hygiene: what a sink must not hold raw.
+    "hash": Signature((1, 1), "keyed SHA-256 (the stream's key) of the value's text, in hex"),
+    "mask": Signature(
+        (2, 2), "the value's text with all but its last N characters as '*'", literals=(1,)
+    ),
+    "redact": Signature((1, 1), f"'{REDACTED}' in place of any value"),
+    # Normalising.
+    "lower": Signature((1, 1), "a string in lower case"),
+    "upper": Signature((1, 1), "a string in upper case"),
+    "trim": Signature((1, 1), "a string without JSON whitespace at either end"),
+    "coalesce": Signature((2, None), "the first argument neither missing nor null"),
+    "to_number": Signature((1, 1), "a number, or a string holding a JSON number, as a number"),
+    "to_string": Signature((1, 1), "a string, number or boolean as its text"),
+    "to_bool": Signature((1, 1), "a boolean, 'true'/'false'/'1'/'0' in any case, or 1/0"),
+    "to_timestamp": Signature(
+        (2, 2),
+        f"a time read as {', '.join(repr(f) for f in TIME_FORMATS)}, as epoch milliseconds",
+        literals=(1,),
+    ),
+    # Computed.
+    "concat": Signature((2, None), "the texts of strings, numbers and booleans, joined"),
+    "length": Signature((1, 1), "a string's length in characters (code points)"),
+    "substring": Signature((3, 3), "LENGTH characters of a string from START (1 is the first)"),
+    "date_of": Signature((1, 1), "the UTC date (yyyy-mm-dd) of epoch milliseconds"),
+}
+ARITHMETIC = ("+", "-", "*", "/")
 
 
 @dataclass(frozen=True)
@@ -105,18 +157,23 @@ class Column:
 
 @dataclass(frozen=True)
 class Projection:
-    whole: bool  # "*": the payload as it is
+    whole: bool  # "*": the payload, less `dropped`, plus `columns`
     columns: tuple[Column, ...] = ()
+    dropped: tuple[tuple[str, ...], ...] = ()  # `* except a.b, c`: paths left out of it
 
 
 def paths_read(*nodes: Expr | Projection | None) -> frozenset[tuple[str, ...]]:
     """The payload's field paths that these filters and projections read: all of an event the
-    router needs parsed."""
+    router needs parsed. `*` reads none by name (it passes the payload on as it is, its
+    `except` paths left out as text)."""
     paths: set[tuple[str, ...]] = set()
 
     def visit(node: object) -> None:
         if isinstance(node, Field):
             paths.add(node.path)
+        elif isinstance(node, Call):
+            for arg in node.args:
+                visit(arg)
         elif isinstance(node, Compare):
             visit(node.left)
             visit(node.right)

@@ -1,0 +1,324 @@
+import java.io.Serializable;
+import java.math.BigDecimal;
+import java.math.MathContext;
+import java.math.RoundingMode;
+import java.nio.charset.StandardCharsets;
+import java.security.GeneralSecurityException;
+import java.time.LocalDate;
+import java.time.LocalDateTime;
+import java.time.ZoneOffset;
+import java.util.List;
+import java.util.Map;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
+
+import javax.crypto.Mac;
+import javax.crypto.spec.SecretKeySpec;
+
+import org.apache.spark.sql.Column;
+import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.catalyst.analysis.TypeCheckResult;
+import org.apache.spark.sql.catalyst.expressions.Expression;
+import org.apache.spark.sql.catalyst.expressions.codegen.CodegenContext;
+import org.apache.spark.sql.catalyst.expressions.codegen.CodegenFallback;
+import org.apache.spark.sql.catalyst.expressions.codegen.ExprCode;
+import org.apache.spark.sql.classic.ExpressionUtils;
+import org.apache.spark.sql.types.DataType;
+import org.apache.spark.sql.types.DataTypes;
+import org.apache.spark.unsafe.types.UTF8String;
+
+import scala.collection.immutable.IndexedSeq;
+import scala.collection.immutable.Seq;
+import scala.jdk.javaapi.CollectionConverters;
+
+/**
+ * The routing language's functions that Spark has no column function for, each as
+ * router/lang/functions.py (the reference) defines it, each reading its argument once. Null
+ * in, null out.
+ *
+ * - `repr`: a double's text as Python's repr writes it (the shortest decimal that reads back as
+ *   the same double: `1.5`, `3.0`, `1e+16`, `1e-05`), null when it is not finite. Java 17's
+ *   Double.toString is neither shortest in every case nor in that form.
+ * - `quote`: a string as a JSON string.
+ * - `finite`: a double, null when it is not finite (an overflow, 0/0).
+ * - `hash`: HMAC-SHA256 of a string's UTF-8 under the stream's key, in lower-case hex. The key
+ *   never shows in a plan: the expression prints as `hash(<child>)`.
+ * - `mask`: a string with all but its last `keep` code points as '*' (all of them when it has
+ *   no more).
+ * - `iso8601`: epoch milliseconds of a time written `yyyy-mm-ddThh:mm:ss[.fraction](Z|+hh:mm)`,
+ *   the fraction read to the millisecond; null when it is not one, or names no such day or time.
+ * - `millis`: the floor of a double of epoch milliseconds, null outside years 1 to 9999.
+ * - `date`: the UTC date (yyyy-mm-dd) of a double of epoch milliseconds, null outside years 1 to
+ *   9999.
+ */
+public final class LangFunction extends Expression implements CodegenFallback, Serializable {
+    private static final Pattern ISO8601 = Pattern.compile(
+        "([0-9]{4})-([0-9]{2})-([0-9]{2})T([0-9]{2}):([0-9]{2}):([0-9]{2})(?:\\.([0-9]{1,9}))?"
+        + "(?:(Z)|([+-])([0-9]{2}):([0-9]{2}))");
+
+    // op: what it reads, what it gives
+    private static final Map<String, DataType[]> TYPES = Map.of(
+        "repr", new DataType[] {DataTypes.DoubleType, DataTypes.StringType},
+        "quote", new DataType[] {DataTypes.StringType, DataTypes.StringType},
+        "finite", new DataType[] {DataTypes.DoubleType, DataTypes.DoubleType},
+        "hash", new DataType[] {DataTypes.StringType, DataTypes.StringType},
+        "mask", new DataType[] {DataTypes.StringType, DataTypes.StringType},
+        "iso8601", new DataType[] {DataTypes.StringType, DataTypes.LongType},
+        "millis", new DataType[] {DataTypes.DoubleType, DataTypes.LongType},
+        "date", new DataType[] {DataTypes.DoubleType, DataTypes.StringType});
+    // The days from 1970-01-01 of 0001-01-01 and 9999-12-31 (functions.FIRST_DAY, LAST_DAY).
+    private static final long FIRST_DAY = -719_162;
+    private static final long LAST_DAY = 2_932_896;
+    private static final double DAY_MS = 86_400_000.0;
+
+    private final String op;
+    private final Expression child;
+    private final byte[] key;  // `hash` only
+    private final int keep;  // `mask` only
+    private final Seq<Expression> children;
+    private transient Mac mac;  // one per deserialised copy, so per task: a Mac is not shared
+
+    public LangFunction(String op, Expression child, byte[] key, int keep) {
+        if (!TYPES.containsKey(op)) {
+            throw new IllegalArgumentException("no language function " + op);
+        }
+        this.op = op;
+        this.child = child;
+        this.key = key;
+        this.keep = keep;
+        this.children = CollectionConverters.asScala(List.of(child)).toSeq();
+    }
+
+    /** The column of `op` applied to `value`; `key`: the stream's, for `hash`; `keep`: for
+     * `mask`. */
+    public static Column column(String op, Column value, byte[] key, int keep) {
+        return ExpressionUtils.column(
+            new LangFunction(op, ExpressionUtils.expression(value), key, keep));
+    }
+
+    @Override
+    public Object eval(InternalRow row) {
+        Object value = child.eval(row);
+        if (value == null) {
+            return null;
+        }
+        switch (op) {
+            case "repr": return string(repr((Double) value));
+            case "quote": return UTF8String.fromString(quote(value.toString()));
+            case "finite": return Double.isFinite((Double) value) ? value : null;
+            case "hash": return UTF8String.fromString(hash(((UTF8String) value).getBytes()));
+            case "mask": return UTF8String.fromString(mask(value.toString(), keep));
+            case "iso8601": return iso8601(value.toString());
+            case "millis": return day((Double) value) == null ? null : (long) Math.floor((Double) value);
+            default: {
+                Long day = day((Double) value);
+                return day == null ? null : UTF8String.fromString(LocalDate.ofEpochDay(day).toString());
+            }
+        }
+    }
+
+    private static UTF8String string(String text) {
+        return text == null ? null : UTF8String.fromString(text);
+    }
+
+    /** The day (from 1970-01-01) of epoch milliseconds, if within years 1 to 9999. */
+    static Long day(double ms) {
+        double days = ms / DAY_MS;  // NaN and the infinities fail both tests
+        return days >= FIRST_DAY && days < LAST_DAY + 1 ? (long) Math.floor(days) : null;
+    }
+
+    /** All but the last `keep` code points as '*'; all of them when there are no more. */
+    static String mask(String text, int keep) {
+        int size = text.codePointCount(0, text.length());
+        int hidden = size > keep ? size - keep : size;
+        return "*".repeat(hidden) + text.substring(text.offsetByCodePoints(0, hidden));
+    }
+
+    /** A string as a JSON string: quotes, backslashes and control characters escaped. */
+    static String quote(String text) {
+        StringBuilder out = new StringBuilder(text.length() + 2).append('"');
+        for (int i = 0; i < text.length(); i++) {
+            char c = text.charAt(i);
+            if (c == '"' || c == '\\') {
+                out.append('\\').append(c);
+            } else if (c < 0x20) {
+                out.append(String.format("\\u%04x", (int) c));
+            } else {
+                out.append(c);
+            }
+        }
+        return out.append('"').toString();
+    }
+
+    /** Python's repr of a double; null for an infinite one or NaN. */
+    public static String repr(double d) {
+        if (Double.isNaN(d) || Double.isInfinite(d)) {
+            return null;
+        }
+        if (d == 0) {
+            return 1 / d < 0 ? "-0.0" : "0.0";
+        }
+        BigDecimal exact = new BigDecimal(d);
+        BigDecimal shortest = null;
+        // The decimals of p digits either side of d: the shortest p for which one reads back
+        // as d, the closer of the two if both do (round half even on a tie).
+        for (int p = 1; shortest == null; p++) {
+            BigDecimal below = exact.round(new MathContext(p, RoundingMode.FLOOR));
+            BigDecimal above = exact.round(new MathContext(p, RoundingMode.CEILING));
+            boolean belowReads = below.doubleValue() == d;
+            boolean aboveReads = above.doubleValue() == d;
+            if (belowReads && aboveReads) {
+                shortest = exact.round(new MathContext(p, RoundingMode.HALF_EVEN));
+            } else if (belowReads) {
+                shortest = below;
+            } else if (aboveReads) {
+                shortest = above;
+            }
+        }
+        BigDecimal stripped = shortest.stripTrailingZeros();
+        String digits = stripped.unscaledValue().abs().toString();
+        int exponent = digits.length() - 1 - stripped.scale();  // of the first digit
+        StringBuilder out = new StringBuilder(d < 0 ? "-" : "");
+        if (exponent < -4 || exponent >= 16) {
+            out.append(digits.charAt(0));
+            if (digits.length() > 1) {
+                out.append('.').append(digits, 1, digits.length());
+            }
+            out.append('e').append(exponent < 0 ? '-' : '+');
+            int magnitude = Math.abs(exponent);
+            out.append(magnitude < 10 ? "0" : "").append(magnitude);
+        } else if (exponent < 0) {
+            out.append("0.").append("0".repeat(-exponent - 1)).append(digits);
+        } else if (digits.length() <= exponent + 1) {
+            out.append(digits).append("0".repeat(exponent + 1 - digits.length())).append(".0");
+        } else {
+            out.append(digits, 0, exponent + 1).append('.').append(digits, exponent + 1,
+                digits.length());
+        }
+        return out.toString();
+    }
+
+    private String hash(byte[] text) {
+        try {
+            if (mac == null) {
+                mac = Mac.getInstance("HmacSHA256");
+                // HMAC defines an empty key (zeros); the JCE refuses one: a block of zeros is it.
+                mac.init(new SecretKeySpec(key.length == 0 ? new byte[64] : key, "HmacSHA256"));
+            }
+            byte[] digest = mac.doFinal(text);
+            StringBuilder hex = new StringBuilder(64);
+            for (byte b : digest) {
+                hex.append(Character.forDigit((b >> 4) & 0xf, 16)).append(Character.forDigit(b & 0xf, 16));
+            }
+            return hex.toString();
+        } catch (GeneralSecurityException e) {
+            throw new IllegalStateException("HMAC-SHA256 is not available", e);
+        }
+    }
+
+    /** Epoch milliseconds of an ISO-8601 time, or null. */
+    public static Long iso8601(String text) {
+        Matcher found = ISO8601.matcher(text);
+        if (!found.matches()) {
+            return null;
+        }
+        int[] parts = new int[6];
+        for (int i = 0; i < 6; i++) {
+            parts[i] = Integer.parseInt(found.group(i + 1));
+        }
+        String fraction = found.group(7) == null ? "" : found.group(7);
+        int millis = Integer.parseInt((fraction + "000").substring(0, 3));
+        int offset = 0;
+        if (found.group(8) == null) {
+            int hours = Integer.parseInt(found.group(10));
+            int minutes = Integer.parseInt(found.group(11));
+            if (hours > 23 || minutes > 59) {
+                return null;
+            }
+            offset = (hours * 60 + minutes) * (found.group(9).equals("+") ? 1 : -1);
+        }
+        if (parts[0] < 1) {
+            return null;  // year 0: Python's dates begin at year 1
+        }
+        LocalDateTime moment;
+        try {
+            moment = LocalDateTime.of(parts[0], parts[1], parts[2], parts[3], parts[4], parts[5]);
+        } catch (java.time.DateTimeException e) {
+            return null;  // no such day or time
+        }
+        long seconds = moment.toEpochSecond(ZoneOffset.UTC) - offset * 60L;
+        return seconds * 1000 + millis;
+    }
+
+    @Override
+    public Seq<Expression> children() {
+        return children;
+    }
+
+    @Override
+    public TypeCheckResult checkInputDataTypes() {
+        DataType wanted = TYPES.get(op)[0];
+        if (child.dataType().sameType(wanted)) {
+            return TypeCheckResult.TypeCheckSuccess$.MODULE$;
+        }
+        return new TypeCheckResult.TypeCheckFailure(op + " reads " + wanted.simpleString()
+            + ", not " + child.dataType().simpleString());
+    }
+
+    @Override
+    public DataType dataType() {
+        return TYPES.get(op)[1];
+    }
+
+    @Override
+    public boolean nullable() {
+        return true;
+    }
+
+    @Override
+    public String prettyName() {
+        return op;
+    }
+
+    @Override
+    public String toString() {
+        return op + "(" + child + ")";
+    }
+
+    @Override
+    public ExprCode doGenCode(CodegenContext ctx, ExprCode ev) {
+        return CodegenFallback.super.doGenCode(ctx, ev);
+    }
+
+    @Override
+    public Expression withNewChildrenInternal(IndexedSeq<Expression> children) {
+        return new LangFunction(op, children.head(), key, keep);
+    }
+
+    @Override
+    public int productArity() {
+        return 3;
+    }
+
+    @Override
+    public Object productElement(int n) {
+        return n == 0 ? op : n == 1 ? child : keep;  // not the key: a plan prints these
+    }
+
+    @Override
+    public boolean canEqual(Object other) {
+        return other instanceof LangFunction;
+    }
+
+    @Override
+    public boolean equals(Object other) {
+        return other instanceof LangFunction that && op.equals(that.op) && child.equals(that.child)
+            && java.util.Arrays.equals(key, that.key) && keep == that.keep;
+    }
+
+    @Override
+    public int hashCode() {
+        return 31 * (31 * (31 * op.hashCode() + child.hashCode()) + java.util.Arrays.hashCode(key))
+            + keep;
+    }
+}
