@@ -34,6 +34,7 @@ bench: bootstrap
 	.venv/bin/python -m keystone.loadtest.router_bench --write-docs
 	.venv/bin/python -m keystone.loadtest.router_plan_bench --write-docs
 	.venv/bin/python -m keystone.loadtest.router_plan_bench --write-docs --object-fields 20
+	.venv/bin/python -m keystone.loadtest.router_plan_bench --write-docs --hygiene
 	.venv/bin/python -m keystone.loadtest.e2e_bench --write-docs
 	.venv/bin/python -m keystone.loadtest.exactly_once_bench --write-docs
 	.venv/bin/python -m keystone.loadtest.recovery_bench --write-docs

@@ -15,6 +15,8 @@ What each page reads:
 - Metrics: every Prometheus metric the code registers under a name of
   `keystone.contracts.metrics`, found by reading the source (no Spark needed).
 - Alerts: the rules `keystone.dashboards.rules` generates for a sample stream.
+- Functions: the routing language's functions (`keystone.router.lang.ast.FUNCTIONS`) and the
+  rules every one of them follows (`keystone.router.lang.functions`).
 
 Defaults are the code's own: the KEYSTONE_* variables and `.env` file of the machine that builds
 the site are set aside while the pages are made.
@@ -41,6 +43,7 @@ PAGES: dict[str, str] = {
     "reference/rest-api.md": "rest_api_reference",
     "reference/metrics.md": "metrics_reference",
     "reference/alerts.md": "alerts_reference",
+    "reference/functions.md": "functions_reference",
 }
 GENERATED = (
     "<!-- Generated from the code by docs/gen_reference.py at build time; not a file in the "
@@ -882,6 +885,33 @@ def alerts_reference() -> str:
         for r in recorded:
             out.append(f"{code(r['record'])}\n\n```promql\n{r['expr']}\n```\n\n")
     return "".join(out)
+
+
+def functions_reference() -> str:
+    from keystone.router.lang import functions
+    from keystone.router.lang.ast import ARITHMETIC, FUNCTIONS
+
+    rows = "".join(f"| {code(sig.form)} | {cell(sig.summary)} |\n" for sig in FUNCTIONS.values())
+    return "".join(
+        [
+            GENERATED,
+            "# Functions\n\n",
+            "Functions and arithmetic in filters and projections: what each gives, and the rules "
+            "they all follow. Names are in any case; a projected value other than a path needs "
+            "its name (`lower(email) as email`). Examples, and why they are built as they are: "
+            "[the language](../concepts/language.md#functions).\n\n",
+            "## The rules\n\n",
+            prose(inspect.cleandoc(functions.__doc__ or "")),
+            "\n\n## Every function\n\n",
+            "| call | gives |\n| --- | --- |\n",
+            rows,
+            "\n## Arithmetic\n\n",
+            f"{', '.join(code(op) for op in ARITHMETIC)} on two numbers, as doubles, `*` and `/` "
+            "before `+` and `-`, each left to right, parentheses as usual. A division by zero, "
+            "an overflow or anything not a number gives null. `-` before a number literal makes "
+            "it negative; before anything else, write `0 - x`.\n",
+        ]
+    )
 
 
 if __name__ == "__main__":

@@ -17,13 +17,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis.errors import Unsatisfiable
 
 from keystone.contracts.names import fronting_topic
-from keystone.contracts.registry import TOPICS
+from keystone.contracts.registry import TOPICS, RegistryReader
 from keystone.control.store import Store
 from keystone.router.lang.evaluate import matches, project
 from keystone.router.lang.parser import parse_filter, parse_projection
 from tests.support.api import Api, owner
 from tests.support.kafka import produce
-from tests.support.stack import Stack
+from tests.support.stack import Stack, checked
 from tests.support.waiting import eventually
 
 
@@ -44,7 +44,8 @@ INVALID = [
     ({"producers": ["no-such-app"]}, "producers.0", "no app 'no-such-app'"),
     ({"outputs": [kafka_output("X")]}, "outputs.0.name", "is not valid"),
     ({"outputs": [kafka_output(filter="country = ")]}, "outputs.0.filter", "expected a value"),
-    ({"outputs": [kafka_output(projection=["*", "guid"])]}, "outputs.0.projection", "*"),
+    ({"outputs": [kafka_output(projection=["*", "*"])]}, "outputs.0.projection", "*"),
+    ({"outputs": [kafka_output(projection=["hsh(a) as b"])]}, "outputs.0.projection", "hsh"),
     (
         {"outputs": [{"name": "copy", "sink": {"type": "s3"}}]},
         "outputs.0.sink",
@@ -298,6 +299,21 @@ def test_preview_runs_a_draft_over_the_newest_events(stack: Stack, admin: Api) -
     assert {r["guid"]: r["record"] for r in result["records"]} == expected
     assert (result["scanned"], result["matched"], result["unreadable"]) == (41, 15, 1)
     assert result["problems"] == [{"guid": "g-bad", "reason": "not JSON"}]
+    # Hygiene: each record beside its event, hashed with the stream's key as the router would.
+    hygiene = ["guid", "mask(kind, 0) as kind", "hash(user.id) as uid", "n * 2 as twice"]
+    cleaned = admin.ok(
+        "POST", f"/v1/streams/{name}/outputs/draft/preview", {"projection": hygiene, "limit": 5}
+    )
+    registry = RegistryReader.connect(stack.settings)
+    key = registry.hashing_key(name)
+    registry.close()
+    assert key is not None and len(key) == 32
+    by_guid = {f"g-{n}": e for n, e in enumerate(events)}
+    for record in cleaned["records"]:
+        event = by_guid[record["guid"]]
+        assert record["event"] == event
+        assert record["record"] == project(parse_projection(hygiene), event, record, key)
+        assert record["record"]["kind"] == "*" and record["record"]["twice"] == event["n"] * 2.0
     newest = admin.ok(
         "POST", f"/v1/streams/{name}/outputs/draft/preview", {"projection": ["n"], "limit": 3}
     )
@@ -311,6 +327,80 @@ def test_preview_runs_a_draft_over_the_newest_events(stack: Stack, admin: Api) -
     )
     assert broken.status_code == 422
     assert {p["field"] for p in broken.json()["problems"]} == {"filter", "projection"}
+    admin.ok("DELETE", f"/v1/streams/{name}")
+
+
+PLAY = {
+    "type": "record",
+    "name": "Play",
+    "fields": [
+        {"name": "title", "type": "string"},
+        {"name": "country", "type": "string"},
+        {
+            "name": "user",
+            "type": {"type": "record", "name": "U", "fields": [{"name": "id", "type": "long"}]},
+        },
+    ],
+}
+
+
+def test_a_schema_change_is_checked_against_the_fields_outputs_read(
+    stack: Stack, admin: Api
+) -> None:
+    name = "schema_checked"
+    search = kafka_output(
+        "search", filter="country = 'US'", projection=["title", "hash(user.id) as uid", "extra"]
+    )
+    created = admin.ok("POST", "/v1/streams", spec(name, schema=PLAY, outputs=[search]))
+    assert created["warnings"] == [
+        "output search reads extra, which the stream's schema does not declare: it is always "
+        "missing from events the proxy accepts, unless the schema allows more fields"
+    ]
+    lineage = admin.ok("GET", f"/v1/streams/{name}/lineage")
+    assert {f["field"]: (f["declared"], f["outputs"]) for f in lineage["fields"]} == {
+        "country": ("string", [{"output": "search", "reads_in": ["filter"]}]),
+        "extra": (None, [{"output": "search", "reads_in": ["projection"]}]),
+        "title": ("string", [{"output": "search", "reads_in": ["projection"]}]),
+        "user": ("record U", []),
+        "user.id": ("long", [{"output": "search", "reads_in": ["projection"]}]),
+    }
+    assert (lineage["unread"], lineage["undeclared"], lineage["whole"]) == (["user"], ["extra"], [])
+
+    # Removing country and retyping user.id: refused, naming each output and field.
+    fields = [
+        {"name": "title", "type": "string"},
+        {
+            "name": "user",
+            "type": {"type": "record", "name": "U", "fields": [{"name": "id", "type": "string"}]},
+        },
+    ]
+    breaking = {**PLAY, "fields": fields}
+    refused = admin.call(
+        "PUT", f"/v1/streams/{name}", spec(name, schema=breaking, outputs=[search])
+    )
+    assert refused.status_code == 409
+    assert refused.json()["problems"] == [
+        {"output": "search", "field": "country", "was": "string", "now": None},
+        {"output": "search", "field": "user.id", "was": "long", "now": "string"},
+    ]
+    assert "output search reads country, which it removes" in refused.json()["message"]
+    assert admin.ok("GET", f"/v1/streams/{name}")["spec"]["schema"] == PLAY  # unchanged
+    # Compatible evolution passes; the breaking one with force, in the audit as forced.
+    optional = {"name": "device", "type": ["null", "string"], "default": None}
+    evolved = {**PLAY, "fields": [*PLAY["fields"], optional]}
+    admin.ok("PUT", f"/v1/streams/{name}", spec(name, schema=evolved, outputs=[search]))
+    # The CLI: the lineage, the refusal and --force.
+    shown = checked(stack.keystone("stream", "lineage", name))
+    assert "user.id" in shown.stdout and "search (projection)" in shown.stdout
+    assert "not declared" in shown.stdout
+    spec_file = stack.state_dir / f"{name}.json"
+    spec_file.write_text(json.dumps(spec(name, schema=breaking, outputs=[search])))
+    said = stack.keystone("stream", "apply", "-f", str(spec_file))
+    assert said.returncode != 0 and "output search reads country" in said.stdout + said.stderr
+    forced = checked(stack.keystone("stream", "apply", "-f", str(spec_file), "--force", "--json"))
+    assert json.loads(forced.stdout)["spec"]["schema"] == breaking
+    entries = [e for e in admin.ok("GET", "/v1/audit", limit=50) if e["target"] == name]
+    assert next(e["detail"].get("force") for e in entries if e["action"] == "stream.put") == "true"
     admin.ok("DELETE", f"/v1/streams/{name}")
 
 

@@ -67,11 +67,16 @@ def test_an_owner_creates_a_stream_and_an_output_in_the_browser_and_sees_events_
         page.click("#preview-button")
         expect(page.locator("#filter-error")).to_contain_text("(column 15)")
         page.fill("#out-filter", "kind = 'a' and n >= 4")
-        page.fill("#out-projection", "guid\nn as number")
+        page.fill("#out-projection", "guid\nn as number\nmask(kind, 0) as kind")
         page.click("#preview-button")
         expect(page.locator("#preview-summary")).to_have_text("8 of the last 20 events match.")
         expect(page.locator("#preview-records tbody tr")).to_have_count(8)
         expect(page.locator("#filter-error")).to_be_hidden()
+        # Each record beside its event, what the projection changed marked: the masked kind.
+        first = page.locator("#preview-records tbody tr").first
+        expect(first.locator("td").nth(1)).to_contain_text('"kind":"a"')
+        expect(first.locator('mark [data-member="kind"]')).to_have_text('"kind": "*"')
+        expect(first.locator('mark [data-member="number"]')).to_have_count(0)  # n, unchanged
 
         page.select_option("#out-start", "earliest")
         # Exactly once needs micro-batches: refused beside the mode, then saved with them.
@@ -84,6 +89,12 @@ def test_an_owner_creates_a_stream_and_an_output_in_the_browser_and_sees_events_
         page.fill("#out-trigger", "2 seconds")
         page.click("#save-output")
         expect(page.locator('tr[data-output="picked"]')).to_be_visible()
+        # The stream's fields: which output reads which, and where.
+        readers = page.locator('#lineage-fields tr[data-field="kind"] [data-readers]')
+        expect(readers).to_have_text("picked (filter, projection)")
+        expect(page.locator('#lineage-fields tr[data-field="n"] [data-readers]')).to_have_text(
+            "picked (filter, projection)"
+        )
         expect(page.locator('tr[data-output="picked"] [data-guarantee]')).to_have_text(
             "exactly once"
         )

@@ -208,11 +208,20 @@ def test_the_exactly_once_benchmark_smoke(stack: Stack) -> None:
 
 
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("extra", [[], ["--object-fields", "20"]], ids=["plain", "object-fields"])
-def test_the_router_plan_benchmark_smoke(stack: Stack, extra: list[str]) -> None:
-    result = "router_plan_object_fields.json" if extra else "router_plan.json"
+@pytest.mark.parametrize(
+    ("extra", "result", "plans"),
+    [
+        ([], "router_plan.json", ["router", "hand-written"]),
+        (["--object-fields", "20"], "router_plan_object_fields.json", ["router", "hand-written"]),
+        (["--hygiene"], "router_plan_hygiene.json", ["router", "router, hygiene"]),
+    ],
+    ids=["plain", "object-fields", "hygiene"],
+)
+def test_the_router_plan_benchmark_smoke(
+    stack: Stack, extra: list[str], result: str, plans: list[str]
+) -> None:
     figures = _smoke(stack, "router_plan_bench", result, *extra, timeout=300)
-    assert [r["name"] for r in _measured(figures)] == ["router", "hand-written"]
+    assert [r["name"] for r in _measured(figures)] == plans
     assert figures["topics"] == []
 
 

@@ -29,6 +29,7 @@ import pytest
 
 from keystone.contracts import envelope
 from keystone.contracts.processes import PidFile, stop
+from keystone.contracts.registry import RegistryReader
 from keystone.contracts.settings import MAX_EVENT_BYTES
 from keystone.control.launcher import Deployment
 from keystone.ingest_proxy.client import DirectProducer
@@ -74,22 +75,35 @@ SPEC = {
         {
             "name": "clicks",
             "filter": "kind = 'click' and user.country in ('US', 'CA')",
-            "projection": ["guid", "timestamp", "app", "user.id as uid", "n"],
+            # Every output's projection has hygiene and computed fields: each sink gets what
+            # the Python evaluator computes, hashes by the stream's key included.
+            "projection": ["guid", "timestamp", "app", "hash(user.id) as uid", "n * 2.5 as n"],
             "sink": {"type": "kafka"},
             "delivery": {"mode": "realtime", "trigger": f"{CHECKPOINT_SECONDS} seconds"},
             "start": "earliest",
         },
         {
             "name": "warehouse",
-            "projection": ["*"],
+            "projection": [
+                "* except user.country",
+                "mask(kind, 2) as kind",
+                "date_of(timestamp) as day",
+            ],
             "sink": {"type": "hive"},
             "delivery": {"mode": "microbatch", "trigger": "5 seconds"},
             "start": "earliest",
         },
         {
             "name": "search",
-            "filter": "user.country is not null and n >= 0",
-            "projection": ["guid", "n", "kind", "amount", "user.country as country"],
+            "filter": "lower(user.country) in ('us', 'ca', 'fr') and n >= 0",
+            "projection": [
+                "guid",
+                "n",
+                "kind",
+                "amount",
+                "user.country as country",
+                "concat(lower(kind), '-', to_string(n)) as label",
+            ],
             "sink": {"type": "elasticsearch"},
             "start": "earliest",
         },
@@ -97,7 +111,14 @@ SPEC = {
             "name": "errors",
             "filter": "kind = 'error' or amount like 'lots%'",
             # `again`: the record of event OVERSIZE is larger than an event may be.
-            "projection": ["n", "kind", "user.id as uid", "amount", "amount as again"],
+            "projection": [
+                "n",
+                "upper(kind) as kind",
+                "redact(user.id) as uid",
+                "amount",
+                "amount as again",
+                "coalesce(user.country, 'none') as country",
+            ],
             "sink": {"type": "keystone", "stream": TARGET},
             "start": "earliest",
         },
@@ -152,15 +173,16 @@ class Fronting:
     therefore hold, by guid, computed with the Python evaluator."""
 
     events: dict[str, tuple[dict, dict]] = field(default_factory=dict)  # guid: (payload, meta)
+    key: bytes | None = None  # the stream's, for `hash` (control's, read from the registry)
 
     def expected(self, output: str) -> dict[str, dict]:
         spec = next(o for o in SPEC["outputs"] if o["name"] == output)
         expr = parse_filter(spec["filter"]) if spec.get("filter") else None
         projection = parse_projection(spec["projection"])
         return {
-            guid: project(projection, payload, meta)
+            guid: project(projection, payload, meta, self.key)
             for guid, (payload, meta) in self.events.items()
-            if matches(expr, payload, meta)
+            if matches(expr, payload, meta, self.key)
         }
 
 
@@ -309,7 +331,10 @@ def routed(stack: Stack) -> Iterator[Routed]:
     for day in (today, today + timedelta(days=1)):  # the daily index, midnight included
         index = f"{STREAM}-search-{day:%Y.%m.%d}"
         assert httpx.put(f"{es}/{index}", json=MAPPING, timeout=30).status_code == 200
-    handle = Routed(stack, Fronting(), Tables(stack))
+    registry = RegistryReader.connect(stack.settings)
+    key = registry.hashing_key(STREAM)
+    registry.close()
+    handle = Routed(stack, Fronting(key=key), Tables(stack))
     # The first load, which the first three tests check, whatever ran before them.
     handle.send(1500, start=0)
     produce(
@@ -318,7 +343,7 @@ def routed(stack: Stack) -> Iterator[Routed]:
         [(value, headers) for value, headers, _ in MALFORMED],
     )
     handle.refresh()
-    handle.loaded = Fronting(dict(handle.fronting.events))
+    handle.loaded = Fronting(dict(handle.fronting.events), key)
     search = handle.loaded.expected("search")
     letters = len(MALFORMED) + sum(1 for g in search if _text_amount(handle, g)) + 1
     wait_for("realtime outputs", lambda: realtime_outputs_caught_up(handle), timeout=240)
@@ -349,8 +374,9 @@ def test_four_outputs_hold_exactly_what_the_python_evaluator_expects(routed: Rou
     assert Counter(g for g, _ in held.kafka).most_common(1)[0][1] == 1
 
     hive = held.hive
-    assert dict(hive) == {g: payload for g, (payload, _) in loaded.events.items()}
+    assert dict(hive) == loaded.expected("warehouse")
     assert len(hive) == 1500  # no row twice
+    assert all("country" not in r["user"] and r["kind"].startswith("**") for _, r in hive)
 
     search = loaded.expected("search")
     refused = {g for g in search if _text_amount(routed, g)}

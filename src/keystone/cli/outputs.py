@@ -70,7 +70,9 @@ def preview(
     limit: Annotated[int, typer.Option("-n", "--limit", min=1, max=1000)] = 20,
     as_json: JsonOption = False,
 ) -> None:
-    """What an output (or a draft of one) would deliver of the stream's newest events."""
+    """What an output (or a draft of one) would deliver of the stream's newest events: each
+    event, and the record it gives, the fields a function made (hashed, masked, computed) in
+    bold."""
     with control(ctx) as client:
         result = client.preview(
             stream, output, filter=filter_text, projection=projection, limit=limit
@@ -78,15 +80,27 @@ def preview(
     if as_json:
         emit(result)
         return
-    table = Table("guid", "ingested (UTC)", "record")
+    table = Table("guid", "ingested (UTC)", "event", "record")
+    computed = set(result.computed)
     for item in result.records:
         when = time.strftime("%H:%M:%S", time.gmtime(item["timestamp"] / 1000))
-        table.add_row(item["guid"], when, Text(json.dumps(item["record"])))
+        table.add_row(
+            item["guid"], when, Text(json.dumps(item["event"])), _record(item["record"], computed)
+        )
     console.print(table)
     console.print(
         f"{result.matched} of the last {result.scanned} events match"
         + (f"; {result.unreadable} unreadable (dead letters)" if result.unreadable else "")
     )
+
+
+def _record(record: dict, computed: set[str]) -> Text:
+    """The record as JSON, the members a function made in bold."""
+    text = Text("{")
+    for i, (name, value) in enumerate(record.items()):
+        member = f"{', ' if i else ''}{json.dumps(name)}: {json.dumps(value)}"
+        text.append(member, style="bold yellow" if name in computed else "")
+    return text.append("}")
 
 
 @app.command("restore-points")

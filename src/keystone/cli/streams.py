@@ -1,4 +1,4 @@
-"""`keystone stream create | apply | list | show | delete`.
+"""`keystone stream create | apply | list | show | lineage | delete`.
 
 Specs are checked here first (without I/O: the same checks control runs), so a typo is caught
 before anything is sent; control checks everything again and owns the decision.
@@ -7,6 +7,7 @@ before anything is sent; control checks everything again and owns the decision.
 from __future__ import annotations
 
 import json
+from typing import Annotated
 
 import typer
 import yaml
@@ -46,11 +47,24 @@ def stream_create(ctx: typer.Context, file: SpecFile, as_json: JsonOption = Fals
 
 
 @app.command("apply")
-def stream_apply(ctx: typer.Context, file: SpecFile, as_json: JsonOption = False) -> None:
-    """Create a stream or replace its spec (its router is redeployed when it changed)."""
+def stream_apply(
+    ctx: typer.Context,
+    file: SpecFile,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force",
+            help="Apply a new schema even where it removes or retypes a field an output reads.",
+        ),
+    ] = False,
+    as_json: JsonOption = False,
+) -> None:
+    """Create a stream or replace its spec (its router is redeployed when it changed). A new
+    schema that removes or retypes a field an output reads is refused, naming each output and
+    field, unless --force."""
     spec = _checked_spec(file.read())
     with control(ctx) as client:
-        _report_change(client.put_stream(spec), "applied", as_json)
+        _report_change(client.put_stream(spec, force), "applied", as_json)
 
 
 def _report_change(answer: StreamPublic, verb: str, as_json: bool) -> None:
@@ -59,6 +73,30 @@ def _report_change(answer: StreamPublic, verb: str, as_json: bool) -> None:
         return
     made = ", ".join(answer.provisioned) or "nothing new"
     console.print(f"stream [bold]{answer.spec.name}[/] {verb}; provisioned: {made}")
+    for warning in answer.warnings:
+        console.print(Text(f"warning: {warning}", style="yellow"))
+
+
+@app.command("lineage")
+def stream_lineage(ctx: typer.Context, name: str, as_json: JsonOption = False) -> None:
+    """Which outputs read which of the stream's fields, beside its schema."""
+    with control(ctx) as client:
+        found = client.lineage(name)
+    if as_json:
+        emit(found)
+        return
+    table = Table("field", "schema", "read by")
+    for use in found.fields:
+        readers = ", ".join(f"{r.output} ({', '.join(r.reads_in)})" for r in use.outputs)
+        declared = use.declared if use.declared is not None else Text("not declared", "yellow")
+        table.add_row(use.field, declared, readers or Text("no output", "dim"))
+    console.print(table)
+    if found.whole:
+        console.print(f"every field, as '*': {', '.join(found.whole)}")
+    for field in found.undeclared:
+        console.print(
+            Text(f"warning: outputs read {field}, which the schema does not declare", "yellow")
+        )
 
 
 @app.command("list")
@@ -104,6 +142,8 @@ def stream_show(ctx: typer.Context, name: str, as_json: JsonOption = False) -> N
     console.print(line)
     if router.last_error:
         console.print(Text(f"last error: {router.last_error}", style="red"))
+    for warning in stream.warnings:
+        console.print(Text(f"warning: {warning}", style="yellow"))
     if status.metrics_error:
         console.print(Text(f"rates unavailable: {status.metrics_error}", style="yellow"))
     table = Table(

@@ -10,6 +10,7 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 from keystone.contracts.errors import InvalidSpec, NotFound
 from keystone.contracts.spec import OutputSpec, StreamSpec
 from keystone.control.gate import CALLER, StrictJSONRoute
+from keystone.control.lineage import lineage
 from keystone.control.models import (
     AppCreate,
     AppKey,
@@ -18,6 +19,7 @@ from keystone.control.models import (
     BackfillPublic,
     BackfillRequest,
     DeadLettersPublic,
+    LineagePublic,
     OwnerCreate,
     OwnerToken,
     PreviewPublic,
@@ -82,10 +84,21 @@ def get_stream(stream: str, plane: PlaneDep, who: CallerDep) -> StreamPublic:
 
 @router.put("/streams/{stream}", response_model=StreamPublic, tags=["streams"])
 def put_stream(
-    stream: str, spec: StreamSpec, plane: PlaneDep, who: CallerDep, response: Response
+    stream: str,
+    spec: StreamSpec,
+    plane: PlaneDep,
+    who: CallerDep,
+    response: Response,
+    force: Annotated[
+        bool,
+        Query(
+            description="Apply a new schema even where it removes or retypes a field an output "
+            "reads (else 409, naming each output and field)."
+        ),
+    ] = False,
 ) -> StreamPublic:
     """Creates the stream or replaces its spec (the router is redeployed if it changed)."""
-    applied = plane.streams.put(who, stream, spec)
+    applied = plane.streams.put(who, stream, spec, force)
     if applied.created:
         response.status_code = 201
     return _public(plane, applied)
@@ -147,6 +160,14 @@ def status(stream: str, plane: PlaneDep, who: CallerDep) -> StatusPublic:
         store.backfills(stream),
         store.redrive(stream),
     )
+
+
+@router.get("/streams/{stream}/lineage", response_model=LineagePublic, tags=["streams"])
+def stream_lineage(stream: str, plane: PlaneDep, who: CallerDep) -> LineagePublic:
+    """Which outputs read which of the stream's fields (in their filters and projections),
+    beside its schema: the fields no output reads, and those outputs read that it does not
+    declare."""
+    return LineagePublic.of(lineage(plane.streams.get(who, stream)))
 
 
 @router.get("/streams/{stream}/dashboard", tags=["streams"])

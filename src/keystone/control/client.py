@@ -18,6 +18,7 @@ from keystone.control.models import (
     AuditPublic,
     BackfillPublic,
     DeadLettersPublic,
+    LineagePublic,
     OwnerToken,
     PreviewPublic,
     RedrivePublic,
@@ -34,6 +35,7 @@ _STREAM = TypeAdapter(StreamPublic)
 _STATUS = TypeAdapter(StatusPublic)
 _STREAMS = TypeAdapter(list[StreamPublic])
 _PREVIEW = TypeAdapter(PreviewPublic)
+_LINEAGE = TypeAdapter(LineagePublic)
 _APP_KEY = TypeAdapter(AppKey)
 _APPS = TypeAdapter(list[AppPublic])
 _OWNER_TOKEN = TypeAdapter(OwnerToken)
@@ -156,8 +158,13 @@ class ControlClient:
     def create_stream(self, spec: dict) -> StreamPublic:
         return self._read(_STREAM, "POST", "/v1/streams", spec)
 
-    def put_stream(self, spec: dict) -> StreamPublic:
-        return self._read(_STREAM, "PUT", f"/v1/streams/{spec['name']}", spec)
+    def put_stream(self, spec: dict, force: bool = False) -> StreamPublic:
+        """`force`: apply a new schema that breaks what an output reads (else 409)."""
+        params = {"force": "true"} if force else {}
+        return self._read(_STREAM, "PUT", f"/v1/streams/{spec['name']}", spec, **params)
+
+    def lineage(self, name: str) -> LineagePublic:
+        return self._read(_LINEAGE, "GET", f"/v1/streams/{name}/lineage")
 
     def delete_stream(self, name: str) -> None:
         self.call("DELETE", f"/v1/streams/{name}")

@@ -22,6 +22,7 @@ from keystone.contracts.registry import App, RouterPhase, RouterState
 from keystone.contracts.spec import Principal, StreamSpec
 from keystone.control.backfills import BackfillPlan, BackfillView
 from keystone.control.deadletters import Listing, RedrivePlan, RedriveView
+from keystone.control.lineage import Lineage, lineage
 from keystone.control.rewinds import Plan, Progress, Target
 from keystone.control.store import AuditEntry
 from keystone.control.tenancy import Caller
@@ -83,6 +84,11 @@ class StreamPublic(BaseModel):
     provisioned: list[str] = Field(
         default_factory=list, description="What this change created: topics, templates..."
     )
+    warnings: list[str] = Field(
+        default_factory=list,
+        description="What may not work as meant: an output reading a field the stream's schema "
+        "does not declare.",
+    )
 
     @classmethod
     def of(
@@ -92,6 +98,54 @@ class StreamPublic(BaseModel):
             spec=spec,
             router=RouterPublic.of(state, bool(spec.outputs)),
             provisioned=provisioned or [],
+            warnings=lineage(spec).warnings(),
+        )
+
+
+class FieldReadersPublic(BaseModel):
+    output: str
+    reads_in: list[Literal["filter", "projection"]] = Field(
+        description="Where the output reads the field."
+    )
+
+
+class FieldPublic(BaseModel):
+    field: str = Field(description="A dotted path into the payload.")
+    declared: str | None = Field(
+        description="Its type in the stream's schema (None: not declared, or no schema)."
+    )
+    outputs: list[FieldReadersPublic] = Field(description="The outputs that read it, by name.")
+
+
+class LineagePublic(BaseModel):
+    """Which outputs read which of the stream's fields, beside its schema."""
+
+    fields: list[FieldPublic]
+    whole: list[str] = Field(
+        description="Outputs whose projection is '*': they pass on every field, and read none "
+        "by name."
+    )
+    unread: list[str] = Field(description="Fields the schema declares that no output reads.")
+    undeclared: list[str] = Field(
+        description="Fields outputs read that the schema does not declare (none without one)."
+    )
+
+    @classmethod
+    def of(cls, found: Lineage) -> LineagePublic:
+        return cls(
+            fields=[
+                FieldPublic(
+                    field=use.field,
+                    declared=None if use.declared is None else str(use.declared),
+                    outputs=[
+                        FieldReadersPublic(output=o, reads_in=w) for o, w in use.readers.items()
+                    ],
+                )
+                for use in found.fields
+            ],
+            whole=found.whole,
+            unread=found.unread,
+            undeclared=found.undeclared,
         )
 
 
@@ -593,8 +647,15 @@ class PreviewPublic(BaseModel):
     scanned: int
     matched: int
     unreadable: int
-    records: list[dict[str, Any]]
+    records: list[dict[str, Any]] = Field(
+        description="Each matching event: its guid, timestamp, the event (its payload) and the "
+        "record the output would write of it."
+    )
     problems: list[dict[str, Any]]
+    computed: list[str] = Field(
+        default_factory=list,
+        description="The record's fields a function makes (hashed, masked, computed).",
+    )
 
 
 class AuditPublic(BaseModel):

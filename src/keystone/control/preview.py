@@ -19,6 +19,7 @@ from keystone.contracts.schema import check_budget, parse_schema, schema_problem
 from keystone.contracts.settings import Settings
 from keystone.contracts.spec import StreamSpec
 from keystone.control.validation import expression_problem
+from keystone.router.lang.ast import Call
 from keystone.router.lang.evaluate import matches, project, read_event
 from keystone.router.lang.parser import parse_filter, parse_projection
 
@@ -37,6 +38,7 @@ class Preview:
     # {guid, timestamp, event, record}: the payload before, the output's record after
     records: list[dict[str, Any]] = field(default_factory=list)
     problems: list[dict[str, Any]] = field(default_factory=list)  # why events were unreadable
+    computed: list[str] = field(default_factory=list)  # record fields a function made
 
 
 def preview(
@@ -55,7 +57,7 @@ def preview(
     them previewable)."""
     expression, projection = _compiled(filter_text, projection_text, limits)
     schema = parse_schema(spec.avro_schema) if spec.avro_schema else None
-    result = Preview()
+    result = Preview(computed=[c.name for c in projection.columns if isinstance(c.source, Call)])
     for event in recent_events(settings, spec.name, limit):
         result.scanned += 1
         why, payload = _readable(event, schema)

@@ -19,6 +19,7 @@ from keystone.contracts.registry import Unreadable
 from keystone.contracts.schema import schema_limit_problems
 from keystone.contracts.settings import Settings
 from keystone.contracts.spec import OutputSpec, StreamSpec, load_spec
+from keystone.control.lineage import check_schema_change
 from keystone.control.provisioner import provision
 from keystone.control.store import Store, audit
 from keystone.control.tenancy import ADMIN, Caller
@@ -57,8 +58,9 @@ class Streams:
 
         return self._apply(caller, spec.name, change, "stream.create")
 
-    def put(self, caller: Caller, name: str, spec: StreamSpec) -> Applied:
-        """Creates the stream or replaces its spec."""
+    def put(self, caller: Caller, name: str, spec: StreamSpec, force: bool = False) -> Applied:
+        """Creates the stream or replaces its spec; a new schema that removes or retypes a
+        field an output reads is refused (409) unless `force`."""
         if spec.name != name:
             raise InvalidSpec(
                 "the spec's name must be the stream's",
@@ -68,9 +70,12 @@ class Streams:
         def change(old: StreamSpec | None) -> StreamSpec:
             if old is not None and not caller.owns(old.owner):  # as POST answers: the name
                 raise Conflict(f"stream {name!r} already exists")  # is taken, nothing more
-            return self._checked(caller, spec, old)
+            checked = self._checked(caller, spec, old)
+            check_schema_change(old, checked, force)
+            return checked
 
-        return self._apply(caller, name, change, "stream.put")
+        detail = {"force": "true"} if force else {}
+        return self._apply(caller, name, change, "stream.put", **detail)
 
     def delete(self, caller: Caller, name: str) -> None:
         try:

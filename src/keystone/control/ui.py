@@ -25,6 +25,7 @@ from pydantic import ValidationError
 from keystone.contracts.errors import Forbidden, InvalidSpec, KeystoneError, Unauthorized
 from keystone.contracts.spec import DEFAULT_TRIGGERS, OutputSpec, StreamSpec, field_errors
 from keystone.control.api import PlaneDep
+from keystone.control.lineage import lineage
 from keystone.control.models import (
     BackfillPublic,
     BackfillRequest,
@@ -210,6 +211,7 @@ def stream_page(request: Request, stream: str, plane: PlaneDep, who: UICaller) -
         who,
         spec=spec,
         status=_status_of(plane, spec),
+        lineage=lineage(spec),
         form={
             "sink": "kafka",
             "mode": "realtime",
@@ -289,6 +291,7 @@ def add_output(
             who,
             spec=spec,
             status=_status_of(plane, spec),
+            lineage=lineage(spec),
             form=form,
             problems=problems,
             error=error,
@@ -464,8 +467,24 @@ def _dashboard_data(
 
 
 def _projection(text: str) -> list[str]:
-    items = [line.strip() for line in text.replace(",", "\n").splitlines() if line.strip()]
-    return items or ["*"]
+    """The editor's projection: an item per line, or several on a line separated by commas
+    outside parentheses and quotes; a line that starts with `* except` is one item (its commas
+    separate the paths it leaves out). static/stream.js splits the same way."""
+    items: list[str] = []
+    for line in text.splitlines():
+        if line.strip().startswith("*"):
+            items.append(line.strip())
+            continue
+        depth, quoted, start = 0, False, 0
+        for i, char in enumerate(line + ","):
+            if char == "'":
+                quoted = not quoted  # '' inside a string toggles twice: still inside
+            elif not quoted and char in "()":
+                depth += 1 if char == "(" else -1
+            elif not quoted and depth <= 0 and char == ",":
+                items.append(line[start:i].strip())
+                start = i + 1
+    return [item for item in items if item] or ["*"]
 
 
 def _status_of(plane: Plane, spec: StreamSpec) -> dict[str, Any]:

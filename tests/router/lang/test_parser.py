@@ -149,9 +149,9 @@ def test_functions_and_arithmetic() -> None:
     ("text", "message", "column", "expected"),
     [
         ("hsh(a)", "unknown function 'hsh': the functions are coalesce, concat", 1, "one of "),
-        ("hash(a, b)", "hash takes 1 argument, not 2", 1, "hash(...)"),
-        ("coalesce(a)", "coalesce takes at least 2 arguments, not 1", 1, "coalesce(..., ..., ...)"),
-        ("lower() = 'a'", "lower takes 1 argument, not 0", 1, "lower(...)"),
+        ("hash(a, b)", "hash takes 1 argument, not 2: hash(value)", 1, "hash(value)"),
+        ("coalesce(a)", "takes at least 2 arguments, not 1", 1, "coalesce(value, value, ...)"),
+        ("lower() = 'a'", "lower takes 1 argument, not 0", 1, "lower(string)"),
         ("mask(a, b) = 'x'", "how many characters it keeps", 9, "an integer, 0 or more"),
         ("mask(a, 1.5) = 'x'", "how many characters it keeps", 9, "an integer, 0 or more"),
         ("mask(a, -1) = 'x'", "keeps 0 or more characters", 9, "0 or more"),

@@ -53,12 +53,20 @@ Operand = Field | Meta | Const | Call
 
 @dataclass(frozen=True)
 class Signature:
-    """A function's arguments: how many, and which must be written as literals (an option,
-    not a value: `mask`'s count, `to_timestamp`'s format)."""
+    """A function's arguments as written (`form`: their names, `...` for more of the last),
+    what it gives, and which arguments must be literals (an option, not a value: `mask`'s
+    count, `to_timestamp`'s format)."""
 
-    arity: tuple[int, int | None]  # at least, at most (None: any number)
+    form: str
     summary: str
     literals: tuple[int, ...] = ()  # positions that take a literal
+
+    @property
+    def arity(self) -> tuple[int, int | None]:
+        """At least, at most (None: any number) arguments."""
+        names = self.form[self.form.index("(") + 1 : -1].split(", ")
+        more = names[-1] == "..."
+        return (len(names) - more, None if more else len(names))
 
 
 # Names of the formats `to_timestamp` reads.
@@ -68,29 +76,46 @@ REDACTED = "[redacted]"
 
 FUNCTIONS: dict[str, Signature] = {
     # Hygiene: what a sink must not hold raw.
-    "hash": Signature((1, 1), "keyed SHA-256 (the stream's key) of the value's text, in hex"),
-    "mask": Signature(
-        (2, 2), "the value's text with all but its last N characters as '*'", literals=(1,)
+    "hash": Signature(
+        "hash(value)", "HMAC-SHA256 of the value's text under the stream's key, in hex"
     ),
-    "redact": Signature((1, 1), f"'{REDACTED}' in place of any value"),
+    "mask": Signature(
+        "mask(value, keep)",
+        "the value's text with all but its last `keep` characters as `*` (all of them when "
+        "it has no more)",
+        literals=(1,),
+    ),
+    "redact": Signature("redact(value)", f"`'{REDACTED}'` in place of any value, null too"),
     # Normalising.
-    "lower": Signature((1, 1), "a string in lower case"),
-    "upper": Signature((1, 1), "a string in upper case"),
-    "trim": Signature((1, 1), "a string without JSON whitespace at either end"),
-    "coalesce": Signature((2, None), "the first argument neither missing nor null"),
-    "to_number": Signature((1, 1), "a number, or a string holding a JSON number, as a number"),
-    "to_string": Signature((1, 1), "a string, number or boolean as its text"),
-    "to_bool": Signature((1, 1), "a boolean, 'true'/'false'/'1'/'0' in any case, or 1/0"),
+    "lower": Signature("lower(string)", "the string in lower case"),
+    "upper": Signature("upper(string)", "the string in upper case"),
+    "trim": Signature("trim(string)", "the string without JSON whitespace at either end"),
+    "coalesce": Signature(
+        "coalesce(value, value, ...)", "the first argument neither missing nor null, any type"
+    ),
+    "to_number": Signature(
+        "to_number(value)", "a number as it is; a string holding a JSON number as that number"
+    ),
+    "to_string": Signature("to_string(value)", "a string, number or boolean as its text"),
+    "to_bool": Signature(
+        "to_bool(value)", "a boolean; `'true'`, `'false'`, `'1'`, `'0'` in any case; 1 or 0"
+    ),
     "to_timestamp": Signature(
-        (2, 2),
-        f"a time read as {', '.join(repr(f) for f in TIME_FORMATS)}, as epoch milliseconds",
+        "to_timestamp(value, format)",
+        "epoch milliseconds of a time written as the format says: "
+        + ", ".join(f"`'{f}'`" for f in TIME_FORMATS),
         literals=(1,),
     ),
     # Computed.
-    "concat": Signature((2, None), "the texts of strings, numbers and booleans, joined"),
-    "length": Signature((1, 1), "a string's length in characters (code points)"),
-    "substring": Signature((3, 3), "LENGTH characters of a string from START (1 is the first)"),
-    "date_of": Signature((1, 1), "the UTC date (yyyy-mm-dd) of epoch milliseconds"),
+    "concat": Signature(
+        "concat(value, value, ...)", "the texts of strings, numbers and booleans, joined"
+    ),
+    "length": Signature("length(string)", "the string's length in characters (code points)"),
+    "substring": Signature(
+        "substring(string, start, length)",
+        "`length` characters of the string from `start` (1 is the first)",
+    ),
+    "date_of": Signature("date_of(millis)", "the UTC date (`yyyy-mm-dd`) of epoch milliseconds"),
 }
 ARITHMETIC = ("+", "-", "*", "/")
 

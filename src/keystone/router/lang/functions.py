@@ -1,22 +1,27 @@
-"""What the language's functions mean, in pure Python: the reference the Spark backend
-(`spark.py`) is held to.
+"""What the language's functions mean (this module is the reference the Spark backend,
+`spark.py`, is held to, case by case and on generated events and expressions).
 
-Values are JSON's (str, int or float, bool, None, dict, list) or `MISSING`. The rules, for every
-function but `coalesce` (which is for nulls and missing fields):
+Every function but `coalesce`, which is for nulls and missing fields, follows these rules:
 
-- a missing argument makes the result missing (a projected field is then left out, as a missing
-  path is);
-- a null argument, or one of a type the function does not take, makes it null: a function never
-  fails an event;
-- numbers are doubles (as comparisons read them); a result that is not finite (an overflow, a
+- A missing argument makes the result missing: a projected field is then left out, as a field
+  the event does not have is.
+- A null argument, or one of a type the function does not take, makes the result null. A
+  function never fails an event.
+- Numbers are doubles, as comparisons read them. A result that is not finite (an overflow, a
   division by zero) is null.
 
-A value's text (`text_of`: what `to_string`, `concat`, `hash` and `mask` read) is a string's
-own, `true`/`false`, or a number's: the digits of an integer as the event wrote it (`-0` is
-`0`), else the shortest decimal that reads back as the same double, in Python's `repr` form
-(`1.5`, `1e+16`, `1e-05`). A double the language computes is written that way in a projected
-record too, so an integral result keeps its `.0` (`3.0`): a sink that types a field by its
-first value (Elasticsearch) then types it as a floating point number.
+A value's text, what `to_string`, `concat`, `hash` and `mask` read: a string's own, `true` or
+`false`, or a number's. That is the digits of an integer as the event wrote them (`-0` is `0`),
+else the shortest decimal that reads back as the same double, in Python's form (`1.5`, `1e+16`,
+`1e-05`). So `5` and `'5'` hash alike. Objects and arrays have no text.
+
+A number the language computes is written that way in a record too, so an integral result keeps
+its `.0` (`3.0`): a sink that types a field by its first value (Elasticsearch) then types it as
+a floating point number, and a later `3.5` fits.
+
+`to_timestamp(value, 'iso8601')` reads `yyyy-mm-ddThh:mm:ss`, an optional fraction (read to the
+millisecond) and a zone, `Z` or `+hh:mm`/`-hh:mm`. A time without a zone is no moment: null.
+Times give epoch milliseconds, as the event's `timestamp`, within the years 1 to 9999.
 """
 
 from __future__ import annotations

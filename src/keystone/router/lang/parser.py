@@ -348,10 +348,11 @@ class _Parser:
         if len(args) < least or (most is not None and len(args) > most):
             wanted = f"{least}" if least == most else f"at least {least}"
             raise ExpressionError(
-                f"{name} takes {wanted} argument{'s' * (wanted != '1')}, not {len(args)}",
+                f"{name} takes {wanted} argument{'s' * (wanted != '1')}, not {len(args)}: "
+                f"{signature.form}",
                 self.text,
                 token.column,
-                f"{name}({', '.join(['...'] * least)}{', ...' * (most is None)})",
+                signature.form,
             )
         return Call(name, tuple(args))
 

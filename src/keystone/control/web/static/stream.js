@@ -442,8 +442,28 @@ if (location.hash.startsWith("#recovery-")) {
   if (box) box.open = true;
 }
 
+// An item per line, or several on a line separated by commas outside parentheses and quotes; a
+// line that starts with `* except` is one item. As ui.py's _projection splits it.
 function projectionItems(text) {
-  return text.split(/[\n,]/).map((s) => s.trim()).filter((s) => s.length > 0);
+  const items = [];
+  for (const line of text.split("\n")) {
+    if (line.trim().startsWith("*")) {
+      items.push(line.trim());
+      continue;
+    }
+    let depth = 0, quoted = false, start = 0;
+    const padded = line + ",";
+    for (let i = 0; i < padded.length; i++) {
+      const char = padded[i];
+      if (char === "'") quoted = !quoted;
+      else if (!quoted && (char === "(" || char === ")")) depth += char === "(" ? 1 : -1;
+      else if (!quoted && depth <= 0 && char === ",") {
+        items.push(padded.slice(start, i).trim());
+        start = i + 1;
+      }
+    }
+  }
+  return items.filter((s) => s.length > 0);
 }
 
 function showFieldError(field, message) {
@@ -484,13 +504,37 @@ async function preview() {
     const row = document.createElement("tr");
     const guid = document.createElement("td");
     guid.textContent = item.guid;
-    const record = document.createElement("td");
-    const code = document.createElement("code");
-    code.textContent = JSON.stringify(item.record);
-    record.append(code);
-    row.append(guid, record);
+    const event = document.createElement("td");
+    const before = document.createElement("code");
+    before.textContent = JSON.stringify(item.event);
+    event.append(before);
+    row.append(guid, event, recordCell(item.record, new Set(result.computed)));
     body.append(row);
   }
+}
+
+// The record, each field a function made marked (hashed, masked, computed): what the output's
+// hygiene does is seen at a glance.
+function recordCell(record, computed) {
+  const cell = document.createElement("td");
+  const code = document.createElement("code");
+  code.append("{");
+  Object.entries(record).forEach(([name, value], i) => {
+    if (i) code.append(", ");
+    const member = document.createElement("span");
+    member.dataset.member = name;
+    member.textContent = `${JSON.stringify(name)}: ${JSON.stringify(value)}`;
+    if (computed.has(name)) {
+      const mark = document.createElement("mark");
+      mark.append(member);
+      code.append(mark);
+    } else {
+      code.append(member);
+    }
+  });
+  code.append("}");
+  cell.append(code);
+  return cell;
 }
 
 document.getElementById("preview-button").addEventListener("click", preview);
