@@ -4,6 +4,7 @@ import java.math.MathContext;
 import java.math.RoundingMode;
 import java.nio.charset.StandardCharsets;
 import java.security.GeneralSecurityException;
+import java.security.MessageDigest;
 import java.time.LocalDate;
 import java.time.LocalDateTime;
 import java.time.ZoneOffset;
@@ -12,16 +13,17 @@ import java.util.Map;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
 
-import javax.crypto.Mac;
-import javax.crypto.spec.SecretKeySpec;
 
 import org.apache.spark.sql.Column;
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.catalyst.analysis.TypeCheckResult;
 import org.apache.spark.sql.catalyst.expressions.Expression;
+import org.apache.spark.sql.catalyst.expressions.codegen.Block;
+import org.apache.spark.sql.catalyst.expressions.codegen.CodeBlock;
+import org.apache.spark.sql.catalyst.expressions.codegen.CodeGenerator$;
 import org.apache.spark.sql.catalyst.expressions.codegen.CodegenContext;
-import org.apache.spark.sql.catalyst.expressions.codegen.CodegenFallback;
 import org.apache.spark.sql.catalyst.expressions.codegen.ExprCode;
+import org.apache.spark.sql.catalyst.expressions.codegen.JavaCode;
 import org.apache.spark.sql.classic.ExpressionUtils;
 import org.apache.spark.sql.types.DataType;
 import org.apache.spark.sql.types.DataTypes;
@@ -39,6 +41,8 @@ import scala.jdk.javaapi.CollectionConverters;
  * - `repr`: a double's text as Python's repr writes it (the shortest decimal that reads back as
  *   the same double: `1.5`, `3.0`, `1e+16`, `1e-05`), null when it is not finite. Java 17's
  *   Double.toString is neither shortest in every case nor in that form.
+ * - `numtext`: a JSON number's text as the language writes it (an integer's digits, else the
+ *   double's shortest form).
  * - `quote`: a string as a JSON string.
  * - `finite`: a double, null when it is not finite (an overflow, 0/0).
  * - `hash`: HMAC-SHA256 of a string's UTF-8 under the stream's key, in lower-case hex. The key
@@ -51,7 +55,7 @@ import scala.jdk.javaapi.CollectionConverters;
  * - `date`: the UTC date (yyyy-mm-dd) of a double of epoch milliseconds, null outside years 1 to
  *   9999.
  */
-public final class LangFunction extends Expression implements CodegenFallback, Serializable {
+public final class LangFunction extends Expression implements Serializable {
     private static final Pattern ISO8601 = Pattern.compile(
         "([0-9]{4})-([0-9]{2})-([0-9]{2})T([0-9]{2}):([0-9]{2}):([0-9]{2})(?:\\.([0-9]{1,9}))?"
         + "(?:(Z)|([+-])([0-9]{2}):([0-9]{2}))");
@@ -59,6 +63,7 @@ public final class LangFunction extends Expression implements CodegenFallback, S
     // op: what it reads, what it gives
     private static final Map<String, DataType[]> TYPES = Map.of(
         "repr", new DataType[] {DataTypes.DoubleType, DataTypes.StringType},
+        "numtext", new DataType[] {DataTypes.StringType, DataTypes.StringType},
         "quote", new DataType[] {DataTypes.StringType, DataTypes.StringType},
         "finite", new DataType[] {DataTypes.DoubleType, DataTypes.DoubleType},
         "hash", new DataType[] {DataTypes.StringType, DataTypes.StringType},
@@ -76,7 +81,11 @@ public final class LangFunction extends Expression implements CodegenFallback, S
     private final byte[] key;  // `hash` only
     private final int keep;  // `mask` only
     private final Seq<Expression> children;
-    private transient Mac mac;  // one per deserialised copy, so per task: a Mac is not shared
+    // The padded keys' digest states, made by the first value: one per deserialised copy of
+    // the expression, so per task (a digest is not shared between threads).
+    private transient MessageDigest inner;
+    private transient MessageDigest outer;
+    private static final byte[] HEX = "0123456789abcdef".getBytes(StandardCharsets.US_ASCII);
 
     public LangFunction(String op, Expression child, byte[] key, int keep) {
         if (!TYPES.containsKey(op)) {
@@ -99,14 +108,18 @@ public final class LangFunction extends Expression implements CodegenFallback, S
     @Override
     public Object eval(InternalRow row) {
         Object value = child.eval(row);
-        if (value == null) {
-            return null;
-        }
+        return value == null ? null : apply(value);
+    }
+
+    /** The function of a value (not null): what the generated code calls, its argument's own
+     * expression compiled with the rest (a fallback to `eval` would interpret it). */
+    public Object apply(Object value) {
         switch (op) {
             case "repr": return string(repr((Double) value));
             case "quote": return UTF8String.fromString(quote(value.toString()));
             case "finite": return Double.isFinite((Double) value) ? value : null;
-            case "hash": return UTF8String.fromString(hash(((UTF8String) value).getBytes()));
+            case "hash": return hash(((UTF8String) value).getBytes());
+            case "numtext": return string(numberText(value.toString()));
             case "mask": return UTF8String.fromString(mask(value.toString(), keep));
             case "iso8601": return iso8601(value.toString());
             case "millis": return day((Double) value) == null ? null : (long) Math.floor((Double) value);
@@ -198,22 +211,53 @@ public final class LangFunction extends Expression implements CodegenFallback, S
         return out.toString();
     }
 
-    private String hash(byte[] text) {
+    /** HMAC-SHA256 of the bytes under the key, in lower-case hex: SHA-256 of the outer padded
+     * key and SHA-256 of the inner padded key and the text. The padded keys' digest states are
+     * made once and copied for each value (half of HMAC's work is hashing them). */
+    private UTF8String hash(byte[] text) {
         try {
-            if (mac == null) {
-                mac = Mac.getInstance("HmacSHA256");
-                // HMAC defines an empty key (zeros); the JCE refuses one: a block of zeros is it.
-                mac.init(new SecretKeySpec(key.length == 0 ? new byte[64] : key, "HmacSHA256"));
+            if (inner == null) {
+                byte[] k = key.length > 64 ? MessageDigest.getInstance("SHA-256").digest(key) : key;
+                byte[] ipad = new byte[64];
+                byte[] opad = new byte[64];
+                for (int i = 0; i < 64; i++) {
+                    byte b = i < k.length ? k[i] : 0;
+                    ipad[i] = (byte) (b ^ 0x36);
+                    opad[i] = (byte) (b ^ 0x5c);
+                }
+                inner = MessageDigest.getInstance("SHA-256");
+                inner.update(ipad);
+                outer = MessageDigest.getInstance("SHA-256");
+                outer.update(opad);
             }
-            byte[] digest = mac.doFinal(text);
-            StringBuilder hex = new StringBuilder(64);
-            for (byte b : digest) {
-                hex.append(Character.forDigit((b >> 4) & 0xf, 16)).append(Character.forDigit(b & 0xf, 16));
+            MessageDigest in = (MessageDigest) inner.clone();
+            in.update(text);
+            MessageDigest out = (MessageDigest) outer.clone();
+            out.update(in.digest());
+            byte[] digest = out.digest();
+            byte[] hex = new byte[digest.length * 2];
+            for (int i = 0; i < digest.length; i++) {
+                hex[2 * i] = HEX[(digest[i] >> 4) & 0xf];
+                hex[2 * i + 1] = HEX[digest[i] & 0xf];
             }
-            return hex.toString();
-        } catch (GeneralSecurityException e) {
-            throw new IllegalStateException("HMAC-SHA256 is not available", e);
+            return UTF8String.fromBytes(hex);
+        } catch (GeneralSecurityException | CloneNotSupportedException e) {
+            throw new IllegalStateException("SHA-256 is not available", e);
         }
+    }
+
+    /** A JSON number's text as the language writes it: an integer's digits as written (`-0` is
+     * `0`, as Python reads it), else the double's shortest form; null when it is infinite. */
+    static String numberText(String raw) {
+        int start = raw.startsWith("-") ? 1 : 0;
+        boolean integer = raw.length() > start;
+        for (int i = start; i < raw.length() && integer; i++) {
+            integer = Character.isDigit(raw.charAt(i)) && raw.charAt(i) < 128;
+        }
+        if (integer) {
+            return raw.equals("-0") ? "0" : raw;
+        }
+        return repr(Double.parseDouble(raw));
     }
 
     /** Epoch milliseconds of an ISO-8601 time, or null. */
@@ -287,7 +331,23 @@ public final class LangFunction extends Expression implements CodegenFallback, S
 
     @Override
     public ExprCode doGenCode(CodegenContext ctx, ExprCode ev) {
-        return CodegenFallback.super.doGenCode(ctx, ev);
+        ExprCode argument = child.genCode(ctx);
+        String self = ctx.addReferenceObj("langFunction", this, LangFunction.class.getName());
+        CodeGenerator$ gen = CodeGenerator$.MODULE$;
+        String type = gen.javaType(dataType());
+        String code = argument.code() + "\n"
+            + "boolean " + ev.isNull() + " = " + argument.isNull() + ";\n"
+            + type + " " + ev.value() + " = " + gen.defaultValue(dataType(), true) + ";\n"
+            + "if (!" + ev.isNull() + ") {\n"
+            + "  Object result = " + self + ".apply((" + gen.boxedType(child.dataType()) + ") "
+            + argument.value() + ");\n"
+            + "  if (result == null) { " + ev.isNull() + " = true; }\n"
+            + "  else { " + ev.value() + " = (" + gen.boxedType(dataType()) + ") result; }\n"
+            + "}\n";
+        Block block = new CodeBlock(
+            CollectionConverters.asScala(List.of(code)).toList(),
+            CollectionConverters.asScala(List.<JavaCode>of()).toList());
+        return new ExprCode(block, ev.isNull(), ev.value());
     }
 
     @Override

@@ -107,7 +107,7 @@ class Read:
         """A string's own, a number's digits or shortest form, `true`/`false`; else null."""
         return (
             F.when(self.kind == "string", self.string)
-            .when(self.kind == "number", _number_text(self.raw, self.number))
+            .when(self.kind == "number", _number_text(self.raw))
             .when(self.kind == "boolean", self.boolean.cast("string"))
         )
 
@@ -142,7 +142,8 @@ class Read:
 class Made:
     """What a function made: `value`, of the one kind `static` (a number as a double, or as a
     bigint where `integer`), null where the function gives null; `missing` where an argument is
-    missing; `raw`, a number's text as written where it has one (`to_number`'s)."""
+    missing; `raw`, a number's text as written where it has one (`to_number`'s). `plain`: a
+    string with nothing to escape in JSON (a hash's hex, a date), quoted as it is."""
 
     static: str
     value: Column
@@ -150,6 +151,7 @@ class Made:
     raw: Column | None = None
     integer: bool = False
     whole: Column | None = None
+    plain: bool = False
 
     computed = True
 
@@ -188,13 +190,15 @@ class Made:
         if self.static == "boolean" or self.integer:
             return F.when(~self.missing, self.value.cast("string"))
         if self.raw is not None:
-            return F.when(~self.missing, _number_text(self.raw, self.value))
+            return F.when(~self.missing, _number_text(self.raw))
         return F.when(~self.missing, _repr(self.value))
 
     @property
     def json(self) -> Column:
         if self.static == "string":
-            made = _quoted(self.value)
+            made = (
+                F.concat(F.lit('"'), self.value, F.lit('"')) if self.plain else _quoted(self.value)
+            )
         elif self.static == "boolean" or self.integer:
             made = self.value.cast("string")
         else:
@@ -212,7 +216,9 @@ class Made:
     def unpacked(self, value: Column, bound: bool) -> Made:
         raw = value["raw"] if self.raw is not None else None
         whole = value if bound else None
-        return Made(self.static, value["value"], value["missing"], raw, self.integer, whole)
+        return Made(
+            self.static, value["value"], value["missing"], raw, self.integer, whole, self.plain
+        )
 
 
 Typed = Read | Made
@@ -234,11 +240,10 @@ def _field(value: Column) -> Read:
     return Read(kind, value["string"], json.try_cast("double"), json == "true", json)
 
 
-def _number_text(raw: Column, number: Column) -> Column:
-    """A number's text: an integer's digits as written (`-0` is `0`, as Python reads it), else
-    the double's shortest form (`functions.number_text`)."""
-    integer = raw.rlike(f"^{INTEGER.pattern}$")
-    return F.when(integer, F.when(raw == "-0", "0").otherwise(raw)).otherwise(_repr(number))
+def _number_text(raw: Column) -> Column:
+    """A number's text from its JSON text: an integer's digits as written (`-0` is `0`, as
+    Python reads it), else the double's shortest form (`functions.number_text`)."""
+    return _lang("numtext", raw)
 
 
 def _repr(number: Column) -> Column:
@@ -336,10 +341,11 @@ def _function(call: Call, args: list[Typed], key: bytes | None) -> Typed:
         return _coalesce(args)
     missing = _any(a.missing for a in args)
     if name == "redact":
-        return Made("string", F.lit(REDACTED), missing)
+        return Made("string", F.lit(REDACTED), missing, plain=True)
     string = first.present("string")
     if name in ("hash", "mask", "lower", "upper", "trim", "to_string", "concat", "substring"):
-        return Made("string", _string_function(call, args, key), missing)
+        plain = name == "hash"  # hex
+        return Made("string", _string_function(call, args, key), missing, plain=plain)
     if name == "length":
         return Made("number", F.char_length(string).cast("bigint"), missing, integer=True)
     if name == "to_number":
@@ -349,7 +355,7 @@ def _function(call: Call, args: list[Typed], key: bytes | None) -> Typed:
     if name == "to_timestamp":
         return Made("number", _to_timestamp(first, _form(call)), missing, integer=True)
     if name == "date_of":
-        return Made("string", _lang("date", first.present("number")), missing)
+        return Made("string", _lang("date", first.present("number")), missing, plain=True)
     left, right = first.present("number"), args[1].present("number")
     result = F.try_divide(left, right) if name == "/" else COMPUTE[name](left, right)
     return Made("number", _lang("finite", result), missing)
