@@ -104,6 +104,8 @@ def _tokens(text: str) -> list[Token]:
     return tokens
 
 
+# The most characters mask keeps: any string is shorter (the router's are Java strings).
+MAX_MASK_KEEP = 2**31 - 1
 # How tightly each arithmetic operator binds.
 _TIGHTNESS = {"+": 1, "-": 1, "*": 2, "/": 2}
 
@@ -383,9 +385,12 @@ class _Parser:
                 token.column,
                 "an integer, 0 or more",
             )
-        if name == "mask" and value < 0:  # type: ignore[operator]
+        if name == "mask" and not 0 <= value <= MAX_MASK_KEEP:  # type: ignore[operator]
             raise ExpressionError(
-                "mask keeps 0 or more characters", self.text, token.column, "0 or more"
+                f"mask keeps 0 to {MAX_MASK_KEEP:,} characters",
+                self.text,
+                token.column,
+                f"0 to {MAX_MASK_KEEP}",
             )
         if name == "to_timestamp" and value not in TIME_FORMATS:
             raise ExpressionError(
