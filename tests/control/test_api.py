@@ -314,6 +314,15 @@ def test_preview_runs_a_draft_over_the_newest_events(stack: Stack, admin: Api) -
         assert record["event"] == event
         assert record["record"] == project(parse_projection(hygiene), event, record, key)
         assert record["record"]["kind"] == "*" and record["record"]["twice"] == event["n"] * 2.0
+    # A number beyond a double: shown, not a failure (JSON has no infinity).
+    huge = b'{"n": 1e400, "kind": "a"}'
+    produce(stack.address("kafka"), fronting_topic(name), [(huge, {**headers, "ks_guid": "g-inf"})])
+    [shown] = admin.ok(
+        "POST",
+        f"/v1/streams/{name}/outputs/draft/preview",
+        {"projection": ["n", "n * 2 as twice"], "limit": 1},
+    )["records"]
+    assert shown["event"]["n"] == "Infinity" and shown["record"] == {"n": "Infinity", "twice": None}
     newest = admin.ok(
         "POST", f"/v1/streams/{name}/outputs/draft/preview", {"projection": ["n"], "limit": 3}
     )
@@ -328,6 +337,30 @@ def test_preview_runs_a_draft_over_the_newest_events(stack: Stack, admin: Api) -
     assert broken.status_code == 422
     assert {p["field"] for p in broken.json()["problems"]} == {"filter", "projection"}
     admin.ok("DELETE", f"/v1/streams/{name}")
+
+
+def test_a_streams_hashing_key_lives_and_dies_with_it(stack: Stack, admin: Api) -> None:
+    name = "keyed"
+    registry = RegistryReader.connect(stack.settings)
+    try:
+        admin.ok("POST", "/v1/streams", spec(name))
+        first = registry.hashing_key(name)
+        assert first is not None and len(first) == 32
+        admin.ok("PUT", f"/v1/streams/{name}", spec(name, partitions=2, producers=[]))
+        assert registry.hashing_key(name) == first  # kept by every change
+        answer = json.dumps(admin.ok("GET", f"/v1/streams/{name}"))
+        assert first.hex() not in answer  # never shown
+        admin.ok("DELETE", f"/v1/streams/{name}")
+        assert registry.hashing_key(name) is None  # gone with it
+        gone = admin.call(
+            "POST", f"/v1/streams/{name}/outputs/draft/preview", {"projection": ["hash(a) as h"]}
+        )
+        assert gone.status_code == 404 and registry.hashing_key(name) is None
+        admin.ok("POST", "/v1/streams", spec(name))  # the same name again: a new key
+        assert registry.hashing_key(name) not in (None, first)
+        admin.ok("DELETE", f"/v1/streams/{name}")
+    finally:
+        registry.close()
 
 
 PLAY = {

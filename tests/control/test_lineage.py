@@ -141,3 +141,83 @@ def test_a_field_no_schema_declared_before_is_no_readers_promise() -> None:
     new = spec(schema=retyped(country=None), extra=["missing_field"])
     assert [p["field"] for p in breaking_changes(old, new)] == ["country"]
     assert breaking_changes(spec(schema=None), spec()) == []  # a first schema breaks nothing
+
+
+def kinds(name: str = "E", /, **fields: object) -> dict:
+    return {
+        "type": "record",
+        "name": name,
+        "fields": [{"name": n, "type": t} for n, t in fields.items()],
+    }
+
+
+def reading(schema: dict | None, *items: str, filter_text: str | None = None) -> StreamSpec:
+    output = {"name": "out", "sink": {"type": "hive"}, "projection": list(items)}
+    if filter_text:
+        output["filter"] = filter_text
+    return load_spec({"name": "st", "owner": "team-a", "avro_schema": schema, "outputs": [output]})
+
+
+COLOR = {"type": "enum", "name": "Color", "symbols": ["RED", "BLUE"]}
+MILLIS = {"type": "long", "logicalType": "timestamp-millis"}
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "items", "broken"),
+    [
+        # A path below a map: its values' type is what is read.
+        (
+            kinds(attrs={"type": "map", "values": "string"}),
+            kinds(attrs={"type": "map", "values": "long"}),
+            ["attrs.color"],
+            ["attrs.color"],
+        ),
+        (
+            kinds(attrs={"type": "map", "values": "string"}),
+            kinds(),
+            ["attrs.color"],
+            ["attrs.color"],
+        ),
+        # A record read whole: every field within it counts.
+        (
+            kinds(user=kinds("U", id="string")),
+            kinds(user=kinds("U", id="long")),
+            ["user"],
+            ["user.id"],
+        ),
+        (
+            kinds(user=kinds("U", id="string", n="long")),
+            kinds(user=kinds("U", id="string")),
+            ["user"],
+            ["user.n"],
+        ),
+        # A logical type is part of the type; an enum's symbols too, but more of them is fine.
+        (
+            kinds(at=MILLIS),
+            kinds(at={**MILLIS, "logicalType": "timestamp-micros"}),
+            ["date_of(at) as d"],
+            ["at"],
+        ),
+        (kinds(c=COLOR), kinds(c={**COLOR, "symbols": ["RED"]}), ["c"], ["c"]),
+        (kinds(c=COLOR), kinds(c={**COLOR, "symbols": ["RED", "BLUE", "GREEN"]}), ["c"], []),
+        # An enum defined in one field and named in another is the same type wherever defined.
+        (kinds(a=COLOR, b="Color"), kinds(a="string", b=COLOR), ["b"], []),
+        # The schema taken away: nothing declares what is read any more.
+        (kinds(n="long"), None, ["n"], ["n"]),
+        # A union widened takes every value it took: no reader breaks. Narrowed, it does.
+        (kinds(n="long"), kinds(n=["long", "string"]), ["n"], []),
+        (kinds(n=["long", "string"]), kinds(n="long"), ["n"], ["n"]),
+    ],
+)
+def test_what_counts_as_breaking(
+    old: dict, new: dict | None, items: list[str], broken: list[str]
+) -> None:
+    found = breaking_changes(reading(old, *items), reading(new, *items))
+    assert [p["field"] for p in found] == broken
+
+
+def test_a_path_below_a_map_is_declared_by_the_map() -> None:
+    found = lineage(reading(kinds(attrs={"type": "map", "values": "string"}), "attrs.color"))
+    assert found.undeclared == [] and found.warnings() == []
+    [use] = [u for u in found.fields if u.field == "attrs.color"]
+    assert use.declared == Declared(("string",), True)

@@ -63,12 +63,13 @@ class Lineage:
         return [f.field for f in self.fields if f.declared is None and f.readers]
 
     def warnings(self) -> list[str]:
+        undeclared = set(self.undeclared)
         return [
             f"output {', '.join(sorted(use.readers))} read{'s' * (len(use.readers) == 1)} "
             f"{use.field}, which the stream's schema does not declare: it is always missing "
             "from events the proxy accepts, unless the schema allows more fields"
             for use in self.fields
-            if use.field in self.undeclared
+            if use.field in undeclared
         ]
 
 
@@ -89,7 +90,9 @@ def lineage(spec: StreamSpec) -> Lineage:
     uses = {name: FieldUse(name, kind) for name, kind in declared.items()}
     for output in spec.outputs:
         for name, where in reads(output).items():
-            uses.setdefault(name, FieldUse(name, declared.get(name))).readers[output.name] = where
+            if name not in uses:
+                uses[name] = FieldUse(name, declared_at(declared, name))
+            uses[name].readers[output.name] = where
     whole = [o.name for o in spec.outputs if parse_projection(o.projection).whole]
     fields = sorted(uses.values(), key=lambda u: u.field)
     return Lineage(fields, whole, spec.avro_schema is not None)
@@ -101,58 +104,119 @@ def schema_fields(schema: dict[str, Any]) -> dict[str, Declared]:
     return dict(_fields(parsed, "", {}))
 
 
+def declared_at(fields: dict[str, Declared], path: str) -> Declared | None:
+    """What the schema declares at a path: its field, or, below a map's field, the map's values
+    (any key may be there or not)."""
+    if path in fields:
+        return fields[path]
+    steps = path.split(".")
+    for cut in range(len(steps) - 1, 0, -1):
+        above = fields.get(".".join(steps[:cut]))
+        if above is not None:
+            maps = [t for t in above.types if t.startswith("map of ")]
+            if not maps:
+                return None  # below a record (whose fields are listed) or a scalar: not there
+            return Declared(tuple(t.removeprefix("map of ") for t in maps), True)
+    return None
+
+
 def _fields(schema: Any, prefix: str, named: dict[str, Any]) -> Iterator[tuple[str, Declared]]:
     """The fields of a record schema (a type named again is the one defined first; a schema
     cannot hold itself: `parse_schema` refuses recursive types)."""
     if not (isinstance(schema, dict) and schema.get("type") == "record"):
         return
-    named[schema.get("name", "")] = schema
+    _name(schema, named)
     for member in schema.get("fields", []):
         path = f"{prefix}{member['name']}"
         branches = member["type"] if isinstance(member["type"], list) else [member["type"]]
+        for branch in branches:
+            _name(branch, named)
         resolved = [named.get(b, b) if isinstance(b, str) else b for b in branches]
-        types = tuple(_type_name(b) for b in resolved if _type_name(b) != "null")
+        types = tuple(_type_name(b, named) for b in resolved if _type_name(b, named) != "null")
         yield path, Declared(types, len(types) < len(resolved))
         for branch in resolved:
             yield from _fields(branch, f"{path}.", named)
 
 
-def _type_name(schema: Any) -> str:
+def _name(schema: Any, named: dict[str, Any]) -> None:
+    """Registers a named type (record, enum, fixed) by its name and its full name."""
+    if isinstance(schema, dict) and schema.get("type") in ("record", "enum", "fixed"):
+        name = schema.get("name", "")
+        named.setdefault(name, schema)
+        if schema.get("namespace") and "." not in name:
+            named.setdefault(f"{schema['namespace']}.{name}", schema)
+
+
+def _type_name(schema: Any, named: dict[str, Any]) -> str:
+    """A type as the check compares it: named types by kind and name, an enum with its symbols,
+    a logical type after its type (`long (timestamp-millis)`)."""
     if isinstance(schema, str):
-        return schema
+        return _type_name(named[schema], named) if schema in named else schema
     if isinstance(schema, dict):
         kind = schema.get("type")
-        if kind in ("record", "enum", "fixed"):
-            return f"{kind} {schema.get('name', '')}".strip()
+        logical = f" ({schema['logicalType']})" if schema.get("logicalType") else ""
+        if kind == "enum":
+            return f"enum {schema.get('name', '')} {{{', '.join(schema.get('symbols', []))}}}"
+        if kind in ("record", "fixed"):
+            return f"{kind} {schema.get('name', '')}{logical}".strip()
         if kind == "array":
-            return f"array of {_type_name(schema.get('items'))}"
+            return f"array of {_type_name(schema.get('items'), named)}"
         if kind == "map":
-            return f"map of {_type_name(schema.get('values'))}"
-        return str(kind)
+            return f"map of {_type_name(schema.get('values'), named)}"
+        return f"{_type_name(kind, named)}{logical}"
     return "union"
+
+
+def _still(was: Declared, now: Declared | None) -> bool:
+    """Whether a field that was `was` still takes every value it took: each of its types is
+    still one of its types (an enum with more symbols counting as the same). More types (a
+    union widened: `long` to `long | string`) break no reader: every event it read before
+    still comes as it did, and a value of a type a function does not take gives null, never a
+    failure."""
+    if now is None:
+        return False
+    return all(any(_same(old, new) for new in now.types) for old in was.types)
+
+
+def _same(old: str, new: str) -> bool:
+    if old == new:
+        return True
+    if old.startswith("enum ") and new.startswith("enum "):
+        old_name, old_symbols = old[5:].split(" {", 1)
+        new_name, new_symbols = new[5:].split(" {", 1)
+        symbols = {s.strip() for s in old_symbols.rstrip("}").split(",")}
+        return old_name == new_name and symbols <= {
+            s.strip() for s in new_symbols.rstrip("}").split(",")
+        }
+    return False
 
 
 def breaking_changes(old: StreamSpec, new: StreamSpec) -> list[dict[str, str | None]]:
     """What a change of the schema (old's to new's) breaks for the new spec's outputs: each
-    field an output reads that the old schema declared and the new one removes (`now` None),
-    or gives other types."""
-    if not old.avro_schema or not new.avro_schema or old.avro_schema == new.avro_schema:
+    field an output reads (or, for a record or map it reads whole, each field within it) that
+    the old schema declared and the new one removes (`now` None) or takes a type from. A
+    schema taken away removes every field: a later schema must not come in by that way round."""
+    if not old.avro_schema or old.avro_schema == new.avro_schema:
         return []
-    before, after = schema_fields(old.avro_schema), schema_fields(new.avro_schema)
+    before = schema_fields(old.avro_schema)
+    after = schema_fields(new.avro_schema) if new.avro_schema else {}
     problems: list[dict[str, str | None]] = []
     for output in new.outputs:
         for name in reads(output):
-            was, now = before.get(name), after.get(name)
-            if was is None or (now is not None and set(now.types) == set(was.types)):
-                continue  # never declared (nothing to rely on), or the same types
-            problems.append(
-                {
-                    "output": output.name,
-                    "field": name,
-                    "was": " | ".join(was.types),
-                    "now": None if now is None else " | ".join(now.types),
-                }
-            )
+            below = sorted(f for f in before if f.startswith(f"{name}."))
+            for path in [name, *below]:
+                was = declared_at(before, path)
+                now = declared_at(after, path)
+                if was is None or _still(was, now):
+                    continue  # never declared (nothing to rely on), or read as before
+                problems.append(
+                    {
+                        "output": output.name,
+                        "field": path,
+                        "was": " | ".join(was.types),
+                        "now": None if now is None else " | ".join(now.types),
+                    }
+                )
     return problems
 
 

@@ -649,7 +649,8 @@ class PreviewPublic(BaseModel):
     unreadable: int
     records: list[dict[str, Any]] = Field(
         description="Each matching event: its guid, timestamp, the event (its payload) and the "
-        "record the output would write of it."
+        "record the output would write of it (a number beyond a double shown as the string "
+        "'Infinity')."
     )
     problems: list[dict[str, Any]]
     computed: list[str] = Field(

@@ -4,6 +4,7 @@ so an owner sees what an output would deliver before deploying it."""
 
 from __future__ import annotations
 
+import math
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -73,11 +74,23 @@ def preview(
                 {
                     "guid": meta["guid"],
                     "timestamp": meta["timestamp"],
-                    "event": payload,
-                    "record": project(projection, payload, meta, key),
+                    "event": _shown(payload),
+                    "record": _shown(project(projection, payload, meta, key)),
                 }
             )
     return result
+
+
+def _shown(value: Any) -> Any:
+    """A value as JSON can answer it: a number beyond a double (`1e400`, which Python reads as
+    infinite) as the string "Infinity" (the router writes the event's own text for it)."""
+    if isinstance(value, float) and math.isinf(value):
+        return "Infinity" if value > 0 else "-Infinity"
+    if isinstance(value, dict):
+        return {k: _shown(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_shown(v) for v in value]
+    return value
 
 
 def _compiled(filter_text: str | None, projection_text: list[str], limits: Limits | None):

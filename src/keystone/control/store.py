@@ -141,10 +141,27 @@ class Store(RegistryReader):
     def ensure_hashing_key(self, stream: str) -> bytes:
         """The stream's key for `hash`, made now if it has none yet (a stream stored before
         there were keys): the preview of a draft that hashes needs the key the output will get
-        when it is stored."""
-        new = secrets.token_hex(HASHING_KEY_BYTES)
-        old = self._call(self.redis.set, hashing_key_key(stream), new, nx=True, get=True)
-        return bytes.fromhex(old.decode() if old is not None else new)
+        when it is stored. Made only while the stream exists (a key made as the stream is
+        deleted would be a later stream's of that name)."""
+        name = hashing_key_key(stream)
+        with self.redis.pipeline() as tx:
+            while True:
+                try:
+                    self._call(tx.watch, key("stream", stream), name)
+                    current = tx.get(name)
+                    if current is not None:
+                        return bytes.fromhex(current.decode())
+                    if not tx.exists(key("stream", stream)):
+                        raise NotFound(f"no stream {stream!r}")
+                    made = secrets.token_hex(HASHING_KEY_BYTES)
+                    tx.multi()
+                    tx.set(name, made)
+                    self._call(tx.execute)
+                    return bytes.fromhex(made)
+                except redis.WatchError:
+                    continue
+                finally:
+                    tx.reset()
 
     def purge_unreadable(self, name: str, audit: dict[str, Any], fallback_owner: str) -> None:
         """Deletes a stored spec that does not read back (the admin's way out); its name stays
@@ -161,7 +178,7 @@ class Store(RegistryReader):
             else:
                 raise Conflict(f"stream {name!r} reads back: delete it as any stream")
             tx.multi()
-            tx.delete(key("stream", name))
+            tx.delete(key("stream", name), hashing_key_key(name))
             tx.srem(key("streams"), name)
             tx.hsetnx(RETIRED, name, owner)  # a name retired before stays whose it was
 

@@ -41,7 +41,7 @@ from tests.support.frames import KEY, frame, scope
 # Few names, so that paths often exist (and often do not); "A" is not "a".
 NAMES = ["a", "b", "A"]
 # An astral character among them: one code point, two UTF-16 units.
-TEXT = st.text(alphabet="ab%_\\\né 'x😀", max_size=4)
+TEXT = st.text(alphabet="ab%_\\\né 'x😀ΣİßA", max_size=4)
 SCALARS = (
     st.none()
     | st.booleans()

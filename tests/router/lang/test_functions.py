@@ -58,6 +58,9 @@ EVENT = {
     "epoch_s": 1700000000,
     "epoch_ms": 1700000000123.9,
     "far": 1e20,
+    "separated": "5\u2028",
+    "newer": "\ua7cb",
+    "newer_small": "\u0264",  # Java's `$` matches before a final line separator: `\z` does not
 }
 META = {"guid": "g-1", "timestamp": 1700000000000, "host": "proxy-1", "app": "player"}
 
@@ -96,7 +99,9 @@ CASES = [
     ("redact(missing)", MISSING),
     # Normalising.
     ("lower(country)", "us"),
-    ("lower(greek)", "\u03bf\u03b4\u03bf\u03c2"),  # the last one a final sigma
+    ("lower(greek)", "\u03bf\u03b4\u03bf\u03c3"),  # character by character: no final sigma
+    ("lower(newer)", "\ua7cb"),  # as Python's tables say (ICU's, newer, would lower it)
+    ("upper(newer_small)", "\u0264"),
     ("lower(dotted)", "i\u0307stanbul"),  # a dotted capital I: i and a combining dot
     ("upper(sharp)", "STRASSE"),
     ("upper(n)", None),
@@ -119,6 +124,8 @@ CASES = [
     ("to_number(lead_s)", None),  # not a JSON number
     ("to_number(inf_s)", None),  # beyond a double
     ("to_number(ok)", None),
+    ("to_number(separated)", None),
+    ("to_string(to_number(separated))", None),
     ("to_string(n)", "5"),
     ("to_string(d)", "1.5"),
     ("to_string(far)", "1e+20"),
@@ -153,6 +160,8 @@ CASES = [
     ("substring(country, 5, 1)", ""),
     ("substring(country, 0, 1)", None),  # 1 is the first character
     ("substring(country, 1.5, 1)", None),
+    ("substring(country, 1, 1e19)", "US"),  # past 2^63: a whole number all the same
+    ("substring(country, 1e19, 1)", ""),
     ("substring(country, 1, -1)", None),
     ("date_of(timestamp)", "2023-11-14"),
     ("date_of(-1)", "1969-12-31"),
@@ -274,8 +283,17 @@ def test_a_numbers_text_is_its_digits_or_its_doubles_shortest_form(spark: SparkS
     text = '{"z": -0, "i": 120, "d": 1.50, "e": 1E2, "big": 12345678901234567890123}'
     projection = parse_projection(
         [f"to_string({name}) as {name}" for name in ("z", "i", "d", "e", "big")]
+        + ["to_string(z * -1) as z2", "to_string(to_number('-0') * -1) as z3"]
     )
-    expected = {"z": "0", "i": "120", "d": "1.5", "e": "100.0", "big": "12345678901234567890123"}
+    expected = {
+        "z": "0",
+        "i": "120",
+        "d": "1.5",
+        "e": "100.0",
+        "big": "12345678901234567890123",
+        "z2": "-0.0",  # 0 (an integer, as Python reads -0) times -1: negative zero
+        "z3": "-0.0",
+    }
     assert project(projection, json.loads(text), {}) == expected
     events = envelope(
         spark.createDataFrame([(b"k", text.encode(), [], "t", 0, 0)], KAFKA),
@@ -308,3 +326,22 @@ def test_star_except_keeps_every_other_member_as_written(spark: SparkSession) ->
     )
     expected = {"user": {}, "s": 'café "q"', "n": 100.0, "s2": "x", "id": hashed("1")}
     assert json.loads(row["out"]) == project(projection, json.loads(text), {}, KEY) == expected
+
+
+def test_nested_calls_compile_to_an_expression_of_their_own_size(spark: SparkSession) -> None:
+    # Every level reads its argument several times: bound once, the expression grows with the
+    # depth, not as a power of it (40 levels of coalesce, unbound, are 2^40 nodes).
+    def nested(depth: int) -> str:
+        return "coalesce(" * depth + "a" + ", b)" * depth + " as c"
+
+    sizes = []
+    for depth in (10, 20, 40):
+        # and coalesce inside a function that reads its argument once (lower, +): bound too
+        lowered = parse_projection(["lower(" * depth + "coalesce(a, 'x')" + ")" * depth + " as d"])
+        assert len(str(compile_projection(lowered, F.col("value"), scope()))) < 200 * depth
+        projection = parse_projection([nested(depth)])
+        column = compile_projection(projection, F.col("value"), scope())
+        sizes.append(len(str(column)))
+        [row] = frame(spark, [({"b": 2}, META)], projection).select(column.alias("out")).collect()
+        assert json.loads(row["out"]) == project(projection, {"b": 2}, META, KEY) == {"c": 2}
+    assert sizes[2] < 2.5 * sizes[1] < 6.25 * sizes[0], sizes

@@ -8,6 +8,7 @@ import java.security.MessageDigest;
 import java.time.LocalDate;
 import java.time.LocalDateTime;
 import java.time.ZoneOffset;
+import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.regex.Matcher;
@@ -47,6 +48,7 @@ import scala.jdk.javaapi.CollectionConverters;
  * - `finite`: a double, null when it is not finite (an overflow, 0/0).
  * - `hash`: HMAC-SHA256 of a string's UTF-8 under the stream's key, in lower-case hex. The key
  *   never shows in a plan: the expression prints as `hash(<child>)`.
+ * - `case`: a string with each character mapped by a table (`lower`, `upper`).
  * - `mask`: a string with all but its last `keep` code points as '*' (all of them when it has
  *   no more).
  * - `iso8601`: epoch milliseconds of a time written `yyyy-mm-ddThh:mm:ss[.fraction](Z|+hh:mm)`,
@@ -64,6 +66,7 @@ public final class LangFunction extends Expression implements Serializable {
     private static final Map<String, DataType[]> TYPES = Map.of(
         "repr", new DataType[] {DataTypes.DoubleType, DataTypes.StringType},
         "numtext", new DataType[] {DataTypes.StringType, DataTypes.StringType},
+        "case", new DataType[] {DataTypes.StringType, DataTypes.StringType},
         "quote", new DataType[] {DataTypes.StringType, DataTypes.StringType},
         "finite", new DataType[] {DataTypes.DoubleType, DataTypes.DoubleType},
         "hash", new DataType[] {DataTypes.StringType, DataTypes.StringType},
@@ -78,31 +81,34 @@ public final class LangFunction extends Expression implements Serializable {
 
     private final String op;
     private final Expression child;
-    private final byte[] key;  // `hash` only
+    // `hash`: the stream's key; `case`: the case mapping, UTF-8, each entry a character, \u0001,
+    // what it maps to, \u0000.
+    private final byte[] data;
     private final int keep;  // `mask` only
     private final Seq<Expression> children;
     // The padded keys' digest states, made by the first value: one per deserialised copy of
     // the expression, so per task (a digest is not shared between threads).
     private transient MessageDigest inner;
     private transient MessageDigest outer;
+    private transient Map<Integer, String> cases;
     private static final byte[] HEX = "0123456789abcdef".getBytes(StandardCharsets.US_ASCII);
 
-    public LangFunction(String op, Expression child, byte[] key, int keep) {
+    public LangFunction(String op, Expression child, byte[] data, int keep) {
         if (!TYPES.containsKey(op)) {
             throw new IllegalArgumentException("no language function " + op);
         }
         this.op = op;
         this.child = child;
-        this.key = key;
+        this.data = data;
         this.keep = keep;
         this.children = CollectionConverters.asScala(List.of(child)).toSeq();
     }
 
-    /** The column of `op` applied to `value`; `key`: the stream's, for `hash`; `keep`: for
-     * `mask`. */
-    public static Column column(String op, Column value, byte[] key, int keep) {
+    /** The column of `op` applied to `value`; `data`: the stream's key for `hash`, the mapping
+     * for `case`; `keep`: for `mask`. */
+    public static Column column(String op, Column value, byte[] data, int keep) {
         return ExpressionUtils.column(
-            new LangFunction(op, ExpressionUtils.expression(value), key, keep));
+            new LangFunction(op, ExpressionUtils.expression(value), data, keep));
     }
 
     @Override
@@ -121,6 +127,7 @@ public final class LangFunction extends Expression implements Serializable {
             case "hash": return hash(((UTF8String) value).getBytes());
             case "numtext": return string(numberText(value.toString()));
             case "mask": return UTF8String.fromString(mask(value.toString(), keep));
+            case "case": return UTF8String.fromString(mapCase(value.toString()));
             case "iso8601": return iso8601(value.toString());
             case "millis": return day((Double) value) == null ? null : (long) Math.floor((Double) value);
             default: {
@@ -138,6 +145,31 @@ public final class LangFunction extends Expression implements Serializable {
     static Long day(double ms) {
         double days = ms / DAY_MS;  // NaN and the infinities fail both tests
         return days >= FIRST_DAY && days < LAST_DAY + 1 ? (long) Math.floor(days) : null;
+    }
+
+    /** Each character mapped as the table says (lower or upper case, as the Python that
+     * compiled the plan maps it: both backends use one table), the others kept. */
+    private String mapCase(String text) {
+        if (cases == null) {
+            Map<Integer, String> table = new HashMap<>();
+            for (String entry : new String(data, StandardCharsets.UTF_8).split("\u0000")) {
+                int at = entry.indexOf('\u0001');
+                if (at > 0) {
+                    table.put(entry.codePointAt(0), entry.substring(at + 1));
+                }
+            }
+            cases = table;
+        }
+        StringBuilder out = new StringBuilder(text.length());
+        text.codePoints().forEach(c -> {
+            String mapped = cases.get(c);
+            if (mapped == null) {
+                out.appendCodePoint(c);
+            } else {
+                out.append(mapped);
+            }
+        });
+        return out.toString();
     }
 
     /** All but the last `keep` code points as '*'; all of them when there are no more. */
@@ -217,7 +249,7 @@ public final class LangFunction extends Expression implements Serializable {
     private UTF8String hash(byte[] text) {
         try {
             if (inner == null) {
-                byte[] k = key.length > 64 ? MessageDigest.getInstance("SHA-256").digest(key) : key;
+                byte[] k = data.length > 64 ? MessageDigest.getInstance("SHA-256").digest(data) : data;
                 byte[] ipad = new byte[64];
                 byte[] opad = new byte[64];
                 for (int i = 0; i < 64; i++) {
@@ -225,10 +257,12 @@ public final class LangFunction extends Expression implements Serializable {
                     ipad[i] = (byte) (b ^ 0x36);
                     opad[i] = (byte) (b ^ 0x5c);
                 }
-                inner = MessageDigest.getInstance("SHA-256");
-                inner.update(ipad);
-                outer = MessageDigest.getInstance("SHA-256");
-                outer.update(opad);
+                MessageDigest padded = MessageDigest.getInstance("SHA-256");
+                padded.update(opad);
+                outer = padded;
+                padded = MessageDigest.getInstance("SHA-256");
+                padded.update(ipad);
+                inner = padded;  // last: whoever sees it set sees both complete
             }
             MessageDigest in = (MessageDigest) inner.clone();
             in.update(text);
@@ -257,7 +291,11 @@ public final class LangFunction extends Expression implements Serializable {
         if (integer) {
             return raw.equals("-0") ? "0" : raw;
         }
-        return repr(Double.parseDouble(raw));
+        try {
+            return repr(Double.parseDouble(raw));
+        } catch (NumberFormatException e) {
+            return null;  // not a JSON number's text: none reaches here, and none fails an event
+        }
     }
 
     /** Epoch milliseconds of an ISO-8601 time, or null. */
@@ -352,7 +390,7 @@ public final class LangFunction extends Expression implements Serializable {
 
     @Override
     public Expression withNewChildrenInternal(IndexedSeq<Expression> children) {
-        return new LangFunction(op, children.head(), key, keep);
+        return new LangFunction(op, children.head(), data, keep);
     }
 
     @Override
@@ -362,7 +400,7 @@ public final class LangFunction extends Expression implements Serializable {
 
     @Override
     public Object productElement(int n) {
-        return n == 0 ? op : n == 1 ? child : keep;  // not the key: a plan prints these
+        return n == 0 ? op : n == 1 ? child : keep;  // not the data: a plan prints these
     }
 
     @Override
@@ -373,12 +411,12 @@ public final class LangFunction extends Expression implements Serializable {
     @Override
     public boolean equals(Object other) {
         return other instanceof LangFunction that && op.equals(that.op) && child.equals(that.child)
-            && java.util.Arrays.equals(key, that.key) && keep == that.keep;
+            && java.util.Arrays.equals(data, that.data) && keep == that.keep;
     }
 
     @Override
     public int hashCode() {
-        return 31 * (31 * (31 * op.hashCode() + child.hashCode()) + java.util.Arrays.hashCode(key))
+        return 31 * (31 * (31 * op.hashCode() + child.hashCode()) + java.util.Arrays.hashCode(data))
             + keep;
     }
 }

@@ -87,8 +87,10 @@ FUNCTIONS: dict[str, Signature] = {
     ),
     "redact": Signature("redact(value)", f"`'{REDACTED}'` in place of any value, null too"),
     # Normalising.
-    "lower": Signature("lower(string)", "the string in lower case"),
-    "upper": Signature("upper(string)", "the string in upper case"),
+    "lower": Signature(
+        "lower(string)", "the string in lower case, character by character (no final sigma)"
+    ),
+    "upper": Signature("upper(string)", "the string in upper case (`ß` is `SS`)"),
     "trim": Signature("trim(string)", "the string without JSON whitespace at either end"),
     "coalesce": Signature(
         "coalesce(value, value, ...)", "the first argument neither missing nor null, any type"

@@ -21,6 +21,7 @@ variable first (`_bind`): a tree of calls compiles to an expression of its own s
 
 from __future__ import annotations
 
+import functools
 import json
 import operator
 from collections.abc import Callable, Iterable, Mapping
@@ -59,6 +60,7 @@ from keystone.router.lang.functions import (
     MAX_NUMBER_CHARS,
     NUMBER,
     WHITESPACE,
+    case_table,
 )
 
 
@@ -75,8 +77,10 @@ class Read:
     boolean: Column
     raw: Column
     whole: Column | None = None  # the struct it was unpacked from, when it was bound
+    # A choice among values (coalesce's), whose parts read its arguments' several times: a
+    # function of it binds it (`_bind`), as it binds a made value.
+    computed: bool = False
 
-    computed = False
     kinds = frozenset(COMPARABLE)
 
     def present(self, kind: str) -> Column:
@@ -132,9 +136,12 @@ class Read:
 
     @classmethod
     def unpacked(cls, value: Column, bound: bool) -> Read:
+        """The value's parts from its struct: a bound one (an expression, read through `whole`
+        by whatever binds it again), or a lambda's variable (read in place)."""
         return cls(
             *(value[p] for p in ("kind", "string", "number", "boolean", "raw")),
             whole=value if bound else None,
+            computed=bound,
         )
 
 
@@ -152,6 +159,9 @@ class Made:
     integer: bool = False
     whole: Column | None = None
     plain: bool = False
+    # Null wherever an argument is missing (every function but redact, whose marker stands for
+    # any value): a reader of its value needs no test of `missing` then.
+    null_when_missing: bool = True
 
     computed = True
 
@@ -170,7 +180,7 @@ class Made:
         if kind != self.static:
             return _none({"string": "string", "number": "double", "boolean": "boolean"}[kind])
         value = self.value.cast("double") if self.integer else self.value
-        return F.when(~self.missing, value)
+        return value if self.null_when_missing else F.when(~self.missing, value)
 
     def reading_of(self, kind: str) -> Column:
         return self.present(kind)
@@ -216,9 +226,7 @@ class Made:
     def unpacked(self, value: Column, bound: bool) -> Made:
         raw = value["raw"] if self.raw is not None else None
         whole = value if bound else None
-        return Made(
-            self.static, value["value"], value["missing"], raw, self.integer, whole, self.plain
-        )
+        return replace(self, value=value["value"], missing=value["missing"], raw=raw, whole=whole)
 
 
 Typed = Read | Made
@@ -237,7 +245,13 @@ def field_value(payload: Column, path: tuple[str, ...]) -> Column:
 def _field(value: Column) -> Read:
     kind, json = value["kind"], value["json"]
     # A JSON number's text is a valid double's (a larger one reads as infinite, as in Python).
-    return Read(kind, value["string"], json.try_cast("double"), json == "true", json)
+    return Read(kind, value["string"], _double_of(json), json == "true", json)
+
+
+def _double_of(text: Column) -> Column:
+    """A JSON number's text as a double, as Python reads it: `-0` is an integer, 0, where a
+    double's text `-0.0` is negative zero."""
+    return F.when(text == "-0", F.lit(0.0)).otherwise(text.try_cast("double"))
 
 
 def _number_text(raw: Column) -> Column:
@@ -254,10 +268,19 @@ def _quoted(string: Column) -> Column:
     return _lang("quote", string)
 
 
-def _lang(op: str, value: Column, key: bytes = b"", keep: int = 0) -> Column:
-    """router/java/LangFunction.java's `op` of `value` (`key`: hash's, `keep`: mask's)."""
+def _lang(op: str, value: Column, data: bytes = b"", keep: int = 0) -> Column:
+    """router/java/LangFunction.java's `op` of `value` (`data`: hash's key, case's table;
+    `keep`: mask's)."""
     jvm = SparkContext._active_spark_context._jvm
-    return Column(jvm.LangFunction.column(op, value._jc, bytearray(key), keep))
+    return Column(jvm.LangFunction.column(op, value._jc, bytearray(data), keep))
+
+
+@functools.cache
+def _case_data(mapping: str) -> bytes:
+    """`functions.case_table` as LangFunction reads it: a character, \\x01, what it maps to,
+    \\x00, for each."""
+    table = case_table(mapping)
+    return "".join(f"{char}\x01{mapped}\x00" for char, mapped in table.items()).encode()
 
 
 def _typed(operand: Operand, scope: Scope) -> Typed:
@@ -317,9 +340,12 @@ def _call(call: Call, args: list[Typed], key: bytes | None) -> Typed:
     function's."""
     if call.name == "hash" and key is None:
         raise ValueError("hash needs the stream's key")
-    if call.name in _READ_ONCE or (call.name == "to_timestamp" and _form(call) == "iso8601"):
-        return _function(call, args, key)
-    if not any(a.computed for a in args):
+    reads_once = call.name in _READ_ONCE or (
+        call.name == "to_timestamp" and _form(call) == "iso8601"
+    )
+    # A made value is read once by such a function; a choice (coalesce's), read through its
+    # kind, is read several times by any.
+    if not any(a.computed and (not reads_once or isinstance(a, Read)) for a in args):
         return _function(call, args, key)
     made: list[Typed] = []  # what the function made of the bound arguments: its shape
 
@@ -341,7 +367,7 @@ def _function(call: Call, args: list[Typed], key: bytes | None) -> Typed:
         return _coalesce(args)
     missing = _any(a.missing for a in args)
     if name == "redact":
-        return Made("string", F.lit(REDACTED), missing, plain=True)
+        return Made("string", F.lit(REDACTED), missing, plain=True, null_when_missing=False)
     string = first.present("string")
     if name in ("hash", "mask", "lower", "upper", "trim", "to_string", "concat", "substring"):
         plain = name == "hash"  # hex
@@ -371,10 +397,8 @@ def _string_function(call: Call, args: list[Typed], key: bytes | None) -> Column
         return _lang("hash", first.text, key or b"")
     if name == "mask":
         return _lang("mask", first.text, keep=_form(call))  # type: ignore[arg-type]
-    if name == "lower":
-        return F.lower(string)
-    if name == "upper":
-        return F.upper(string)
+    if name in ("lower", "upper"):
+        return _lang("case", string, _case_data(name))
     if name == "trim":
         return F.btrim(string, F.lit(WHITESPACE))
     if name == "to_string":
@@ -388,20 +412,23 @@ def _to_number(value: Typed, missing: Column) -> Made:
     """A number as it is (its text as written kept); a string holding a JSON number (trimmed)
     as that number, its text as written in the string."""
     trimmed = F.btrim(value.present("string"), F.lit(WHITESPACE))
-    readable = (F.char_length(trimmed) <= MAX_NUMBER_CHARS) & trimmed.rlike(f"^{NUMBER.pattern}$")
+    # \z, not $: Java's $ also matches before a final line separator.
+    readable = (F.char_length(trimmed) <= MAX_NUMBER_CHARS) & trimmed.rlike(
+        f"^(?:{NUMBER.pattern})\\z"
+    )
     number = trimmed.try_cast("double")
-    integer = trimmed.rlike(f"^{INTEGER.pattern}$")
+    integer = trimmed.rlike(f"^(?:{INTEGER.pattern})\\z")
     # Python reads an integer's text exactly, anything else as a double (null: not finite).
     read = F.when(readable & (integer | (F.abs(number) != float("inf"))), trimmed)
     if isinstance(value, Made):  # a number made: as it is; a string made: read
         if value.static == "number":
             return replace(value, missing=missing)
-        return Made("number", read.try_cast("double"), missing, raw=read)
+        return Made("number", _double_of(read), missing, raw=read)
     is_number = value.is_("number")
     raw = F.when(is_number, value.raw).otherwise(read)
     return Made(
         "number",
-        F.when(is_number, value.number).otherwise(read.try_cast("double")),
+        F.when(is_number, value.number).otherwise(_double_of(read)),
         missing,
         raw=raw,
     )
@@ -427,7 +454,12 @@ def _to_timestamp(value: Typed, form: str) -> Column:
 def _substring(string: Column, start: Typed, length: Typed) -> Column:
     first, count = start.present("number"), length.present("number")
     finite = (F.abs(first) != float("inf")) & (F.abs(count) != float("inf"))
-    whole = finite & (F.floor(first) == first) & (F.floor(count) == count)
+    # A double from 2^53 up is a whole number (where floor, a bigint, would saturate at 2^63).
+    whole = (
+        finite
+        & ((first >= 2.0**53) | (F.floor(first) == first))
+        & ((count >= 2.0**53) | (F.floor(count) == count))
+    )
     valid = whole & (first >= 1) & (count >= 0)
     biggest = 2**31 - 1  # past any string's end: as far as Python's slice goes
     at = F.least(first, F.lit(float(biggest))).try_cast("int")
@@ -451,7 +483,8 @@ def _coalesce(args: list[Typed]) -> Read:
             *(
                 F.when(chosen, getattr(view, p)).otherwise(getattr(result, p))
                 for p in ("kind", "string", "number", "boolean", "raw")
-            )
+            ),
+            computed=True,
         )
     return result
 
