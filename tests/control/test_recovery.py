@@ -12,13 +12,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from pydantic import SecretStr
 
 from keystone.contracts.checkpoints import checkpoint_dir, generations
-from keystone.contracts.recovery import RestorePoint, RewindPhase
+from keystone.contracts.errors import Conflict
+from keystone.contracts.recovery import Backfill, JobPhase, RestorePoint, RewindPhase
 from keystone.contracts.registry import key
 from keystone.contracts.spec import StreamSpec, load_spec
 from keystone.control.recovery import Recovery
-from keystone.control.store import Store
+from keystone.control.store import Store, audit
 from tests.contracts.test_recovery import rewind as a_rewind
 from tests.contracts.test_recovery import spark_checkpoint
 from tests.support.stack import Stack
@@ -119,3 +121,48 @@ def test_a_rewind_is_caught_up_once_committed_and_the_old_checkpoint_goes(
 
 def spark_checkpoint_commit(path: Path, batch: int) -> None:
     (path / "commits" / str(batch)).write_text('v1\n{"nextBatchWatermarkMs":0}\n')
+
+
+def test_a_rewind_and_a_backfill_of_one_output_exclude_each_other_when_recorded(
+    stack: Stack,
+) -> None:
+    """Each plan refuses the other while it runs; two asked at once, each planned before the
+    other was recorded, are told apart by the transaction that records them (409)."""
+    # A database of its own: no fleet reads it, so the stream stored here runs no router.
+    settings = stack.settings
+    base, password = settings.redis_url.rsplit("/", 1)[0], settings.redis_auth()
+    apart = {"redis_url": f"{base}/7", "redis_password": SecretStr(password or "")}
+    store = Store.connect(settings.model_copy(update=apart))
+    spec = load_spec(
+        {
+            "name": "rc_both",
+            "owner": "team-rc",
+            "outputs": [{"name": "search", "sink": {"type": "elasticsearch"}}],
+        }
+    )
+    output = spec.output("search")
+    assert output is not None
+    entry = audit("team-rc", "test", "rc_both.search", owner="team-rc")
+    backfill = Backfill(
+        id="bf-0123456789ab", output="search", start=0, end=1, rate=1, requested_at=T0, by="x"
+    )
+    try:
+        store.redis.flushdb()
+        store.put_stream(spec)
+        replaying = a_rewind()  # of search, replaying
+        store.start_rewind(spec.name, replaying, (output, None), lambda _: True, entry)
+        with pytest.raises(Conflict, match=replaying.id):
+            store.start_backfill(spec.name, backfill, output, entry)
+        store.finish_rewind(
+            spec.name, replaying.model_copy(update={"phase": RewindPhase.CAUGHT_UP})
+        )
+        store.start_backfill(spec.name, backfill, output, entry)
+        second = a_rewind(id="rw-0123456789ac")
+        with pytest.raises(Conflict, match=backfill.id):
+            store.start_rewind(spec.name, second, (output, replaying.id), lambda _: True, entry)
+        done = backfill.model_copy(update={"phase": JobPhase.DONE})
+        assert store.update_backfill(spec.name, done)
+        store.start_rewind(spec.name, second, (output, replaying.id), lambda _: True, entry)
+    finally:
+        store.redis.flushdb()
+        store.close()

@@ -155,8 +155,10 @@ def test_past_the_topics_retention_is_refused_naming_the_earliest_position(
     assert refused.value.details["earliest"] == {0: 20, 1: 20}
     assert "retention" in refused.value.message and "0:20, 1:20" in refused.value.message
     early = datetime.fromtimestamp(NOW - 99, UTC)  # before the first record still kept
-    with pytest.raises(Unprocessable):
+    with pytest.raises(Unprocessable) as refused:
         rewinds(tmp_path, **gone).plan(TEAM, "plays", "clicks", Target(to=early), None)
+    assert refused.value.details["earliest"] == {0: 20, 1: 20}
+    assert "retention" in refused.value.message and "0:20, 1:20" in refused.value.message
 
 
 def test_what_cannot_be_is_refused(tmp_path: Path) -> None:

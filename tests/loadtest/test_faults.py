@@ -47,6 +47,15 @@ def test_a_rewind_output_fault_with_its_parts(
     assert (fault.name, fault.at, fault.hold, fault.output) == ("rewind-output", at, back, output)
 
 
+@pytest.mark.parametrize(
+    ("text", "name", "output"),
+    [("backfill", "backfill-output", None), ("rewind:search@20", "rewind-output", "search")],
+)
+def test_a_recovery_fault_has_a_short_name_too(text: str, name: str, output: str | None) -> None:
+    fault = Fault.parse(text, 90)
+    assert (fault.name, fault.output) == (name, output)
+
+
 def test_the_other_faults_parse_as_before() -> None:
     killed = Fault.parse("kill-router@20", 60)
     assert (killed.name, killed.at, killed.hold, killed.output) == ("kill-router", 20, 0, None)

@@ -116,8 +116,8 @@ def test_a_minute_of_load_with_the_router_killed_and_outputs_rewound_loses_nothi
     stack: Stack, streams: None, tmp_path
 ) -> None:
     """The router killed (the fleet starts it again); then (issue 30) the first Kafka output
-    (chosen by default), the Hive output and the Keystone output each rewound 20 s. Every
-    event is delivered; Elasticsearch, Hive and the exactly-once Kafka output hold each once;
+    (chosen by default), the Hive, the Keystone and the Elasticsearch outputs each rewound 20 s.
+    Every event is delivered; Elasticsearch, Hive and the exactly-once Kafka output hold each once;
     the Kafka copies the rewinds wrote again are counted as replays, in the target stream's
     Kafka output too (it carries the fronting record's ks_replay on)."""
     report = tmp_path / "report"
@@ -128,6 +128,7 @@ def test_a_minute_of_load_with_the_router_killed_and_outputs_rewound_loses_nothi
         "rewind-output@35+20",
         "rewind-output:warehouse@38+20",
         "rewind-output:onwards@41+20",
+        "rewind:search@44+20",  # the short name
     )
     audit = figures["audit"]
     assert audit["drained"] and audit["lossless"], audit
@@ -149,7 +150,7 @@ def test_a_minute_of_load_with_the_router_killed_and_outputs_rewound_loses_nothi
     killed, *rewinds = figures["faults"]
     assert killed["fault"] == "kill-router" and 14 <= killed["began_s"] <= 20
     assert "the fleet started it again" in " ".join(killed["notes"])
-    assert {f["output"] for f in rewinds} == {"picked", "warehouse", "onwards"}
+    assert {f["output"] for f in rewinds} == {"picked", "warehouse", "onwards", "search"}
     for fault in rewinds:
         assert fault["fault"] == "rewind-output" and fault["began_s"] is not None, fault
         assert "caught_up after" in fault["notes"][-1], fault
@@ -170,7 +171,7 @@ def test_load_with_bad_events_redriven_and_outputs_backfilled_loses_nothing(
     figures = a_minute_of_load(
         stack,
         report,
-        "backfill-output@25+15",
+        "backfill@25+15",  # the short name
         "backfill-output:warehouse@27+15",
         seconds=40,
         bad_events=40,

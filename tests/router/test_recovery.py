@@ -7,8 +7,10 @@ backfilled output routes the middle hour again from the stream's archive. Afterw
 holds exactly what the fixed spec gives, computed independently with the Python evaluator:
 Hive and Elasticsearch each event once, Kafka and Keystone each event with its replayed copy
 flagged `ks_replay`. Then a rewind whose router is killed halfway, and a backfill whose
-application is killed halfway, lose nothing; and requests that cannot be carried out move
-nothing.
+application is killed halfway, lose nothing; a backfill outlives a restart of control; and
+requests that cannot be carried out move nothing. A few of the bad hour's events hold text the
+fixed filter reads and cannot (a lone surrogate): the backfill takes them out of the sinks and
+dead-letters them as its output's.
 
 The tests share one stream and run in order of need: each checks what it needs first.
 """
@@ -26,7 +28,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from keystone.contracts import envelope
-from keystone.contracts.processes import PidFile
+from keystone.contracts.processes import PidFile, stop
 from keystone.control.launcher import Deployment
 from keystone.ingest_proxy.client import DirectProducer
 from keystone.loadtest.sinks import search_documents
@@ -41,8 +43,10 @@ from tests.support.waiting import eventually
 STREAM, TARGET, OWNER, APP = "rw_main", "rw_copy", "team-rewind", "rw_app"
 GOOD = ["n", "kind", "user.id as uid"]
 BAD = ["n", "kind as wrong"]  # the bad deploy's projection
-FILTERS = {True: "kind = 'click'", False: "kind = 'view'"}  # the backfilled outputs', good or bad
+# The backfilled outputs' filters, good or bad: the good one reads `note` too.
+FILTERS = {True: "kind = 'click' or note = 'never'", False: "kind = 'view'"}
 BATCH = 200  # events per phase, each phase an hour of ingest time
+UNREADABLE = 4  # the bad hour's views whose `note` the fixed filter cannot read
 HOUR_MS = 3_600_000
 
 
@@ -92,6 +96,7 @@ class Rewound:
     )
     hour_of: dict[str, int] = field(default_factory=dict)  # guid -> its phase's hour (0-2)
     expired: set[str] = field(default_factory=set)  # ingested past the archive's retention
+    unreadable: set[str] = field(default_factory=set)  # their `note` holds a lone surrogate
 
     def send(self, numbers: range, hour: int) -> None:
         events = [event(n) for n in numbers]
@@ -100,6 +105,18 @@ class Rewound:
         assert len(guids) == len(events)
         self.sent.update(zip(guids, events, strict=True))
         self.hour_of.update(dict.fromkeys(guids, hour))
+
+    def send_unreadable(self, count: int) -> None:
+        """Views of the bad hour whose `note` holds a lone surrogate: read by nothing but the
+        backfilled outputs' fixed filter, which cannot read it."""
+        events = [
+            {"n": -n, "kind": "view", "user": {"id": 1}, "note": "\ud800"} for n in range(count)
+        ]
+        at = self.first_hour + HOUR_MS + BATCH
+        guids = self.producer.send(STREAM, events, at=at).guids
+        self.sent.update(zip(guids, events, strict=True))
+        self.hour_of.update(dict.fromkeys(guids, 1))
+        self.unreadable.update(guids)
 
     def send_expired(self, count: int) -> None:
         """Views ingested three days ago (past the archive's two days): the bad filter's kind,
@@ -167,9 +184,11 @@ class Rewound:
         return [(r["guid"], json.loads(r["record"])) for r in rows]
 
     def kept(self, good: bool, hours: tuple[int, ...] = (0, 1, 2)) -> set[str]:
-        """The events of `hours` a backfilled output's good (or bad) filter keeps."""
+        """The events of `hours` a backfilled output's good (or bad) filter keeps (the good
+        one none it cannot read)."""
         wanted = FILTERS[good].split("'")[1]
-        return {g for g, e in self.sent.items() if e["kind"] == wanted and self.hour_of[g] in hours}
+        kept = {g for g, e in self.sent.items() if e["kind"] == wanted and self.hour_of[g] in hours}
+        return kept - self.unreadable if good else kept
 
     def holds_everything(self) -> bool:
         """Every event sent is in every output (in some form); each backfilled output has the
@@ -188,6 +207,11 @@ class Rewound:
 
     def points(self, output: str) -> list[dict]:
         return self.api.ok("GET", f"/v1/streams/{STREAM}/outputs/{output}/restore-points")
+
+    def point(self, output: str, point_id: str) -> dict:
+        """One restore point, its offsets keyed by partition number."""
+        found = next(p for p in self.points(output) if p["id"] == point_id)
+        return found | {"offsets": {int(p): o for p, o in found["offsets"].items()}}
 
     def rewind(self, output: str, **body: object) -> dict:
         return self.api.ok("POST", f"/v1/streams/{STREAM}/outputs/{output}/rewind", body)
@@ -246,9 +270,10 @@ def rewound(stack: Stack, admin: Api) -> Iterator[Rewound]:
         # The bad deploy, its events, and the fix (each a redeploy of the router).
         handle.redeploy(good=False)
         handle.send(range(BATCH, 2 * BATCH), hour=1)
+        handle.send_unreadable(UNREADABLE)
 
         def wrong_everywhere() -> bool:
-            late = {g for g, e in handle.sent.items() if e["n"] >= BATCH}
+            late = {g for g, h in handle.hour_of.items() if h >= 1}
             return late <= {g for g, r in handle.warehouse() if "wrong" in r} and late <= {
                 g for g, r, _ in handle.kafka() if "wrong" in r
             }
@@ -271,10 +296,26 @@ def test_rewinding_each_output_past_a_bad_deploy_leaves_each_sink_right(
     pid = rewound.router_pid()
     started = {}
     for output, point in rewound.before_bad.items():
+        if output == "clicks":
+            continue  # from the command line, below
         plan = rewound.rewind(output, restore_point=point, dry_run=True)
         assert plan["state"] == "planned" and plan["restore_point"] == point
         assert plan["events"] >= 2 * BATCH  # the bad deploy's and the fix's
         started[output] = rewound.rewind(output, restore_point=point)["id"]
+    # The command line: the restore points newest first, the plan, then the rewind followed
+    # by its progress bar until it has caught up.
+    cli = ("output", "restore-points", STREAM, "clicks", "--json")
+    listed = json.loads(checked(rewound.stack.keystone(*cli)).stdout)
+    assert rewound.before_bad["clicks"] in [p["id"] for p in listed]
+    assert [p["time"] for p in listed] == sorted((p["time"] for p in listed), reverse=True)
+    point = ("output", "rewind", STREAM, "clicks", "--restore-point", rewound.before_bad["clicks"])
+    plan = json.loads(checked(rewound.stack.keystone(*point, "--dry-run", "--json")).stdout)
+    assert (plan["state"], plan["sink"]["kind"]) == ("planned", "append-only")
+    assert not rewound.replaying("clicks")  # a plan moves nothing
+    followed = checked(rewound.stack.keystone(*point, "--yes"))
+    assert "caught up" in followed.stdout, followed.stdout
+    started["clicks"] = rewound.state("clicks")["id"]
+    assert started["clicks"] in followed.stdout
     kinds = {o: rewound.state(o)["sink"]["kind"] for o in started}
     assert kinds == {
         "clicks": "append-only",
@@ -291,7 +332,7 @@ def test_rewinding_each_output_past_a_bad_deploy_leaves_each_sink_right(
     assert rewound.router_pid() == pid  # only the outputs moved, never the router
 
     sent = set(rewound.sent)
-    late = {g for g, e in rewound.sent.items() if e["n"] >= BATCH}
+    late = {g for g, h in rewound.hour_of.items() if h >= 1}
     # Hive and Elasticsearch: each event once, as the fixed projection makes it.
     eventually("Hive to hold the period once", lambda: len(rewound.warehouse()) == len(sent), 120)
     warehouse = rewound.warehouse()
@@ -308,8 +349,14 @@ def test_rewinding_each_output_past_a_bad_deploy_leaves_each_sink_right(
         firsts = [(g, r) for g, r, h in records if envelope.REPLAY not in h]
         assert {g for g, _ in firsts} == sent, output  # delivered before, without the flag
     audit = rewound.api.ok("GET", "/v1/audit", limit=50)
-    logged = {e["detail"]["rewind"] for e in audit if e["action"] == "output.rewind"}
-    assert set(started.values()) <= logged
+    logged = {e["detail"]["rewind"]: e["detail"] for e in audit if e["action"] == "output.rewind"}
+    assert set(started.values()) <= set(logged)
+    for output, rewind_id in started.items():  # from where to where
+        detail, point = logged[rewind_id], rewound.point(output, rewound.before_bad[output])
+        assert detail["output"] == output and detail["restore_point"] == point["id"]
+        assert {int(p): o for p, o in detail["to"].items()} == point["offsets"]
+        # From where it had got to: past the bad deploy's events and the fix's.
+        assert sum(detail["from"].values()) >= sum(point["offsets"].values()) + 2 * BATCH
 
 
 def test_a_router_killed_during_a_rewind_loses_nothing(rewound: Rewound) -> None:
@@ -352,6 +399,11 @@ def test_requests_that_cannot_be_carried_out_move_nothing(rewound: Rewound, admi
     assert stranger.call("POST", path, {"restore_point": "0-0"}).status_code == 404
     nowhere = f"/v1/streams/{STREAM}/outputs/nowhere/rewind"
     assert rewound.api.call("POST", nowhere, {"restore_point": "0-0"}).status_code == 404
+    unknown = "/v1/streams/rw_nowhere/outputs/clicks"
+    assert (
+        rewound.api.call("POST", f"{unknown}/rewind", {"restore_point": "0-0"}).status_code == 404
+    )
+    assert rewound.api.call("GET", f"{unknown}/restore-points").status_code == 404
     future = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
     answer = rewound.api.call("POST", path, {"to": future})
     assert answer.status_code == 422 and "future" in answer.json()["message"]
@@ -459,7 +511,13 @@ def test_backfilling_the_bad_hour_from_the_archive_leaves_each_sink_right_even_i
         eventually(f"{output} not being backfilled", lambda o=output: _idle(rewound, o), 300)
         plan = _backfill(rewound, output, start, end, dry_run=True)
         assert plan["state"] == "planned" and plan["sink"]["effect"]
-        ids[output] = _backfill(rewound, output, start, end, max_events_per_second=rate)["id"]
+        if rate is None:  # from the command line
+            asked = ("output", "backfill", STREAM, output, "--from", _iso(start), "--to", _iso(end))
+            started = json.loads(checked(rewound.stack.keystone(*asked, "--yes", "--json")).stdout)
+            assert started["state"] == "running", started
+            ids[output] = started["id"]
+        else:
+            ids[output] = _backfill(rewound, output, start, end, max_events_per_second=rate)["id"]
 
     def one_slice_written() -> bool:
         state = _backfilled(rewound, "bf_warehouse") or {}
@@ -477,10 +535,14 @@ def test_backfilling_the_bad_hour_from_the_archive_leaves_each_sink_right_even_i
         )
         state = _backfilled(rewound, output)
         assert state is not None and state["id"] == backfill_id
-        assert (state["events"], state["read"]) == (BATCH, BATCH)  # each slice once
+        archived = BATCH + UNREADABLE
+        assert (state["events"], state["read"]) == (archived, archived)  # each slice once
         assert state["delivered"] == len(rewound.kept(True, (1,)))
+        assert state["dead_lettered"] == UNREADABLE
         assert state["hours"] == state["hours_done"] == 1
     assert _backfilled(rewound, "bf_warehouse")["attempts"] >= 2  # started again after the kill
+    said = checked(rewound.stack.keystone("output", "backfill", STREAM, "bf_clicks", "--status"))
+    assert ids["bf_clicks"] in said.stdout and "done" in said.stdout, said.stdout
     # Elasticsearch and Hive: each event once, as the fixed output gives it; the bad deploy's
     # documents and rows of the hour are gone.
     good = {g: rewound.good(g) for g in rewound.kept(True)}
@@ -497,6 +559,12 @@ def test_backfilling_the_bad_hour_from_the_archive_leaves_each_sink_right_even_i
     assert all(r == rewound.good(g) for g, r in replays)
     live = sorted(g for g, _, h in records if envelope.REPLAY not in h)
     assert live == sorted(rewound.kept(True, (0, 2)) | rewound.kept(False, (1,)))
+    # What the fixed filter cannot read: out of the sinks (above), a dead letter of each output.
+    letters = read_topic(rewound.stack.address("kafka"), f"keystone.{STREAM}.dlq")
+    for output in ids:
+        mine = [_headers(m) for m in letters if _headers(m).get(envelope.DLQ_OUTPUT) == output]
+        assert {h[envelope.GUID] for h in mine} == rewound.unreadable, output
+        assert all(h[envelope.DLQ_REASON] == "not JSON" for h in mine), mine  # as live says
     audit = rewound.api.ok("GET", "/v1/audit", limit=100)
     logged = {e["detail"]["backfill"] for e in audit if e["action"] == "output.backfill"}
     assert set(ids.values()) <= logged
@@ -524,6 +592,21 @@ def test_a_backfill_is_cancelled_and_requests_that_cannot_be_carried_out_start_n
     answer = rewound.api.call("POST", path, body)
     assert answer.status_code == 409 and first["id"] in answer.json()["message"]
     eventually("its application to run", lambda: _application(rewound, "bf_search"), 60)
+    # Control restarted meanwhile: the application outlives it, and is adopted, not started again.
+    pid, attempts = (
+        _application(rewound, "bf_search"),
+        _backfilled(rewound, "bf_search")["attempts"],
+    )
+    control = PidFile(rewound.stack.state_dir / "run" / "control.pid")
+    try:
+        assert stop(control, signal.SIGTERM, timeout=30)
+        assert _application(rewound, "bf_search") == pid
+    finally:
+        checked(rewound.stack.keystone("stack", "up", timeout=300))  # control back, whatever failed
+    time.sleep(5)  # several fleet passes
+    assert _application(rewound, "bf_search") == pid
+    again = _backfilled(rewound, "bf_search")
+    assert (again["state"], again["attempts"]) == ("running", attempts)
     cancel = ("output", "backfill", STREAM, "bf_search", "--cancel", "--json")
     cancelling = json.loads(checked(rewound.stack.keystone(*cancel)).stdout)
     assert (cancelling["id"], cancelling["state"]) == (first["id"], "cancelling")

@@ -40,7 +40,8 @@ def loadtest(
         list[str] | None,
         typer.Option(
             help="NAME\\[:OUTPUT]\\[@AT]\\[+FOR]: kill-router, restart-kafka, kill-broker, "
-            "stop-elasticsearch, stop-control, rewind-output, backfill-output; at AT s (default "
+            "stop-elasticsearch, stop-control, rewind-output (rewind), backfill-output (backfill); "
+            "at AT s (default "
             "a third in), for FOR s. rewind-output rewinds OUTPUT (default the first Kafka "
             "output, else the first) FOR s back (default 30) and waits for its replay; "
             "backfill-output backfills it from the archive over the FOR s before AT and waits "

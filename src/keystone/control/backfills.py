@@ -29,7 +29,7 @@ from keystone.contracts.settings import Settings
 from keystone.contracts.spec import OutputSpec, StreamSpec
 from keystone.control.jobs import Job, JobRuns
 from keystone.control.positions import Positions
-from keystone.control.store import Store, audit
+from keystone.control.store import Store, audit, check_not_replaying
 from keystone.control.streams import Streams
 from keystone.control.tenancy import Caller
 from keystone.router.sinks.registry import SINKS, Replay
@@ -105,13 +105,7 @@ class Backfills:
                 "output at a time; cancel it first",
                 backfill=current.id,
             )
-        rewind = self.store.rewinds(stream).get(output)
-        if rewind is not None and rewind.replaying:
-            raise Conflict(
-                f"output {stream}.{output} is replaying rewind {rewind.id}: a backfill waits "
-                "until it has caught up",
-                rewind=rewind.id,
-            )
+        check_not_replaying(stream, output, self.store.rewinds(stream).get(output))
         check_replay_rate(self.settings, rate)
         begins, ends = _utc(start).timestamp(), _utc(end).timestamp()
         now = self.clock()

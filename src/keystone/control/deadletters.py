@@ -180,6 +180,43 @@ def matches(letter: Letter, selection: Selection) -> bool:
     )
 
 
+@dataclass
+class Count:
+    """What a redrive of some dead letters sends: `events` sent again, per output how many,
+    `skipped` (of outputs the stream no longer has), `copies` not sent (the application's
+    twin: `router.redrive.first_copies`)."""
+
+    events: int = 0
+    outputs: dict[str, int] = field(default_factory=dict)
+    skipped: int = 0
+    copies: int = 0
+
+    @classmethod
+    def of(cls, letters: list[Letter], outputs: list[str]) -> Count:
+        """Of one event (its guid), the first dead letter of each place it failed is sent; one
+        of an output is not when the stream's own is among `letters` (that goes to every
+        output)."""
+        count = cls(outputs=dict.fromkeys(outputs, 0))
+        streams = {x.guid for x in letters if x.output == STREAM_LEVEL and x.guid is not None}
+        seen: set[tuple[str, str]] = set()  # (guid, output)
+        for letter in letters:
+            if letter.guid is not None:
+                covered = letter.output != STREAM_LEVEL and letter.guid in streams
+                if covered or (letter.guid, letter.output) in seen:
+                    count.copies += 1
+                    continue
+                seen.add((letter.guid, letter.output))
+            count.events += 1
+            if letter.output == STREAM_LEVEL:
+                for name in count.outputs:
+                    count.outputs[name] += 1
+            elif letter.output in count.outputs:
+                count.outputs[letter.output] += 1
+            else:
+                count.skipped += 1
+        return count
+
+
 def progress_of(settings: Settings, stream: str, redrive: Redrive) -> RedriveView:
     progress = RedriveProgress.load(RedriveProgress.path(settings.state_dir, stream, redrive.id))
     eta = None
@@ -241,29 +278,15 @@ class DeadLetters:
             raise NotFound(f"stream {stream!r} has no output {selection.output!r}")
         until = self._end(spec.name)
         redriven = redriven_by(self.settings, spec.name)
-        events, skipped, scanned, truncated, copies = 0, 0, 0, False, 0
-        seen: set[tuple[str, str]] = set()  # (guid, output): its first dead letter is sent
-        outputs = dict.fromkeys((o.name for o in spec.outputs), 0)
-        for letter in read_letters(self.settings, spec.name, until):
+        chosen: list[Letter] = []
+        truncated = False
+        for scanned, letter in enumerate(read_letters(self.settings, spec.name, until)):
             if scanned >= self.settings.max_dead_letters_scanned:
                 truncated = True
                 break
-            scanned += 1
-            if (letter.partition, letter.offset) in redriven or not matches(letter, selection):
-                continue
-            if letter.guid is not None:
-                if (letter.guid, letter.output) in seen:
-                    copies += 1
-                    continue
-                seen.add((letter.guid, letter.output))
-            events += 1
-            if letter.output == STREAM_LEVEL:
-                for name in outputs:
-                    outputs[name] += 1
-            elif letter.output in outputs:
-                outputs[letter.output] += 1
-            else:
-                skipped += 1
+            if (letter.partition, letter.offset) not in redriven and matches(letter, selection):
+                chosen.append(letter)
+        count = Count.of(chosen, [o.name for o in spec.outputs])
         redrive = Redrive(
             id=f"rd-{secrets.token_hex(6)}",
             selection=selection,
@@ -272,7 +295,9 @@ class DeadLetters:
             requested_at=self.clock(),
             by=caller.name,
         )
-        return RedrivePlan(redrive, events, outputs, skipped, truncated, copies)
+        return RedrivePlan(
+            redrive, count.events, count.outputs, count.skipped, truncated, count.copies
+        )
 
     def start(
         self, caller: Caller, stream: str, selection: Selection, rate: int | None

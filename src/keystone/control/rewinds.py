@@ -35,7 +35,7 @@ from keystone.contracts.settings import Settings
 from keystone.contracts.spec import OutputSpec, StreamSpec
 from keystone.control.positions import Extent, Positions
 from keystone.control.recovery import committed, generation_of
-from keystone.control.store import Store, audit
+from keystone.control.store import Store, audit, check_not_backfilled
 from keystone.control.streams import Streams
 from keystone.control.tenancy import Caller
 from keystone.router.sinks.registry import SINKS, Replay
@@ -144,15 +144,7 @@ class Rewinds:
                 "output at a time",
                 rewind=current.id,
             )
-        backfill = self.store.backfills(stream).get(output)
-        if backfill is not None and backfill.active:
-            # A rewind's replay would write the backfilled range again beside what the backfill
-            # wrote, or replace a Hive hour the backfill is replacing.
-            raise Conflict(
-                f"output {stream}.{output} is being backfilled ({backfill.id}): let it finish, "
-                "or cancel it, before rewinding",
-                backfill=backfill.id,
-            )
+        check_not_backfilled(stream, output, self.store.backfills(stream).get(output))
         check_replay_rate(self.settings, rate)
         topic = fronting_topic(stream)
         extent = self.positions.extent(topic)

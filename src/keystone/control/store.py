@@ -450,7 +450,7 @@ class Store(RegistryReader):
         output, latest = planned
 
         def write(tx: redis.client.Pipeline) -> None:
-            tx.watch(rewinds, points)
+            tx.watch(rewinds, points, key("backfills", stream))
             raw = tx.get(key("stream", stream))
             now = read_spec(stream, raw).output(rewind.output) if raw is not None else None
             if now is None:
@@ -466,6 +466,8 @@ class Store(RegistryReader):
                 )
             if (current.id if current is not None else None) != latest:
                 raise Conflict(f"output {rewind.output!r} was rewound meanwhile: ask again")
+            backfill = tx.hget(key("backfills", stream), rewind.output)
+            check_not_backfilled(stream, rewind.output, _record_or_none(Backfill, backfill))
             dropped = [m for m in tx.zrange(points, 0, -1) if not _kept(m, keeps)]
             tx.multi()
             tx.hset(rewinds, rewind.output, rewind.model_dump_json())
@@ -493,7 +495,7 @@ class Store(RegistryReader):
         backfills = key("backfills", stream)
 
         def write(tx: redis.client.Pipeline) -> None:
-            tx.watch(backfills)
+            tx.watch(backfills, key("rewinds", stream))
             raw = tx.get(key("stream", stream))
             now = read_spec(stream, raw).output(backfill.output) if raw is not None else None
             if now is None:
@@ -507,6 +509,8 @@ class Store(RegistryReader):
                     "backfill per output at a time; cancel it first",
                     backfill=current.id,
                 )
+            rewind = tx.hget(key("rewinds", stream), backfill.output)
+            check_not_replaying(stream, backfill.output, _record_or_none(Rewind, rewind))
             tx.multi()
             tx.hset(backfills, backfill.output, backfill.model_dump_json())
 
@@ -721,6 +725,28 @@ class Store(RegistryReader):
 
 
 R = TypeVar("R", Rewind, Backfill, Redrive)
+
+
+def check_not_backfilled(stream: str, output: str, backfill: Backfill | None) -> None:
+    """409 while the output's backfill is under way: a rewind's replay would write the
+    backfilled range again beside what the backfill wrote, or replace a Hive hour the backfill
+    is replacing."""
+    if backfill is not None and backfill.active:
+        raise Conflict(
+            f"output {stream}.{output} is being backfilled ({backfill.id}): let it finish, "
+            "or cancel it, before rewinding",
+            backfill=backfill.id,
+        )
+
+
+def check_not_replaying(stream: str, output: str, rewind: Rewind | None) -> None:
+    """409 while the output replays a rewind: a backfill waits until it has caught up."""
+    if rewind is not None and rewind.replaying:
+        raise Conflict(
+            f"output {stream}.{output} is replaying rewind {rewind.id}: a backfill waits "
+            "until it has caught up",
+            rewind=rewind.id,
+        )
 
 
 def _record_or_none(model: type[R], raw: bytes | None) -> R | None:

@@ -41,6 +41,7 @@ REWIND = "rewind-output"
 BACKFILL = "backfill-output"
 BAD_EVENTS = "bad-events"  # not a --fault: --bad-events N (loadtest.bad_events)
 NAMES_AN_OUTPUT = (REWIND, BACKFILL)
+ALIASES = {"rewind": REWIND, "backfill": BACKFILL}  # the short names the issues used
 # How long a rewind may take to catch up, beyond its own estimate, before the fault gives up
 # waiting (the audit still runs: a replay that has not caught up shows as lost events).
 REWIND_WAIT_SECONDS = 300.0
@@ -86,12 +87,13 @@ class Fault:
         """`NAME[:OUTPUT][@AT][+FOR]`; only rewind-output and backfill-output name an OUTPUT,
         and their FOR is how many seconds back they go."""
         found = _SYNTAX.fullmatch(text)
-        if found is None or found["name"] not in cls.kinds:
+        name = ALIASES.get(found["name"], found["name"]) if found else None
+        if found is None or name not in cls.kinds:
             raise BadRequest(
                 f"--fault {text!r}: expected NAME[:OUTPUT][@AT][+FOR], NAME one of "
-                f"{', '.join(cls.kinds)}"
+                f"{', '.join(cls.kinds)} (or {', '.join(ALIASES)})"
             )
-        name, output = found["name"], found["output"]
+        output = found["output"]
         node = None
         if name in NAMES_A_NODE and output is not None:
             if not output.isdigit() or int(output) < 1:

@@ -4,22 +4,24 @@ into each sink type, and what each costs the same stream's live output meanwhile
     python -m keystone.loadtest.recovery_bench [--events 1000000] [--live-rate 200] [--smoke]
 
 The stream `rewind_bench` (4 partitions) is loaded with N events of 1 KB straight to Kafka,
-stamped with ingest times spread over the previous hour;
-then its outputs are made: a Kafka, an Elasticsearch and a Kafka `live` output at the topic's
-end, a Hive output from its start (a Hive output replays from a restore point, so it routes the
-N events once first, to have one there). While a steady live load of the `live` rate goes
-through the stream, each of the first three is rewound in turn to the topic's start (Hive: to
-its restore point there) at the highest rate allowed (`max_replay_events_per_second`): the
-sink's own pace, the worst case for the live output. Per sink: the replay's events/s (its
-events over the time from the request until the fleet saw it caught up, the query's restart
-included), the router's CPU seconds per million replayed events (its process group), and the
-live output's p99 latency during the replay beside the same before any replay (its records'
-Kafka timestamps minus their ingest time). Then each of the three is backfilled in turn from
-the stream's archive over that hour, at the same rate: its events/s (from the request until the
-fleet saw it done, its application's start included), its application's CPU, and the live p99
-meanwhile. The stream is deleted when the run ends, with its topics and indices (its Hive tables
-stay). `--smoke` does the same with 3,000 events, rewinding the Kafka and the Hive outputs
-(the two ways a rewind is asked: offsets, a restore point) and backfilling the Kafka one.
+stamped with ingest times spread over the previous hour; then its outputs are made: a Kafka, an
+Elasticsearch, a Keystone (into the stream `rewind_bench_copy`, which has no outputs of its own)
+and a Kafka `live` output at the topic's end, a Hive output from its start (a Hive output
+replays from a restore point, so it routes the N events once first, to have one there). While a
+steady live load of the `live` rate goes through the stream, each of the first four is rewound
+in turn to the topic's start (Hive: to its restore point there) at the highest rate allowed
+(`max_replay_events_per_second`): the sink's own pace, the worst case for the live output; then
+the Kafka one again at the stream's default replay rate (`recovery.max_events_per_second`), what
+a rewind does unless told. Per sink: the replay's events/s (its events over the time from the
+request until the fleet saw it caught up, the query's restart included), the router's CPU
+seconds per million replayed events (its process group), and the live output's p99 latency
+during the replay beside the same before any replay (its records' Kafka timestamps minus their
+ingest time). Then each of the four is backfilled in turn from the stream's archive over that
+hour, at the same rate: its events/s (from the request until the fleet saw it done, its
+application's start included), its application's CPU, and the live p99 meanwhile. The streams
+are deleted when the run ends, with their topics and indices (the Hive tables stay). `--smoke`
+does the same with 3,000 events, rewinding the Kafka and the Hive outputs (the two ways a rewind
+is asked: offsets, a restore point) and backfilling the Kafka one.
 """
 
 from __future__ import annotations
@@ -59,9 +61,9 @@ from keystone.loadtest.topics import iter_topic
 from keystone.router.topics import delete_topics
 
 console = Console()
-STREAM, APP = "rewind_bench", "rewind-bench"
+STREAM, TARGET, APP = "rewind_bench", "rewind_bench_copy", "rewind-bench"
 PARTITIONS = 4
-REPLAYED = ("kafka", "elasticsearch", "hive")  # each rewound in turn, in this order
+REPLAYED = ("kafka", "elasticsearch", "hive", "keystone")  # each rewound in turn, in this order
 SMOKE_REPLAYED = ("kafka", "hive")
 BASELINE_SECONDS = 30.0
 SMOKE_EVENTS = 3000
@@ -86,8 +88,19 @@ def spec() -> dict:
                 "delivery": {"mode": "microbatch", "trigger": "10 seconds"},
                 "start": "earliest",
             },
+            {"name": "keystone", "sink": {"type": "keystone", "stream": TARGET}},
             {"name": "live", "sink": {"type": "kafka"}, "delivery": realtime},
         ],
+    }
+
+
+def target_spec() -> dict:
+    """The Keystone output's stream: its router reads what it is sent, and routes it nowhere."""
+    return {
+        "name": TARGET,
+        "owner": "bench",
+        "partitions": PARTITIONS,
+        "archive": {"enabled": False},
     }
 
 
@@ -158,10 +171,16 @@ def router_processes(settings: Settings) -> Callable[[], list[int]]:
 
 
 def replay(
-    control: ControlClient, settings: Settings, output: str, target: dict[str, Any]
+    control: ControlClient,
+    settings: Settings,
+    output: str,
+    target: dict[str, Any],
+    fastest: bool = True,
 ) -> dict[str, Any]:
-    """Rewinds one output and waits until it has caught up; its figures."""
-    request = {**target, "max_events_per_second": settings.max_replay_events_per_second}
+    """Rewinds one output at the highest rate allowed (else at the stream's default) and waits
+    until it has caught up; its figures."""
+    rate = settings.max_replay_events_per_second if fastest else None
+    request = {**target, "max_events_per_second": rate}
     with CpuMeter(router_processes(settings), every=5.0) as cpu:
         asked = time.time()
         started = control.rewind(STREAM, output, request)
@@ -178,7 +197,7 @@ def replay(
         f"({now.events / seconds:,.0f}/s); live p99 {p99} ms over {records} records"
     )
     return {
-        "name": output,
+        "name": output if fastest else f"{output} at {now.rate:,}/s",
         "events": now.events,
         "seconds": round(seconds, 1),
         "events_per_second": round(now.events / seconds),
@@ -247,18 +266,22 @@ def _iso(epoch_ms: int) -> str:
 
 
 def cleanup(settings: Settings, control: ControlClient) -> list[str]:
-    """Deletes the stream, then (once its router stopped) its topics and indices."""
-    try:
-        made = control.stream(STREAM).spec
-        control.delete_stream(STREAM)
-    except ControlError as e:
-        if e.status == 404:
-            return []
-        raise
-    deadline = time.monotonic() + 120
-    while (d := Deployment.load(settings, STREAM)) and d.alive() and time.monotonic() < deadline:
-        time.sleep(1)
-    topics = stream_topics(made)
+    """Deletes the streams, then (once their routers stopped) their topics and indices."""
+    topics = []
+    for stream in (STREAM, TARGET):  # the one fed first
+        try:
+            made = control.stream(stream).spec
+            control.delete_stream(stream)
+        except ControlError as e:
+            if e.status == 404:
+                continue
+            raise
+        deadline = time.monotonic() + 120
+        while (
+            (d := Deployment.load(settings, stream)) and d.alive() and time.monotonic() < deadline
+        ):
+            time.sleep(1)
+        topics += stream_topics(made)
     delete_topics(settings, topics)
     prefix = index_prefix(STREAM, "elasticsearch")
     httpx.delete(f"{settings.elasticsearch_url}/{prefix}*", timeout=60)
@@ -282,8 +305,9 @@ def markdown(figures: dict, command: str) -> str:
         [
             f"Command: `{command}`: {figures['events']:,} events of 1 KB in the fronting topic "
             f"({PARTITIONS} partitions), each output rewound to its start in turn at the highest "
-            f"rate allowed, a live load of {figures['live_rate']:.0f} events/s meanwhile; the "
-            "stack, the router and the load on the same machine.  ",
+            "rate allowed, then the Kafka one at the stream's default replay rate, a live load "
+            f"of {figures['live_rate']:.0f} events/s meanwhile; the stack, the router and the "
+            "load on the same machine.  ",
             f"Machine: {figures['machine']}.",
             "",
             *_table(figures["results"], "replayed"),
@@ -330,12 +354,13 @@ def main() -> None:
         cleanup(settings, control)  # a run that died before its end
         topics: list[str] = []
         try:
+            control.create_stream(target_spec())
             control.create_stream({**spec(), "outputs": []})  # the topic first, then the load
             hour_ms = (int(time.time() * 1000) // HOUR_MS - 1) * HOUR_MS
             rate = load(settings, events, hour_ms)
             console.print(f"loaded {events:,} events ({rate:,.0f}/s)")
             control.put_stream(spec())
-            await_routers(control, [STREAM], console)
+            await_routers(control, [STREAM, TARGET], console)
             with console.status("the Hive output routes the events once…"):
                 while not _hive_point_at_start(control, events):
                     time.sleep(2)
@@ -351,6 +376,8 @@ def main() -> None:
                     if output == "hive":
                         target = {"restore_point": "0-start"}
                     results.append(replay(control, settings, output, target))
+                if not args.smoke:  # what a rewind does unless told: the default rate
+                    results.append(replay(control, settings, "kafka", {"offsets": offsets}, False))
                 with console.status("the archive takes the loaded hour…"):
                     while not archived(control, hour_ms):
                         time.sleep(2)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import calendar
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
@@ -31,6 +32,7 @@ from keystone.contracts.spec import StreamSpec
 from keystone.router.counts import Outcome
 from keystone.router.metrics import latency_columns
 from keystone.router.sinks.hive import HiveTable, hour_columns, hour_of
+from keystone.router.source import record_headers
 
 COLUMNS = (
     "guid STRING, `timestamp` BIGINT, host STRING, app STRING, key BINARY, value BINARY, "
@@ -41,7 +43,7 @@ EXPIRE_EVERY = 3600.0  # seconds between two looks for hours past retention
 
 def archived(records: DataFrame) -> DataFrame:
     """The archive's rows (with `dateint` and `hour`) from the Kafka source's records."""
-    entries = F.coalesce("headers", F.array().cast("array<struct<key:string,value:binary>>"))
+    entries = record_headers()
     meta = F.map_from_entries(F.reverse(entries))  # the first of a repeated header wins
 
     def header(name: str):
@@ -64,11 +66,14 @@ def archived(records: DataFrame) -> DataFrame:
 class ArchiveWriter:
     """The archive query's sink: `write_batch` per micro-batch, like `HiveWriter`'s."""
 
-    def __init__(self, settings: Settings, spec: StreamSpec) -> None:
+    def __init__(
+        self, settings: Settings, spec: StreamSpec, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.spec = spec
         self.table = HiveTable(archive_table(spec.name))
         self.checkpoint = archive_checkpoint(settings, spec.name)
-        self._expired_at = 0.0
+        self.clock = clock
+        self._expired_at = clock()  # `prepare` looks first
 
     def prepare(self, spark: SparkSession) -> None:
         self.table.create(spark, COLUMNS)
@@ -87,14 +92,19 @@ class ArchiveWriter:
             latency = rows.agg(*latency_columns(now_ms, F.col("timestamp"))).first().asDict()
         finally:
             rows.unpersist()
-        if time.monotonic() - self._expired_at > EXPIRE_EVERY:
-            self.expire(spark)
         return Outcome(delivered=count, latency=latency)
+
+    def expire_when_due(self, spark: SparkSession) -> list[tuple[int, int]]:
+        """`expire` once an `EXPIRE_EVERY`, called by the router's supervisor on each pass:
+        an idle stream's archive ages too, though no batch runs."""
+        if self.clock() - self._expired_at < EXPIRE_EVERY:
+            return []
+        return self.expire(spark)
 
     def expire(self, spark: SparkSession, now: float | None = None) -> list[tuple[int, int]]:
         """Drops the hours wholly older than `archive.keep_days` (a managed table's partition
         goes with its files); returns them."""
-        self._expired_at = time.monotonic()
+        self._expired_at = self.clock()
         cutoff = (now if now is not None else time.time()) - self.spec.archive.keep_days * 86400
         old = [
             (d, h)

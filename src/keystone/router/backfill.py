@@ -46,9 +46,10 @@ from keystone.contracts.schema import parse_schema
 from keystone.contracts.settings import Settings
 from keystone.contracts.spec import OutputSpec, StreamSpec
 from keystone.router.archive import archive_records, hour_start, partitions
+from keystone.router.deadletter import unreadable
 from keystone.router.job import left_out, paths_read_by, routed
 from keystone.router.meter import Meter
-from keystone.router.sinks.base import writer_for
+from keystone.router.sinks.base import to_kafka, writer_for
 from keystone.router.sinks.hive import HiveTable
 from keystone.router.sinks.route import Route
 from keystone.router.source import envelope
@@ -191,13 +192,18 @@ class Backfiller:
             if stop.is_set():
                 return self.stopped(key, window, tags)
             began = time.monotonic()
-            source = envelope(records.where(place == n), self.schema, self.paths)
-            frame = routed(source, self.output, self.meter, F.lit(backfill.id), key=self.key)
-            left = left_out(source, self.output, self.key)
-            outcome = self.writer.write_replay(frame, tags[n], left)
-            counts = self.meter.take()
+            # Read once: what the sink takes, what it leaves out, what it cannot read.
+            source = envelope(records.where(place == n), self.schema, self.paths).persist()
+            try:
+                frame = routed(source, self.output, self.meter, F.lit(backfill.id), key=self.key)
+                left = left_out(source, self.output, self.key)
+                outcome = self.writer.write_replay(frame, tags[n], left)
+                counts = self.meter.take()
+                unread = self.dead_letter(source)
+            finally:
+                source.unpersist()
             delivered = outcome.delivered if outcome is not None else counts.delivered
-            dead = outcome.dead_lettered if outcome is not None else counts.dead_lettered
+            dead = unread + (outcome.dead_lettered if outcome is not None else counts.dead_lettered)
             removed = outcome.removed if outcome is not None else 0
             done = done.model_copy(
                 update={
@@ -217,6 +223,17 @@ class Backfiller:
         progress.save(self.path)
         log.info("backfill %s: hour %s done (%d events)", backfill.id, key, done.events)
         return True
+
+    def dead_letter(self, source: DataFrame) -> int:
+        """The slice's events the output cannot read now (a schema made stricter since, say)
+        sent to the stream's dead letters as this output's, as the live router would: never
+        just skipped, and a redrive after the next fix sends them to this output alone.
+        Returns how many."""
+        letters = unreadable(source, self.spec.name, self.output.name)
+        count = letters.count()
+        if count:
+            to_kafka(letters.write, self.settings).save()
+        return count
 
     def wait_until_settled(self, end_ms: int, stop: threading.Event) -> bool:
         """Until `settled` (True) or stopped (False), saying meanwhile what it waits for."""

@@ -13,23 +13,42 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from confluent_kafka import Producer
-from pyspark.sql import Column
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from keystone.contracts import envelope
 from keystone.contracts.errors import SinkError
+from keystone.contracts.names import dead_letter_topic
+from keystone.router.source import HEADERS, record_headers
 
 
-def dead_letter_headers(reason: Column, output: str | None = None) -> Column:
+def dead_letter_headers(reason: Column, output: str | Column | None = None) -> Column:
     """The fronting record's `headers` plus `ks_dlq_reason` and, when an output refused it,
-    `ks_dlq_output`: the headers of a dead letter Spark's Kafka sink writes."""
-    added = {envelope.DLQ_REASON: reason}
+    `ks_dlq_output` (a column: where it is not null): the headers of a dead letter Spark's
+    Kafka sink writes."""
+
+    def header(name: str, value: Column) -> Column:
+        return F.struct(F.lit(name).alias("key"), value.cast("binary").alias("value"))
+
+    added = F.array(header(envelope.DLQ_REASON, reason))
     if output is not None:
-        added[envelope.DLQ_OUTPUT] = F.lit(output)
-    structs = [
-        F.struct(F.lit(k).alias("key"), v.cast("binary").alias("value")) for k, v in added.items()
-    ]
-    return F.concat(F.coalesce("headers", F.array()), F.array(*structs))
+        named = F.lit(output) if isinstance(output, str) else output
+        by = F.when(named.isNotNull(), F.array(header(envelope.DLQ_OUTPUT, named)))
+        added = F.concat(added, by.otherwise(F.array().cast(HEADERS)))
+    return F.concat(record_headers(), added)
+
+
+def unreadable(source: DataFrame, stream: str, output: str | Column | None = None) -> DataFrame:
+    """The enveloped `source`'s events that cannot be read (`problem`), as dead letters of
+    `stream` for Spark's Kafka sink: refused by `output` (a column: where it is not null) when
+    one alone is missing them (a backfill of it, a redrive of its dead letters), else by the
+    stream (the router's dead-letter query)."""
+    return source.where(F.col("problem").isNotNull()).select(
+        "key",
+        "value",
+        dead_letter_headers(F.col("problem"), output).alias("headers"),
+        F.lit(dead_letter_topic(stream)).alias("topic"),
+    )
 
 
 @dataclass(frozen=True)

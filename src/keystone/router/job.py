@@ -40,7 +40,6 @@ from keystone.contracts.errors import KeystoneError
 from keystone.contracts.names import (
     ARCHIVE_QUERY,
     STREAM_LEVEL,
-    dead_letter_topic,
     fronting_topic,
 )
 from keystone.contracts.recovery import Rewind
@@ -49,7 +48,7 @@ from keystone.contracts.schema import parse_schema
 from keystone.contracts.settings import Settings
 from keystone.contracts.spec import OutputSpec, StreamSpec
 from keystone.router.archive import ArchiveWriter, archived
-from keystone.router.deadletter import dead_letter_headers
+from keystone.router.deadletter import unreadable
 from keystone.router.lang.ast import paths_read
 from keystone.router.lang.parser import parse_filter, parse_projection
 from keystone.router.lang.spark import Scope, compile_filter, compile_projection
@@ -165,10 +164,12 @@ def routed(
 
 
 def left_out(source: DataFrame, output: OutputSpec, key: bytes | None) -> DataFrame:
-    """The source's events the output's filter leaves out (readable ones: `guid`, `timestamp`),
-    for a backfill to take out of a sink that holds them from before a fix."""
-    kept = F.coalesce(_condition(output, key), F.lit(False))
-    return source.where(F.col("problem").isNull() & ~kept).select("guid", "timestamp")
+    """The source's events the output leaves out now (`guid`, `timestamp`), for a backfill to
+    take out of a sink that holds them from before a fix: those its filter leaves out, and
+    those it cannot read now (dead letters instead) that have a guid and time to be found by."""
+    kept = F.col("problem").isNull() & F.coalesce(_condition(output, key), F.lit(False))
+    found = F.col("guid").isNotNull() & F.col("timestamp").isNotNull()
+    return source.where(found & ~kept).select("guid", "timestamp")
 
 
 def _scope(key: bytes | None) -> Scope:
@@ -354,12 +355,7 @@ class Router:
             self.batch_limit,
             paths=dead_letter_paths(self.spec.outputs),
         )
-        frame = source.where(F.col("problem").isNotNull()).select(
-            "key",
-            "value",
-            dead_letter_headers(F.col("problem")).alias("headers"),
-            F.lit(dead_letter_topic(self.spec.name)).alias("topic"),
-        )
+        frame = unreadable(source, self.spec.name)
         checkpoint = self.settings.checkpoints_dir / self.spec.name / STREAM_LEVEL
         writer = self._writer(frame, f"{self.spec.name}.{STREAM_LEVEL}", checkpoint.as_posix())
         return to_kafka(writer.trigger(processingTime=DEAD_LETTER_TRIGGER), self.settings).start()
@@ -442,6 +438,11 @@ class Router:
                     log.error("query %s could not start: %s: %s", name, type(e).__name__, e)
                     retry_at[name] = now + backoff[name]
                     backoff[name] = min(MAX_BACKOFF, backoff[name] * 2)
+            if self.archive is not None:
+                try:
+                    self.archive.expire_when_due(self.spark)
+                except Exception as e:  # the metastore away: the next hour's look drops them
+                    log.error("archive hours past retention not dropped: %s", e)
             self.metrics.running({name: name in running for name in starts})
             for name, meter in self.meters.items():
                 self.metrics.metered(name, meter.take())

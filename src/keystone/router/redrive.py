@@ -47,12 +47,12 @@ from keystone.contracts.registry import RegistryReader
 from keystone.contracts.schema import parse_schema
 from keystone.contracts.settings import Settings
 from keystone.contracts.spec import StreamSpec
-from keystone.router.deadletter import dead_letter_headers
+from keystone.router.deadletter import unreadable
 from keystone.router.job import dead_letter_paths, routed
 from keystone.router.meter import Meter
 from keystone.router.sinks.base import to_kafka, writer_for
 from keystone.router.sinks.route import Route
-from keystone.router.source import envelope
+from keystone.router.source import envelope, record_headers
 from keystone.router.spark import (
     application_logging,
     end_session,
@@ -85,7 +85,7 @@ def ensure_redriven_topic(settings: Settings, stream: str) -> None:
 
 
 def _header(name: str) -> Column:
-    entries = F.coalesce("headers", F.array().cast("array<struct<key:string,value:binary>>"))
+    entries = record_headers()
     return F.map_from_entries(F.reverse(entries))[name].cast("string")
 
 
@@ -150,7 +150,7 @@ def as_fronting(letters: DataFrame, stream: str) -> DataFrame:
     redrives = F.struct(
         F.lit(names.REDRIVES).alias("key"), count.cast("string").cast("binary").alias("value")
     )
-    headers = F.coalesce("headers", F.array().cast("array<struct<key:string,value:binary>>"))
+    headers = record_headers()
     return letters.select(
         "key",
         "value",
@@ -163,12 +163,16 @@ def as_fronting(letters: DataFrame, stream: str) -> DataFrame:
 
 def first_copies(letters: DataFrame) -> DataFrame:
     """`letters` with `copy`: true for every dead letter but the first (by position) of one
-    event (its guid) refused by the same output or the stream (`failed_in`)."""
+    event (its guid) refused by the same output or the stream (`failed_in`), and for one an
+    output refused when the stream's own is selected too (that one goes to every output: a
+    backfill dead-letters as its output's an event the live router had dead-lettered)."""
     guid = F.coalesce(_header(names.GUID), F.concat_ws(":", "partition", "offset"))
-    event = Window.partitionBy(guid, F.coalesce("failed_in", F.lit(""))).orderBy(
+    where = Window.partitionBy(guid, F.coalesce("failed_in", F.lit(""))).orderBy(
         "partition", "offset"
     )
-    return letters.withColumn("copy", F.row_number().over(event) > 1)
+    streams = F.max(F.col("failed_in").isNull().cast("int")).over(Window.partitionBy(guid))
+    covered = F.col("failed_in").isNotNull() & (streams == 1)
+    return letters.withColumn("copy", (F.row_number().over(where) > 1) | covered)
 
 
 def redriven(source: DataFrame) -> DataFrame:
@@ -267,15 +271,11 @@ class Redriver:
                 again = outcome.dead_lettered if outcome is not None else counts.dead_lettered
                 progress.delivered[name] = progress.delivered.get(name, 0) + delivered
                 progress.dead_lettered += again
-            # Still unreadable by the stream: a dead letter again, with its new reason.
-            unreadable = source.where(F.col("problem").isNotNull()).select(
-                "key",
-                "value",
-                dead_letter_headers(F.col("problem")).alias("headers"),
-                F.lit(dead_letter_topic(self.spec.name)).alias("topic"),
-            )
-            to_kafka(unreadable.write, self.settings).save()
-            progress.dead_lettered += unreadable.count()
+            # Still unreadable: a dead letter again, with its new reason, of where it had failed
+            # (an output's stays that output's: the others have it).
+            letters = unreadable(source, self.spec.name, failed_in)
+            to_kafka(letters.write, self.settings).save()
+            progress.dead_lettered += letters.count()
             outputs = {o.name for o in self.spec.outputs}
             progress.skipped += source.where(
                 failed_in.isNotNull() & ~failed_in.isin(*outputs)

@@ -23,6 +23,13 @@ from keystone.contracts.settings import Settings
 from keystone.router.avro import schema_problem
 from keystone.router.lang.ast import dotted
 
+HEADERS = "array<struct<key:string,value:binary>>"  # a Kafka record's, as Spark reads them
+
+
+def record_headers() -> Column:
+    """The record's `headers`, an empty array where it has none."""
+    return F.coalesce("headers", F.array().cast(HEADERS))
+
 
 def fronting(
     spark: SparkSession,
@@ -104,7 +111,7 @@ def envelope(
     frame.sparkSession.conf.set("spark.sql.caseSensitive", "true")
     # One pass over the headers into a map (reversed, so that with the session's LAST_WIN
     # policy the first of a repeated header wins).
-    entries = F.coalesce("headers", F.array().cast("array<struct<key:string,value:binary>>"))
+    entries = record_headers()
     text = F.col("value").cast("string")
     whole = [] if schema is None else [F.try_parse_json(text).alias("whole")]
     read = frame.select(
