@@ -192,16 +192,14 @@ class Backfiller:
             if stop.is_set():
                 return self.stopped(key, window, tags)
             began = time.monotonic()
-            # Read once: what the sink takes, what it leaves out, what it cannot read.
-            source = envelope(records.where(place == n), self.schema, self.paths).persist()
-            try:
-                frame = routed(source, self.output, self.meter, F.lit(backfill.id), key=self.key)
-                left = left_out(source, self.output, self.key)
-                outcome = self.writer.write_replay(frame, tags[n], left)
-                counts = self.meter.take()
-                unread = self.dead_letter(source)
-            finally:
-                source.unpersist()
+            # Read again for each use, not cached: a slice holds up to ten seconds of the
+            # highest replay rate, more than the application's heap.
+            source = envelope(records.where(place == n), self.schema, self.paths)
+            frame = routed(source, self.output, self.meter, F.lit(backfill.id), key=self.key)
+            left = left_out(source, self.output, self.key)
+            outcome = self.writer.write_replay(frame, tags[n], left)
+            counts = self.meter.take()
+            unread = self.dead_letter(source)
             delivered = outcome.delivered if outcome is not None else counts.delivered
             dead = unread + (outcome.dead_lettered if outcome is not None else counts.dead_lettered)
             removed = outcome.removed if outcome is not None else 0

@@ -385,9 +385,19 @@ async function loadDeadLetters() {
 const sendRedrive = (method, request) =>
   sendJSON(`/ui/streams/${stream}/dead-letters/redrive`, method, request, "redrive");
 
-async function redriveDeadLetters(selection) {
+// The range the page's fields give, if any: it narrows every redrive asked from the page.
+function redriveRange() {
+  const fields = deadLetters.querySelector("[data-redrive-range]").elements;
+  const range = {};
+  if (fields.from.value) range.from = utcInput(fields.from.value);
+  if (fields.to.value) range.to = utcInput(fields.to.value);
+  return range;
+}
+
+async function redriveDeadLetters(chosen) {
   const error = deadLetters.querySelector("[data-redrive-error]");
   error.hidden = true;
+  const selection = {...chosen, ...redriveRange()};
   try {
     const plan = await sendRedrive("POST", {...selection, dry_run: true});
     const reach = Object.entries(plan.outputs || {}).map(([o, n]) => `${o}: ${count(n)}`).join(", ");
