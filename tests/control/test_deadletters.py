@@ -32,7 +32,7 @@ def test_each_event_is_sent_once_to_each_place_it_failed_and_the_streams_covers_
 ):
     letters = [
         letter(0, STREAM_LEVEL, "a"),  # every output
-        letter(1, "search", "a"),  # a backfill's of search: the stream's covers it
+        letter(1, "search", "a"),  # search refused it too: the stream's covers it
         letter(2, STREAM_LEVEL, "a"),  # a copy
         letter(3, "search", "b"),
         letter(4, "search", "b"),  # a copy

@@ -63,8 +63,10 @@ def test_an_owner_is_shown_what_a_redrive_of_a_time_range_would_send_before_it_s
             box.locator("#redrive-from").fill("2000-01-01T00:00")
             box.locator("#redrive-to").fill("2099-01-01T00:00")
             redrive_all_declined()
-        assert asked[0].startswith("Send 0 dead letters again"), asked
-        assert asked[1].startswith(f"Send {len(UNREADABLE)} dead letters again"), asked
+        after = "dead-lettered from 2099-01-01T00:00:00Z again"
+        assert asked[0].startswith(f"Send 0 dead letters {after}"), asked
+        around = "from 2000-01-01T00:00:00Z before 2099-01-01T00:00:00Z again"
+        assert asked[1].startswith(f"Send {len(UNREADABLE)} dead letters dead-lettered {around}")
         assert "picked: 2" in asked[1], asked
         redrive = team.call("GET", f"{listed}/redrive")
         assert redrive.status_code == 404, redrive.text  # declined: nothing started

@@ -1,10 +1,11 @@
-"""The archive's retention on its own: hours wholly past `archive.keep_days` dropped when the
-router's supervisor looks, once an hour, batches or not (the real drop, in the metastore:
-tests/router/test_recovery.py)."""
+"""The archive's retention on its own: hours wholly past `archive.keep_days` dropped by a thread
+of the router's that looks every hour, batches or not, and a failing look does not end it (the
+real drop, in the metastore: tests/router/test_recovery.py)."""
 
 from __future__ import annotations
 
-import calendar
+import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
@@ -12,39 +13,48 @@ from typing import Any
 
 from keystone.contracts.settings import Settings
 from keystone.contracts.spec import load_spec
-from keystone.router.archive import EXPIRE_EVERY, ArchiveWriter
+from keystone.router.archive import ArchiveWriter
+from tests.support.waiting import eventually
 
-NOW = calendar.timegm((2027, 1, 15, 8, 30, 0))
+
+def _hour(seconds_ago: float) -> tuple[int, int]:
+    at = time.gmtime(time.time() - seconds_ago)
+    return int(time.strftime("%Y%m%d", at)), at.tm_hour
 
 
 @dataclass
 class RecordingSpark:
-    """Answers SHOW PARTITIONS with `held`, and records the statements it is given."""
+    """Answers SHOW PARTITIONS with `held` (failing the first `failures` times), and records
+    the statements it is given."""
 
     held: list[tuple[int, int]]
+    failures: int = 0
     statements: list[str] = field(default_factory=list)
 
     def sql(self, text: str) -> Any:
+        if text.startswith("SHOW") and self.failures:
+            self.failures -= 1
+            raise RuntimeError("the metastore is away")
         self.statements.append(text)
         rows = [(f"dateint={d}/hour={h}",) for d, h in self.held] if text.startswith("SHOW") else []
         return SimpleNamespace(collect=lambda: rows)
 
 
-def test_an_idle_archive_drops_the_hours_past_retention_once_an_hour(tmp_path: Path) -> None:
+def test_an_idle_archive_drops_the_hours_past_retention_on_a_thread_of_its_own(
+    tmp_path: Path,
+) -> None:
     spec = load_spec({"name": "plays", "owner": "team-a", "archive": {"keep_days": 2}})
-    clock = [1000.0]
-    archive = ArchiveWriter(Settings(state_dir=tmp_path), spec, clock=lambda: clock[0])
-    # Two days and one hour back, wholly past; two days back, its last half hour within.
-    spark = RecordingSpark(held=[(20270113, 7), (20270113, 8), (20270115, 8)])
-    assert archive.expire_when_due(spark) == []  # `prepare` has just looked
-    assert spark.statements == []
-    clock[0] += EXPIRE_EVERY
-    dropped = archive.expire(spark, now=NOW)  # what a look at NOW drops
-    assert dropped == [(20270113, 7)]
-    assert spark.statements[-1].endswith("PARTITION (dateint=20270113, hour=7)")
-    spark.statements.clear()
-    clock[0] += EXPIRE_EVERY - 1
-    assert archive.expire_when_due(spark) == [] and spark.statements == []
-    clock[0] += 1
-    archive.expire_when_due(spark)  # an hour after the last look: it looks again
-    assert spark.statements and spark.statements[0].startswith("SHOW PARTITIONS")
+    archive = ArchiveWriter(Settings(state_dir=tmp_path), spec)
+    old, kept = _hour(3 * 86400), _hour(86400)  # three days back: past; one day back: within
+    spark = RecordingSpark(held=[old, kept], failures=1)
+    stop = threading.Event()
+    thread = archive.keep_expiring(spark, stop, every=0.05)  # type: ignore[arg-type]
+    try:
+        drop = f"PARTITION (dateint={old[0]}, hour={old[1]})"
+        eventually("the old hour dropped", lambda: any(drop in s for s in spark.statements), 10)
+        within = f"PARTITION (dateint={kept[0]}, hour={kept[1]})"
+        assert not any(within in s for s in spark.statements)
+    finally:
+        stop.set()
+        thread.join(5)
+    assert not thread.is_alive()  # it ends with the router

@@ -1,4 +1,4 @@
-"""Dead letters as the router, a backfill and a redrive make and read them, on a local Spark
+"""Dead letters as the router and a redrive make and read them, on a local Spark
 session: which events become dead letters and whose, and which of a selection a redrive sends
 once."""
 
@@ -79,7 +79,7 @@ def test_a_redrive_sends_one_copy_per_event_and_place_and_none_the_stream_s_cove
 ) -> None:
     rows = [
         ("1", None, _stamped("a")),  # the stream's: goes to every output
-        ("1", "search", _stamped("a")),  # a backfill's of search: covered by the stream's
+        ("1", "search", _stamped("a")),  # search refused it too: covered by the stream's
         ("1", None, _stamped("a")),  # the stream's again: a copy
         ("2", "search", _stamped("b")),  # search's alone
         ("2", "search", _stamped("b")),  # a copy

@@ -298,6 +298,7 @@ def _say_backfill(backfill: BackfillPublic) -> None:
         f"backfill {backfill.id} of {backfill.stream}.{backfill.output} ({span}): "
         f"[bold]{backfill.state}[/], {backfill.read:,}{of} events routed, "
         f"{backfill.delivered:,} delivered, {backfill.dead_lettered:,} dead-lettered"
+        + (f", {backfill.unreadable:,} unreadable now (left out)" if backfill.unreadable else "")
     )
     if backfill.waiting:
         console.print(f"waiting for {backfill.waiting}")

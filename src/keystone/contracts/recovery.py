@@ -160,6 +160,9 @@ class HourDone(_Record):
     read: int = Field(0, ge=0, description="Archived events of the slices written.")
     delivered: int = Field(0, ge=0)
     dead_lettered: int = Field(0, ge=0)
+    unreadable: int = Field(
+        0, ge=0, description="Events the output cannot read now: left out, kept in the archive."
+    )
     removed: int = Field(0, ge=0, description="Records taken out: events left out now.")
     done: bool = False
 
@@ -216,6 +219,10 @@ class BackfillProgress(_ProgressFile):
     @property
     def dead_lettered(self) -> int:
         return sum(h.dead_lettered for h in self.hours.values())
+
+    @property
+    def unreadable(self) -> int:
+        return sum(h.unreadable for h in self.hours.values())
 
     @property
     def removed(self) -> int:

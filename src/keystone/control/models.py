@@ -334,6 +334,11 @@ class BackfillPublic(BaseModel):
     read: int = Field(0, description="Of those, how many it has routed.")
     delivered: int = Field(0, description="Records the sink took.")
     dead_lettered: int = Field(0, description="Events the sink refused (in the dead-letter topic).")
+    unreadable: int = Field(
+        0,
+        description="Events the output cannot read now (a stricter schema, say): left out of "
+        "the sink and kept in the archive, for a backfill after the fix.",
+    )
     removed: int = Field(
         0, description="Records taken out of the sink: events the output leaves out now."
     )
@@ -375,6 +380,7 @@ class BackfillPublic(BaseModel):
             read=progress.read,
             delivered=progress.delivered,
             dead_lettered=progress.dead_lettered,
+            unreadable=progress.unreadable,
             removed=progress.removed,
             hours=len(progress.hours) or None,
             hours_done=sum(h.done for h in progress.hours.values()),

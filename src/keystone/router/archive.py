@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import calendar
 import json
+import logging
+import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
@@ -33,6 +34,8 @@ from keystone.router.counts import Outcome
 from keystone.router.metrics import latency_columns
 from keystone.router.sinks.hive import HiveTable, hour_columns, hour_of
 from keystone.router.source import record_headers
+
+log = logging.getLogger(__name__)
 
 COLUMNS = (
     "guid STRING, `timestamp` BIGINT, host STRING, app STRING, key BINARY, value BINARY, "
@@ -66,14 +69,10 @@ def archived(records: DataFrame) -> DataFrame:
 class ArchiveWriter:
     """The archive query's sink: `write_batch` per micro-batch, like `HiveWriter`'s."""
 
-    def __init__(
-        self, settings: Settings, spec: StreamSpec, clock: Callable[[], float] = time.monotonic
-    ) -> None:
+    def __init__(self, settings: Settings, spec: StreamSpec) -> None:
         self.spec = spec
         self.table = HiveTable(archive_table(spec.name))
         self.checkpoint = archive_checkpoint(settings, spec.name)
-        self.clock = clock
-        self._expired_at = clock()  # `prepare` looks first
 
     def prepare(self, spark: SparkSession) -> None:
         self.table.create(spark, COLUMNS)
@@ -94,17 +93,27 @@ class ArchiveWriter:
             rows.unpersist()
         return Outcome(delivered=count, latency=latency)
 
-    def expire_when_due(self, spark: SparkSession) -> list[tuple[int, int]]:
-        """`expire` once an `EXPIRE_EVERY`, called by the router's supervisor on each pass:
-        an idle stream's archive ages too, though no batch runs."""
-        if self.clock() - self._expired_at < EXPIRE_EVERY:
-            return []
-        return self.expire(spark)
+    def keep_expiring(
+        self, spark: SparkSession, stop: threading.Event, every: float = EXPIRE_EVERY
+    ) -> threading.Thread:
+        """`expire` every `every` seconds until `stop` (`prepare` looks first), on a thread of
+        its own: an idle stream's archive ages too, though no batch runs, and a metastore that
+        hangs holds only this thread, never the router's supervisor."""
+
+        def run() -> None:
+            while not stop.wait(every):
+                try:
+                    self.expire(spark)
+                except Exception as e:  # the metastore away: the next look drops them
+                    log.error("archive hours past retention not dropped: %s", e)
+
+        thread = threading.Thread(target=run, name="archive-expiry", daemon=True)
+        thread.start()
+        return thread
 
     def expire(self, spark: SparkSession, now: float | None = None) -> list[tuple[int, int]]:
         """Drops the hours wholly older than `archive.keep_days` (a managed table's partition
         goes with its files); returns them."""
-        self._expired_at = self.clock()
         cutoff = (now if now is not None else time.time()) - self.spec.archive.keep_days * 86400
         old = [
             (d, h)

@@ -41,8 +41,8 @@ def dead_letter_headers(reason: Column, output: str | Column | None = None) -> C
 def unreadable(source: DataFrame, stream: str, output: str | Column | None = None) -> DataFrame:
     """The enveloped `source`'s events that cannot be read (`problem`), as dead letters of
     `stream` for Spark's Kafka sink: refused by `output` (a column: where it is not null) when
-    one alone is missing them (a backfill of it, a redrive of its dead letters), else by the
-    stream (the router's dead-letter query)."""
+    one alone is missing them (a redrive of its dead letters), else by the stream (the router's
+    dead-letter query)."""
     return source.where(F.col("problem").isNotNull()).select(
         "key",
         "value",

@@ -402,6 +402,8 @@ class Router:
         retry_at = dict.fromkeys(starts, 0.0)
         backoff = dict.fromkeys(starts, 1.0)
         watch = self.watch
+        if self.archive is not None:
+            self.archive.keep_expiring(self.spark, stop)
         while not watch.ready and not stop.is_set():  # where each output is, before any starts
             stop.wait(1)
             watch.read()
@@ -438,11 +440,6 @@ class Router:
                     log.error("query %s could not start: %s: %s", name, type(e).__name__, e)
                     retry_at[name] = now + backoff[name]
                     backoff[name] = min(MAX_BACKOFF, backoff[name] * 2)
-            if self.archive is not None:
-                try:
-                    self.archive.expire_when_due(self.spark)
-                except Exception as e:  # the metastore away: the next hour's look drops them
-                    log.error("archive hours past retention not dropped: %s", e)
             self.metrics.running({name: name in running for name in starts})
             for name, meter in self.meters.items():
                 self.metrics.metered(name, meter.take())

@@ -164,8 +164,9 @@ def as_fronting(letters: DataFrame, stream: str) -> DataFrame:
 def first_copies(letters: DataFrame) -> DataFrame:
     """`letters` with `copy`: true for every dead letter but the first (by position) of one
     event (its guid) refused by the same output or the stream (`failed_in`), and for one an
-    output refused when the stream's own is selected too (that one goes to every output: a
-    backfill dead-letters as its output's an event the live router had dead-lettered)."""
+    output refused when the stream's own is selected too (that one goes to every output: an
+    event one output's paths could read and the stream's dead-letter query could not, which
+    an output's sink then refused too)."""
     guid = F.coalesce(_header(names.GUID), F.concat_ws(":", "partition", "offset"))
     where = Window.partitionBy(guid, F.coalesce("failed_in", F.lit(""))).orderBy(
         "partition", "offset"
@@ -272,14 +273,14 @@ class Redriver:
                 progress.delivered[name] = progress.delivered.get(name, 0) + delivered
                 progress.dead_lettered += again
             # Still unreadable: a dead letter again, with its new reason, of where it had failed
-            # (an output's stays that output's: the others have it).
-            letters = unreadable(source, self.spec.name, failed_in)
+            # (an output's stays that output's: the others have it); one of an output the
+            # stream no longer has is skipped, never written again.
+            outputs = {o.name for o in self.spec.outputs}
+            gone = failed_in.isNotNull() & ~failed_in.isin(*outputs)
+            letters = unreadable(source.where(~gone), self.spec.name, failed_in)
             to_kafka(letters.write, self.settings).save()
             progress.dead_lettered += letters.count()
-            outputs = {o.name for o in self.spec.outputs}
-            progress.skipped += source.where(
-                failed_in.isNotNull() & ~failed_in.isin(*outputs)
-            ).count()
+            progress.skipped += source.where(gone).count()
             # Marked redriven once sent, copies too: another redrive leaves them be.
             marks = part.select(
                 F.concat_ws(":", "partition", "offset").alias("key"),

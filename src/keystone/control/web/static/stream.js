@@ -238,8 +238,9 @@ function showBackfill(output, backfill) {
   } else {
     const range = `${utc(backfill.from)} to ${utc(backfill.to)} UTC`;
     const error = backfill.error ? ` (${backfill.error})` : "";
+    const unreadable = backfill.unreadable ? `, ${count(backfill.unreadable)} unreadable now (left out)` : "";
     summary.textContent = `backfill ${backfill.id} of ${range}: ${backfill.state}, ` +
-      `${count(backfill.read)} events routed, ${count(backfill.delivered)} delivered${error}`;
+      `${count(backfill.read)} events routed, ${count(backfill.delivered)} delivered${unreadable}${error}`;
   }
   if (active) {
     const bar = progress.querySelector("progress");
@@ -388,6 +389,9 @@ const sendRedrive = (method, request) =>
 // The range the page's fields give, if any: it narrows every redrive asked from the page.
 function redriveRange() {
   const fields = deadLetters.querySelector("[data-redrive-range]").elements;
+  if (fields.from.validity.badInput || fields.to.validity.badInput) {
+    throw new Error("The time range is not a whole date and time: complete it, or clear it.");
+  }
   const range = {};
   if (fields.from.value) range.from = utcInput(fields.from.value);
   if (fields.to.value) range.to = utcInput(fields.to.value);
@@ -397,13 +401,16 @@ function redriveRange() {
 async function redriveDeadLetters(chosen) {
   const error = deadLetters.querySelector("[data-redrive-error]");
   error.hidden = true;
-  const selection = {...chosen, ...redriveRange()};
   try {
+    const selection = {...chosen, ...redriveRange()};
     const plan = await sendRedrive("POST", {...selection, dry_run: true});
     const reach = Object.entries(plan.outputs || {}).map(([o, n]) => `${o}: ${count(n)}`).join(", ");
-    const copies = plan.copies ? ` (${count(plan.copies)} copies written again by a router are not sent twice)` : "";
-    const question = `Send ${count(plan.events)} dead letters again, each only to the outputs ` +
-      `it failed in (${reach}), at most ${count(plan.rate)} events/s?${copies}`;
+    const copies = plan.copies ? ` (${count(plan.copies)} copies of the same events are not sent twice)` : "";
+    const range = selection.from || selection.to
+      ? ` dead-lettered ${selection.from ? `from ${selection.from} ` : ""}${selection.to ? `before ${selection.to}` : ""}`.trimEnd()
+      : "";
+    const question = `Send ${count(plan.events)} dead letters${range} again, each only to the ` +
+      `outputs it failed in (${reach}), at most ${count(plan.rate)} events/s?${copies}`;
     if (!confirm(question)) return;
     await sendRedrive("POST", selection);
     await refresh();
