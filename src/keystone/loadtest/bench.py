@@ -20,6 +20,8 @@ from keystone.contracts.names import dead_letter_topic, fronting_topic
 from keystone.contracts.processes import PidFile, stat_fields
 from keystone.contracts.settings import Settings
 from keystone.contracts.spec import StreamSpec
+from keystone.control.client import ControlClient, ControlError
+from keystone.control.launcher import Deployment
 
 # `make bench` runs in the checkout, whose benchmark page it rewrites.
 DOCS = Path("docs") / "benchmarks.md"
@@ -261,6 +263,27 @@ def per_million(cpu_seconds: float | None, events: int | float) -> float | None:
     if cpu_seconds is None or not events:
         return None
     return cpu_seconds / events * 1_000_000
+
+
+def delete_streams(
+    settings: Settings, control: ControlClient, streams: Iterable[str]
+) -> list[StreamSpec]:
+    """Deletes the streams that exist, in order, each once its router has stopped (two minutes
+    at most); their specs, for the caller to delete their topics and indices."""
+    deleted = []
+    for name in streams:
+        try:
+            made = control.stream(name).spec
+            control.delete_stream(name)
+        except ControlError as e:
+            if e.status == 404:
+                continue
+            raise
+        deadline = time.monotonic() + 120
+        while (d := Deployment.load(settings, name)) and d.alive() and time.monotonic() < deadline:
+            time.sleep(1)
+        deleted.append(made)
+    return deleted
 
 
 def stream_topics(spec: StreamSpec) -> list[str]:

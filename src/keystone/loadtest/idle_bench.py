@@ -46,6 +46,7 @@ from keystone.control.launcher import Deployment
 from keystone.ingest_proxy.client import DirectProducer
 from keystone.loadtest.bench import (
     CpuMeter,
+    delete_streams,
     machine,
     parse_arguments,
     process_tree,
@@ -225,20 +226,11 @@ def cleanup(settings: Settings, control: ControlClient, streams: list[str]) -> l
     """Deletes the streams, then (once their routers stopped) their topics and indices;
     returns the topics deleted."""
     deleted = []
-    for name in streams:
-        try:
-            made = control.stream(name).spec
-            control.delete_stream(name)
-        except ControlError as e:
-            if e.status == 404:
-                continue
-            raise
-        deadline = time.monotonic() + 120
-        while (d := Deployment.load(settings, name)) and d.alive() and time.monotonic() < deadline:
-            time.sleep(1)
+    for made in delete_streams(settings, control, streams):
         deleted += stream_topics(made)
         delete_topics(settings, stream_topics(made))
-        httpx.delete(f"{settings.elasticsearch_url}/{index_prefix(name, 'search')}*", timeout=60)
+        prefix = index_prefix(made.name, "search")
+        httpx.delete(f"{settings.elasticsearch_url}/{prefix}*", timeout=60)
     return deleted
 
 

@@ -47,6 +47,7 @@ from keystone.ingest_proxy.client import DirectProducer
 from keystone.loadtest.bench import (
     CPU_COLUMN,
     CpuMeter,
+    delete_streams,
     machine,
     make_event,
     parse_arguments,
@@ -267,21 +268,8 @@ def _iso(epoch_ms: int) -> str:
 
 def cleanup(settings: Settings, control: ControlClient) -> list[str]:
     """Deletes the streams, then (once their routers stopped) their topics and indices."""
-    topics = []
-    for stream in (STREAM, TARGET):  # the one fed first
-        try:
-            made = control.stream(stream).spec
-            control.delete_stream(stream)
-        except ControlError as e:
-            if e.status == 404:
-                continue
-            raise
-        deadline = time.monotonic() + 120
-        while (
-            (d := Deployment.load(settings, stream)) and d.alive() and time.monotonic() < deadline
-        ):
-            time.sleep(1)
-        topics += stream_topics(made)
+    deleted = delete_streams(settings, control, (STREAM, TARGET))  # the one fed first
+    topics = [topic for made in deleted for topic in stream_topics(made)]
     if not topics:
         return []
     delete_topics(settings, topics)
