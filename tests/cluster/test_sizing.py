@@ -24,23 +24,31 @@ LAG_OBJECTIVE = 100_000
 
 
 class Load:
-    """Events written straight to the fronting topic at a rate the test changes."""
+    """Events written straight to the fronting topic at a rate the test changes. It keeps the
+    rate over time, not per tick: a send that waited for the brokers' acks (three of them,
+    on two busy cores) makes the next one bigger, so the topic grows at `rate` as long as the
+    brokers can take it, which is what the fleet's sizing reads."""
+
+    TICK = 0.1
 
     def __init__(self, cluster: Stack) -> None:
         self.producer = DirectProducer(cluster.settings.kafka_bootstrap, APP)
         self.rate = 0
+        self.sent = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
-        n = 0
+        owed, last = 0.0, time.monotonic()
         while not self._stop.is_set():
-            began = time.monotonic()
-            batch = self.rate // 10
-            if batch:
-                self.producer.send(STREAM, [{"n": n + i} for i in range(batch)])
-                n += batch
-            self._stop.wait(max(0.0, 0.1 - (time.monotonic() - began)))
+            now = time.monotonic()
+            owed = min(owed + self.rate * (now - last), float(self.rate))  # a second's, at most
+            last = now
+            if batch := int(owed):
+                self.producer.send(STREAM, [{"n": self.sent + i} for i in range(batch)])
+                self.sent += batch
+                owed -= batch
+            self._stop.wait(max(0.0, self.TICK - (time.monotonic() - now)))
 
     def __enter__(self) -> Load:
         self._thread.start()
@@ -99,7 +107,13 @@ def test_a_stream_whose_rate_rises_tenfold_is_resized_once(cluster: Stack, sized
         assert before is not None
 
         load.rate = 5_000  # tenfold: 7,500 with headroom
-        eventually("the resize", lambda: router(sized)["sized_for"] == 8_000, timeout=90)
+        last: dict = {}
+
+        def resized() -> bool:
+            last.update(router(sized))
+            return last["sized_for"] == 8_000
+
+        eventually("the resize", resized, timeout=90, seen=lambda: (last, load.sent))
         eventually("the resized router", lambda: router(sized)["state"] == "running", 240)
         after = Deployment.load(cluster.settings, STREAM)
         assert after is not None and after.pid != before.pid  # redeployed with its new size
