@@ -44,7 +44,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     stack) or `spark` (a local Spark session); `make check` runs the tests that are neither."""
     for item in items:
         needs = getattr(item, "fixturenames", ())
-        if "stack" in needs:
+        if "stack" in needs or "cluster" in needs:  # the cluster stack is a stack too
             item.add_marker(pytest.mark.stack)
         elif "spark" in needs:
             item.add_marker(pytest.mark.spark)
@@ -52,6 +52,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.hookimpl(trylast=True)  # after pytest-randomly's shuffle
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """Puts the cluster tests last, together: their stack replaces the suite's, once."""
+    """Puts the cluster tests first, together: their stack comes and goes before the suite's
+    is started (one stack at a time on this machine), so neither is started twice."""
     on_cluster = {id(i) for i in session.items if "cluster" in getattr(i, "fixturenames", ())}
-    session.items.sort(key=lambda i: id(i) in on_cluster)  # stable: the shuffled order otherwise
+    session.items.sort(key=lambda i: id(i) not in on_cluster)  # stable: the shuffled order else

@@ -1,10 +1,9 @@
 """The cluster stack (issue 33): the embedded stack with three Kafka brokers, a Spark
 standalone master and two workers running every router, and two control processes, started
-once for the tests of this package, which run last (tests/conftest.py). The suite's own stack
-is stopped first (one stack at a time on this machine) and started again after them: session
-fixtures' teardowns still call it. Its ports are the defaults moved by 12,000, below the
-kernel's ephemeral ports (32768 and up), which an outgoing connection may hold at any
-moment."""
+once for the tests of this package, which run first (tests/conftest.py): it is down again
+before the suite's own stack starts, so the machine runs one stack at a time. Its ports are the
+defaults moved by 12,000, below the kernel's ephemeral ports (32768 and up), which an outgoing
+connection may hold at any moment."""
 
 from __future__ import annotations
 
@@ -25,8 +24,7 @@ CLUSTER = {
 
 
 @pytest.fixture(scope="package")
-def cluster(stack: Stack) -> Iterator[Stack]:
-    checked(stack.keystone("stack", "down", timeout=300))
+def cluster() -> Iterator[Stack]:
     state_dir = private_state_dir()
     env = stack_env(state_dir, port_offset=12000)
     env.pop("KEYSTONE_SPARK_MASTER")  # the cluster's own master
@@ -37,8 +35,6 @@ def cluster(stack: Stack) -> Iterator[Stack]:
     finally:
         handle.keystone("stack", "down", "--purge", timeout=600)
         shutil.rmtree(state_dir, ignore_errors=True)
-        # Back for what the session still asks of it: session fixtures' teardowns call it.
-        checked(stack.keystone("stack", "up", timeout=900))
 
 
 @pytest.fixture(scope="package")

@@ -1,6 +1,6 @@
 """The sizing rule on its own: rates from samples, the size a rate calls for, and when the size
-changes (up at once on the last five minutes' peak, down on the last hour's, at most once in ten
-minutes, within the spec's bounds)."""
+changes (up on the rate held over the last 30 s, down on the last hour's peak, at most once in
+ten minutes, within the spec's bounds)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from keystone.contracts.registry import RouterState
 from keystone.contracts.spec import Sizing
 from keystone.control.sizing import (
     CHANGE_EVERY_SECONDS,
+    HOLD_SECONDS,
     WINDOW_SECONDS,
     Traffic,
     decide,
@@ -40,6 +41,29 @@ def test_a_rate_calls_for_the_smallest_step_with_headroom_within_the_bounds(
     rate: float, size: int
 ) -> None:
     assert size_for(rate, BOUNDS) == size
+
+
+def test_a_rise_is_sized_for_where_it_went_not_for_the_sample_it_began_in() -> None:
+    """500 events/s, then 5,000 from two seconds before a sample: that sample reads 1,400/s
+    (4,000 with headroom), a size that would stand for ten minutes. Once every interval of the
+    last 30 s calls for more, the size is what their median calls for: 8,000."""
+    state = RouterState(sized_for=1_000)
+    quiet = steady(500, T0, 600)
+    rise = [*quiet, (T0 + 610, quiet[-1][1] + 8 * 500 + 2 * 5_000)]
+    assert rates(rise)[-1] == (T0 + 610, 1_400.0)
+    assert decide(state, rise, BOUNDS, T0 + 610) == 1_000
+    held = rise + steady(5_000, T0 + 610, 20, rise[-1][1])[1:]
+    assert decide(state, held[:-1], BOUNDS, T0 + 620) == 1_000  # 500/s within the last 30 s
+    assert decide(state, held, BOUNDS, T0 + 630) == 8_000
+    assert T0 + 630 - HOLD_SECONDS < T0 + 610  # the rise's own sample was among them
+
+
+def test_a_lone_spike_sizes_nothing() -> None:
+    state = RouterState(sized_for=1_000)
+    quiet = steady(500, T0, 600)
+    spike = [*quiet, (T0 + 610, quiet[-1][1] + 50_000)]
+    calm = spike + steady(500, T0 + 610, 30, spike[-1][1])[1:]
+    assert all(decide(state, calm[: 62 + n], BOUNDS, T0 + 610 + 10 * n) == 1_000 for n in range(4))
 
 
 def test_up_at_once_down_after_the_hour_never_twice_in_ten_minutes() -> None:

@@ -6,7 +6,10 @@ its micro-batches' size follow from that figure (`router.job.router_slots`, `bat
 The rule, with hysteresis so a router is not redeployed back and forth:
 - a size is a step of `LADDER` (1,000 events/s, doubling), within the spec's `sizing` bounds;
 - the size a rate calls for is the smallest step at or above it times `HEADROOM` (1.5);
-- up as soon as the peak of the last `RECENT_SECONDS` (5 minutes) calls for more;
+- up when every interval of the last `HOLD_SECONDS` (30 s) calls for more, to the size their
+  median calls for. Not a single interval's: the one a rise begins in measures part old rate,
+  part new, and a size taken from it would stand for the next 10 minutes; nor does a lone
+  spike size a router;
 - down only when the peak of the last hour calls for less;
 - at most one change per `CHANGE_EVERY_SECONDS` (10 minutes) per stream. A change redeploys
   the router (its fingerprint includes its size).
@@ -35,7 +38,7 @@ log = logging.getLogger(__name__)
 LADDER = tuple(1_000 * 2**n for n in range(12))  # 1,000 to 2,048,000 events/s
 HEADROOM = 1.5
 SAMPLE_SECONDS = 10.0
-RECENT_SECONDS = 300.0
+HOLD_SECONDS = 30.0
 WINDOW_SECONDS = 3600.0
 CHANGE_EVERY_SECONDS = 600.0
 ASK_SECONDS = 3.0  # Kafka's answer for the samples, at most
@@ -71,7 +74,7 @@ def bounded(size: int, bounds: Sizing) -> int:
 
 def decide(state: RouterState, samples: list[Sample], bounds: Sizing, now: float) -> int:
     """The size the router should run with now (its current one unless the rule says)."""
-    hour, recent = peak(samples, now - WINDOW_SECONDS), peak(samples, now - RECENT_SECONDS)
+    hour = peak(samples, now - WINDOW_SECONDS)
     if not state.sized_for:
         return size_for(hour, bounds)
     current = bounded(state.sized_for, bounds)
@@ -79,9 +82,9 @@ def decide(state: RouterState, samples: list[Sample], bounds: Sizing, now: float
         return current
     if now - state.resized_at < CHANGE_EVERY_SECONDS:
         return current
-    up = size_for(recent, bounds)
-    if up > current:
-        return up
+    recent = sorted(r for t, r in rates(samples) if t > now - HOLD_SECONDS)
+    if recent and size_for(recent[0], bounds) > current:  # each interval calls for more
+        return size_for(recent[(len(recent) - 1) // 2], bounds)  # their median (the lower)
     return min(current, size_for(hour, bounds))
 
 
