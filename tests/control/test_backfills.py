@@ -13,7 +13,14 @@ import pytest
 from keystone.contracts.checkpoints import Offsets
 from keystone.contracts.errors import Conflict, LimitExceeded, NotFound, Unprocessable
 from keystone.contracts.names import ARCHIVE_QUERY
-from keystone.contracts.recovery import Backfill, BackfillProgress, HourDone, JobPhase, Rewind
+from keystone.contracts.recovery import (
+    ArchiveSpan,
+    Backfill,
+    BackfillProgress,
+    HourDone,
+    JobPhase,
+    Rewind,
+)
 from keystone.contracts.settings import Settings
 from keystone.contracts.spec import StreamSpec, load_spec
 from keystone.control.backfills import Backfills, progress_of
@@ -142,6 +149,28 @@ def test_a_range_outside_the_archive_is_refused_naming_what_exists(
     with pytest.raises(Unprocessable) as refused:
         backfills(tmp_path).plan(TEAM, "plays", "clicks", start, end, None)
     assert says in refused.value.message
+
+
+def test_a_range_before_the_archives_first_hour_is_refused_naming_it(tmp_path: Path) -> None:
+    """An archive turned on five hours ago holds nothing before: its first hour is named, not
+    the retention's start, which lies before it."""
+    planner = backfills(tmp_path)
+    first = NOW - 5 * HOUR
+    ArchiveSpan(first_hour=first).save(ArchiveSpan.of(planner.settings.state_dir, "plays"))
+    with pytest.raises(Unprocessable) as refused:
+        planner.plan(TEAM, "plays", "warehouse", at(6 * HOUR), at(HOUR), None)
+    assert "before what the archive holds: its first hour begins 2027-01-15T03:00:00Z" in (
+        refused.value.message
+    )
+    assert refused.value.details["earliest"] == "2027-01-15T03:00:00Z"
+    assert planner.plan(TEAM, "plays", "warehouse", at(5 * HOUR), at(HOUR), None)
+    # A first hour older than the retention's start (its expiry is due): the retention speaks.
+    ArchiveSpan(first_hour=NOW - 4 * 86400).save(
+        ArchiveSpan.of(planner.settings.state_dir, "plays")
+    )
+    with pytest.raises(Unprocessable) as refused:
+        planner.plan(TEAM, "plays", "warehouse", at(3 * 86400), at(HOUR), None)
+    assert "before what the archive keeps (2 days" in refused.value.message
 
 
 def test_a_range_past_what_the_archive_has_written_is_refused(tmp_path: Path) -> None:

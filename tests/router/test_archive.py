@@ -1,5 +1,6 @@
 """The archive's retention on its own: hours wholly past `archive.keep_days` dropped by a thread
-of the router's that looks every hour, batches or not, and a failing look does not end it (the
+of the router's that looks every hour, batches or not, and a failing look does not end it; the
+span it holds, for a backfill's plan, follows its drops and its batches' oldest events (the
 real drop, in the metastore: tests/router/test_recovery.py)."""
 
 from __future__ import annotations
@@ -11,9 +12,10 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from keystone.contracts.recovery import ArchiveSpan
 from keystone.contracts.settings import Settings
 from keystone.contracts.spec import load_spec
-from keystone.router.archive import ArchiveWriter
+from keystone.router.archive import ArchiveWriter, hour_start
 from tests.support.waiting import eventually
 
 
@@ -58,3 +60,28 @@ def test_an_idle_archive_drops_the_hours_past_retention_on_a_thread_of_its_own(
         stop.set()
         thread.join(5)
     assert not thread.is_alive()  # it ends with the router
+
+
+def test_the_span_begins_at_the_first_hour_kept_and_moves_back_for_an_older_batch(
+    tmp_path: Path,
+) -> None:
+    settings = Settings(state_dir=tmp_path)
+    spec = load_spec({"name": "plays", "owner": "team-a", "archive": {"keep_days": 2}})
+    archive = ArchiveWriter(settings, spec)
+    old, kept, newer = _hour(3 * 86400), _hour(86400), _hour(3600)
+
+    def span() -> float | None:
+        return ArchiveSpan.load(ArchiveSpan.of(tmp_path, "plays")).first_hour
+
+    archive.expire(RecordingSpark(held=[old, kept, newer]))  # type: ignore[arg-type]
+    assert span() == hour_start(*kept)  # the dropped hour is not held any more
+    archive.held_from(hour_start(*newer))  # a batch of a later hour: no change
+    assert span() == hour_start(*kept)
+    earlier = hour_start(*kept) - 7200  # events ingested two hours before, imported late
+    archive.held_from(earlier)
+    assert span() == earlier
+    # A router started again reads it, and an archive emptied by its retention holds none.
+    again = ArchiveWriter(settings, spec)
+    assert again.span.first_hour == earlier
+    again.expire(RecordingSpark(held=[old]))  # type: ignore[arg-type]
+    assert span() is None

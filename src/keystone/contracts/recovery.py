@@ -168,9 +168,10 @@ class HourDone(_Record):
 
 
 class _ProgressFile(BaseModel):
-    """Where a backfill's or a redrive's application is, in a file it alone writes
-    (`<state>/<folder>/<stream>/<id>.json`) and control reads: a started application goes on
-    from it; one with none yet (or one that does not read) starts afresh."""
+    """What an application of a stream's says of its work, in a file it alone writes
+    (`<state>/<folder>/<stream>/<id>.json`) and control reads. A backfill's or a redrive's
+    application goes on from its own; one with none yet (or one that does not read) starts
+    afresh."""
 
     model_config = ConfigDict(extra="ignore")
     folder: ClassVar[str]
@@ -227,6 +228,23 @@ class BackfillProgress(_ProgressFile):
     @property
     def removed(self) -> int:
         return sum(h.removed for h in self.hours.values())
+
+
+class ArchiveSpan(_ProgressFile):
+    """The hours the stream's archive holds, as its router last saw them (`<state>/archives/
+    <stream>/span.json`): written when the router starts, when it drops hours past retention
+    and when a batch archives an event older than the first hour; read by a backfill's plan,
+    which names the first hour to a range that begins before it."""
+
+    folder = "archives"
+
+    first_hour: float | None = Field(
+        None, description="When the oldest hour held begins (epoch s); none while it holds none."
+    )
+
+    @classmethod
+    def of(cls, state_dir: Path, stream: str) -> Path:
+        return cls.path(state_dir, stream, "span")
 
 
 class Selection(_Record):

@@ -6,9 +6,10 @@ will do with it, `start` records the backfill (one per output at a time, in the 
 side, each pass (`keystone.control.recovery`): it has the backfill's application
 (`python -m keystone.router.backfill`) run until it is done (`keystone.control.jobs`).
 
-A range must lie within what the archive holds: after the retention's start and before the
-archive's last write (an event of the range the archive has yet to write would be missed; and
-a Hive output's hours are replaced whole by what the archive has).
+A range must lie within what the archive holds: after the retention's start and the archive's
+first hour (`ArchiveSpan`, which its router keeps), and before the archive's last write (an
+event of the range the archive has yet to write would be missed; and a Hive output's hours are
+replaced whole by what the archive has).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from keystone.contracts.checkpoints import latest
 from keystone.contracts.errors import Conflict, KeystoneError, NotFound, Unprocessable
 from keystone.contracts.limits import check_replay_rate
 from keystone.contracts.names import ARCHIVE_QUERY, HIVE_DATABASE, archive_table, fronting_topic
-from keystone.contracts.recovery import Backfill, BackfillProgress, JobPhase
+from keystone.contracts.recovery import ArchiveSpan, Backfill, BackfillProgress, JobPhase
 from keystone.contracts.settings import Settings
 from keystone.contracts.spec import OutputSpec, StreamSpec
 from keystone.control.jobs import Job, JobRuns
@@ -114,6 +115,13 @@ class Backfills:
         if ends > now:
             raise Unprocessable(f"{iso(ends)} is in the future (it is {iso(now)})")
         kept_from = now - spec.archive.keep_days * 86400
+        held_from = ArchiveSpan.load(ArchiveSpan.of(self.settings.state_dir, stream)).first_hour
+        if held_from is not None and held_from > kept_from and begins < held_from:
+            raise Unprocessable(
+                f"{iso(begins)} is before what the archive holds: its first hour begins "
+                f"{iso(held_from)} (the archive was turned on then, or was not written before)",
+                earliest=iso(held_from),
+            )
         if begins < kept_from:
             raise Unprocessable(
                 f"{iso(begins)} is before what the archive keeps ({spec.archive.keep_days} days "

@@ -28,6 +28,7 @@ from pyspark.sql import functions as F
 
 from keystone.contracts import envelope
 from keystone.contracts.names import ARCHIVE_QUERY, archive_table, fronting_topic
+from keystone.contracts.recovery import ArchiveSpan
 from keystone.contracts.settings import Settings
 from keystone.contracts.spec import StreamSpec
 from keystone.router.counts import Outcome
@@ -73,6 +74,12 @@ class ArchiveWriter:
         self.spec = spec
         self.table = HiveTable(archive_table(spec.name))
         self.checkpoint = archive_checkpoint(settings, spec.name)
+        self.span_path = ArchiveSpan.of(settings.state_dir, spec.name)
+        self.span = ArchiveSpan.load(self.span_path)
+        # The expiry's thread and the query's batches both move the span: one at a time, so
+        # an expiry that listed the hours before a batch published an older one cannot save
+        # its first hour over the batch's.
+        self._span_lock = threading.Lock()
 
     def prepare(self, spark: SparkSession) -> None:
         self.table.create(spark, COLUMNS)
@@ -88,10 +95,30 @@ class ArchiveWriter:
                 tag = f"batch-{query}-{batch_id:012d}"
                 self.table.publish(spark, self.table.stage(rows, tag), tag)
             now_ms = F.lit(int(time.time() * 1000))
-            latency = rows.agg(*latency_columns(now_ms, F.col("timestamp"))).first().asDict()
+            latency = (
+                rows.agg(
+                    *latency_columns(now_ms, F.col("timestamp")), F.min("timestamp").alias("oldest")
+                )
+                .first()
+                .asDict()
+            )
+            oldest = latency.pop("oldest")
         finally:
             rows.unpersist()
+        if oldest is not None:
+            self.held_from(oldest // 3_600_000 * 3600.0)
         return Outcome(delivered=count, latency=latency)
+
+    def held_from(self, hour: float) -> None:
+        """A batch archived events of `hour` (epoch s): the span begins there if not before."""
+        with self._span_lock:
+            first = self.span.first_hour
+            if first is None or hour < first:
+                self._save_span(hour)
+
+    def _save_span(self, first_hour: float | None) -> None:
+        self.span = ArchiveSpan(first_hour=first_hour)
+        self.span.save(self.span_path)
 
     def keep_expiring(
         self, spark: SparkSession, stop: threading.Event, every: float = EXPIRE_EVERY
@@ -115,15 +142,14 @@ class ArchiveWriter:
         """Drops the hours wholly older than `archive.keep_days` (a managed table's partition
         goes with its files); returns them."""
         cutoff = (now if now is not None else time.time()) - self.spec.archive.keep_days * 86400
-        old = [
-            (d, h)
-            for d, h in partitions(spark, self.table.name)
-            if hour_start(d, h) + 3600 <= cutoff
-        ]
-        for d, h in old:
-            spark.sql(
-                f"ALTER TABLE {self.table.name} DROP IF EXISTS PARTITION (dateint={d}, hour={h})"
-            )
+        with self._span_lock:
+            held = partitions(spark, self.table.name)
+            old = [(d, h) for d, h in held if hour_start(d, h) + 3600 <= cutoff]
+            for d, h in old:
+                where = f"PARTITION (dateint={d}, hour={h})"
+                spark.sql(f"ALTER TABLE {self.table.name} DROP IF EXISTS {where}")
+            kept = [hour_start(d, h) for d, h in held if (d, h) not in old]
+            self._save_span(min(kept, default=None))
         return old
 
 
