@@ -33,8 +33,10 @@ def cluster() -> Iterator[Stack]:
         checked(handle.keystone("stack", "up", timeout=900))
         yield handle
     finally:
-        handle.keystone("stack", "down", "--purge", timeout=600)
-        shutil.rmtree(state_dir, ignore_errors=True)
+        try:  # all of it down, or the suite's stack would start beside what is left
+            checked(handle.keystone("stack", "down", "--purge", timeout=600))
+        finally:
+            shutil.rmtree(state_dir, ignore_errors=True)
 
 
 @pytest.fixture(scope="package")

@@ -44,7 +44,9 @@ class Load:
         owed, last = 0.0, time.monotonic()
         while not self._stop.is_set():
             now = time.monotonic()
-            owed = min(owed + self.rate * (now - last), float(self.rate))  # a second's, at most
+            # Five seconds' owed at most: a send that waited two for acks is made up for, and
+            # a lowered rate is not sent in one burst of the old one's.
+            owed = min(owed + self.rate * (now - last), 5.0 * self.rate)
             last = now
             if batch := int(owed):
                 self.producer.send(STREAM, [{"n": self.sent + i} for i in range(batch)])

@@ -151,23 +151,19 @@ def test_a_range_outside_the_archive_is_refused_naming_what_exists(
     assert says in refused.value.message
 
 
-def test_a_range_before_the_archives_first_hour_is_refused_naming_it(tmp_path: Path) -> None:
-    """An archive turned on five hours ago holds nothing before: its first hour is named, not
-    the retention's start, which lies before it."""
+def test_a_range_before_the_archives_first_event_is_refused_naming_it(tmp_path: Path) -> None:
+    """An archive turned on five hours ago holds nothing before its first event: that is named,
+    not the retention's start, which lies before it."""
     planner = backfills(tmp_path)
-    first = NOW - 5 * HOUR
-    ArchiveSpan(first_hour=first).save(ArchiveSpan.of(planner.settings.state_dir, "plays"))
+    span = ArchiveSpan.of(planner.settings.state_dir, "plays")
+    ArchiveSpan(first=NOW - 5 * HOUR + 62.5).save(span)
     with pytest.raises(Unprocessable) as refused:
-        planner.plan(TEAM, "plays", "warehouse", at(6 * HOUR), at(HOUR), None)
-    assert "before what the archive holds: its first hour begins 2027-01-15T03:00:00Z" in (
-        refused.value.message
-    )
-    assert refused.value.details["earliest"] == "2027-01-15T03:00:00Z"
-    assert planner.plan(TEAM, "plays", "warehouse", at(5 * HOUR), at(HOUR), None)
-    # A first hour older than the retention's start (its expiry is due): the retention speaks.
-    ArchiveSpan(first_hour=NOW - 4 * 86400).save(
-        ArchiveSpan.of(planner.settings.state_dir, "plays")
-    )
+        planner.plan(TEAM, "plays", "warehouse", at(5 * HOUR), at(HOUR), None)
+    assert "its first event was ingested at 2027-01-15T03:01:02.500000Z" in refused.value.message
+    assert refused.value.details["earliest"] == "2027-01-15T03:01:02.500000Z"
+    assert planner.plan(TEAM, "plays", "warehouse", at(5 * HOUR - 62.5), at(HOUR), None)
+    # One older than the retention's start (its expiry is due): the retention speaks.
+    ArchiveSpan(first=NOW - 4 * 86400).save(span)
     with pytest.raises(Unprocessable) as refused:
         planner.plan(TEAM, "plays", "warehouse", at(3 * 86400), at(HOUR), None)
     assert "before what the archive keeps (2 days" in refused.value.message

@@ -1,8 +1,10 @@
 """The sizing rule on its own: rates from samples, the size a rate calls for, and when the size
-changes (up on the rate held over the last 30 s, down on the last hour's peak, at most once in
-ten minutes, within the spec's bounds)."""
+changes (up once a rise has held for three samples, or bursts for six; down on the last hour's
+peak; at most once in ten minutes; within the spec's bounds)."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import pytest
 
@@ -10,7 +12,6 @@ from keystone.contracts.registry import RouterState
 from keystone.contracts.spec import Sizing
 from keystone.control.sizing import (
     CHANGE_EVERY_SECONDS,
-    HOLD_SECONDS,
     WINDOW_SECONDS,
     Traffic,
     decide,
@@ -45,25 +46,72 @@ def test_a_rate_calls_for_the_smallest_step_with_headroom_within_the_bounds(
 
 def test_a_rise_is_sized_for_where_it_went_not_for_the_sample_it_began_in() -> None:
     """500 events/s, then 5,000 from two seconds before a sample: that sample reads 1,400/s
-    (4,000 with headroom), a size that would stand for ten minutes. Once every interval of the
-    last 30 s calls for more, the size is what their median calls for: 8,000."""
+    (4,000 with headroom), a size that would stand for ten minutes. Once each of the last three
+    intervals calls for more, the size is what their median calls for: 8,000."""
     state = RouterState(sized_for=1_000)
     quiet = steady(500, T0, 600)
     rise = [*quiet, (T0 + 610, quiet[-1][1] + 8 * 500 + 2 * 5_000)]
     assert rates(rise)[-1] == (T0 + 610, 1_400.0)
     assert decide(state, rise, BOUNDS, T0 + 610) == 1_000
     held = rise + steady(5_000, T0 + 610, 20, rise[-1][1])[1:]
-    assert decide(state, held[:-1], BOUNDS, T0 + 620) == 1_000  # 500/s within the last 30 s
+    assert decide(state, held[:-1], BOUNDS, T0 + 620) == 1_000  # 500/s among the last three
     assert decide(state, held, BOUNDS, T0 + 630) == 8_000
-    assert T0 + 630 - HOLD_SECONDS < T0 + 610  # the rise's own sample was among them
+
+
+def samples_of(events_at: Callable[[float], float], times: list[float]) -> list:
+    return [(t, int(events_at(t))) for t in times]
+
+
+@pytest.mark.parametrize("spacing", [10.0, 10.5, 11.3, 13.0])
+@pytest.mark.parametrize("rise_at", [600.0, 602.0, 606.0, 609.9])
+def test_a_rise_is_never_sized_halfway_whatever_the_samples_spacing(
+    spacing: float, rise_at: float
+) -> None:
+    """Samples a little more than 10 s apart (the fleet's pass comes after the 10 s), a rise
+    anywhere between two, a decision at every pass: never 2,000 or 4,000, and 8,000 within
+    five samples of the rise."""
+
+    def events_at(t: float) -> float:
+        return 500 * t + 4_500 * max(0.0, t - rise_at)
+
+    times = [i * spacing for i in range(int(700 / spacing))]
+    state = RouterState(sized_for=1_000)
+    sizes = []
+    for now in [t + d for t in times for d in (0.0, spacing - 0.4)]:
+        sizes.append(
+            decide(state, samples_of(events_at, [t for t in times if t <= now]), BOUNDS, now)
+        )
+    assert set(sizes) <= {1_000, 8_000}, sorted(set(sizes))
+    first = next(
+        now
+        for now, size in zip(
+            [t + d for t in times for d in (0.0, spacing - 0.4)], sizes, strict=True
+        )
+        if size == 8_000
+    )
+    assert rise_at < first <= rise_at + 5 * spacing
 
 
 def test_a_lone_spike_sizes_nothing() -> None:
     state = RouterState(sized_for=1_000)
     quiet = steady(500, T0, 600)
     spike = [*quiet, (T0 + 610, quiet[-1][1] + 50_000)]
-    calm = spike + steady(500, T0 + 610, 30, spike[-1][1])[1:]
-    assert all(decide(state, calm[: 62 + n], BOUNDS, T0 + 610 + 10 * n) == 1_000 for n in range(4))
+    calm = spike + steady(500, T0 + 610, 60, spike[-1][1])[1:]
+    assert all(decide(state, calm[: 62 + n], BOUNDS, T0 + 610 + 10 * n) == 1_000 for n in range(7))
+
+
+def test_traffic_in_bursts_is_sized_for_its_mean_once_two_windows_carry_it() -> None:
+    """100,000 events every 30 s: one interval in three reads 10,000/s, the others nothing.
+    No interval of 0 calls for more, but 3,333 a second on average does (8,000), once the last
+    three intervals and the three before both carry it."""
+    state = RouterState(sized_for=1_000)
+
+    def events_at(t: float) -> float:
+        return 100_000 * (1 + (t - T0) // 30)
+
+    times = [T0 + 10 * i for i in range(1, 10)]
+    assert decide(state, samples_of(events_at, times[:4]), BOUNDS, times[3]) == 1_000  # 3 intervals
+    assert decide(state, samples_of(events_at, times[:7]), BOUNDS, times[6]) == 8_000
 
 
 def test_up_at_once_down_after_the_hour_never_twice_in_ten_minutes() -> None:

@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
 
 from keystone.contracts.recovery import ArchiveSpan
 from keystone.contracts.settings import Settings
@@ -20,7 +23,11 @@ from tests.support.waiting import eventually
 
 
 def _hour(seconds_ago: float) -> tuple[int, int]:
-    at = time.gmtime(time.time() - seconds_ago)
+    return _hour_at(time.time() - seconds_ago)
+
+
+def _hour_at(epoch_seconds: float) -> tuple[int, int]:
+    at = time.gmtime(epoch_seconds)
     return int(time.strftime("%Y%m%d", at)), at.tm_hour
 
 
@@ -62,7 +69,7 @@ def test_an_idle_archive_drops_the_hours_past_retention_on_a_thread_of_its_own(
     assert not thread.is_alive()  # it ends with the router
 
 
-def test_the_span_begins_at_the_first_hour_kept_and_moves_back_for_an_older_batch(
+def test_the_span_begins_at_the_oldest_event_and_moves_with_the_hours_dropped(
     tmp_path: Path,
 ) -> None:
     settings = Settings(state_dir=tmp_path)
@@ -71,17 +78,80 @@ def test_the_span_begins_at_the_first_hour_kept_and_moves_back_for_an_older_batc
     old, kept, newer = _hour(3 * 86400), _hour(86400), _hour(3600)
 
     def span() -> float | None:
-        return ArchiveSpan.load(ArchiveSpan.of(tmp_path, "plays")).first_hour
+        return ArchiveSpan.load(ArchiveSpan.of(tmp_path, "plays")).first
 
     archive.expire(RecordingSpark(held=[old, kept, newer]))  # type: ignore[arg-type]
     assert span() == hour_start(*kept)  # the dropped hour is not held any more
-    archive.held_from(hour_start(*newer))  # a batch of a later hour: no change
+    archive.held_from(hour_start(*newer) + 12.5)  # a batch of a later hour: no change
     assert span() == hour_start(*kept)
-    earlier = hour_start(*kept) - 7200  # events ingested two hours before, imported late
+    earlier = hour_start(*kept) - 7200 + 0.25  # events ingested two hours before, imported late
     archive.held_from(earlier)
     assert span() == earlier
-    # A router started again reads it, and an archive emptied by its retention holds none.
+    # A router started again reads it, and keeps it when the hour it is in is the first held
+    # (an archive's first hour begins where the topic did, within it).
     again = ArchiveWriter(settings, spec)
-    assert again.span.first_hour == earlier
+    assert again.span.first == earlier
+    again.expire(RecordingSpark(held=[_hour_at(earlier), kept]))  # type: ignore[arg-type]
+    assert span() == earlier
+    # An archive emptied by its retention holds none.
     again.expire(RecordingSpark(held=[old]))  # type: ignore[arg-type]
     assert span() is None
+
+
+@dataclass
+class SlowSpark(RecordingSpark):
+    """Lists the hours, then lets a batch archive older events before the look ends."""
+
+    meanwhile: Callable[[], None] = lambda: None
+
+    def sql(self, text: str) -> Any:
+        answer = super().sql(text)
+        if text.startswith("SHOW"):
+            self.meanwhile()
+        return answer
+
+
+def test_a_batch_archived_while_the_hours_are_looked_at_is_not_saved_over(
+    tmp_path: Path,
+) -> None:
+    spec = load_spec({"name": "plays", "owner": "team-a", "archive": {"keep_days": 2}})
+    archive = ArchiveWriter(Settings(state_dir=tmp_path), spec)
+    kept = _hour(86400)
+    older = hour_start(*kept) - 3 * 3600 + 0.5
+    archive.expire(SlowSpark(held=[kept], meanwhile=lambda: archive.held_from(older)))  # type: ignore[arg-type]
+    assert ArchiveSpan.load(ArchiveSpan.of(tmp_path, "plays")).first == older
+
+
+class Publishing:
+    """The archive's table, where a batch's rows are published: what it was given."""
+
+    def __init__(self) -> None:
+        self.published: list[str] = []
+
+    def stage(self, rows: DataFrame, tag: str) -> str:
+        return f"staged/{tag}"
+
+    def publish(self, spark: SparkSession, staging: str, tag: str) -> list:
+        self.published.append(tag)
+        return []
+
+
+def test_a_batch_moves_the_span_back_to_its_oldest_event(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    spec = load_spec({"name": "plays", "owner": "team-a"})
+    archive = ArchiveWriter(Settings(state_dir=tmp_path), spec)
+    archive.table = Publishing()  # type: ignore[assignment]
+    archive.checkpoint.mkdir(parents=True)
+    (archive.checkpoint / "metadata").write_text('{"id": "q1"}')
+    now_ms = int(time.time() * 1000)
+    older = now_ms - 7_200_123
+
+    def batch(*stamps: int) -> DataFrame:
+        return spark.createDataFrame([(s,) for s in stamps], "timestamp BIGINT")
+
+    assert archive.write_batch(batch(now_ms, older), 0).delivered == 2
+    assert archive.span.first == older / 1000
+    archive.write_batch(batch(now_ms), 1)  # newer: no move
+    assert ArchiveSpan.load(ArchiveSpan.of(tmp_path, "plays")).first == older / 1000
+    assert archive.table.published == ["batch-q1-000000000000", "batch-q1-000000000001"]

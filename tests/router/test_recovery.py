@@ -584,8 +584,8 @@ def test_a_backfill_is_cancelled_and_requests_that_cannot_be_carried_out_start_n
     assert answer.status_code == 422 and "future" in answer.json()["message"]
     naive = {"from": "2026-11-25T10:00:00", "to": _iso(end)}  # no zone: which 10:00?
     assert rewound.api.call("POST", path, naive).status_code == 422
-    # Within the two days' retention, but before the archive's first hour (it holds nothing
-    # older since the three-day-old hour was dropped): that hour is named.
+    # Within the two days' retention, but before the archive's first event (it holds nothing
+    # older since the three-day-old hour was dropped): that event's ingest time is named.
     early = {"from": _iso(start - HOUR_MS), "to": _iso(end)}
     answer = rewound.api.call("POST", path, early)
     assert answer.status_code == 422 and answer.json()["earliest"] == _iso(start), answer.text

@@ -231,15 +231,18 @@ class BackfillProgress(_ProgressFile):
 
 
 class ArchiveSpan(_ProgressFile):
-    """The hours the stream's archive holds, as its router last saw them (`<state>/archives/
-    <stream>/span.json`): written when the router starts, when it drops hours past retention
-    and when a batch archives an event older than the first hour; read by a backfill's plan,
-    which names the first hour to a range that begins before it."""
+    """Where the stream's archive begins, as its router last saw it (`<state>/archives/<stream>/
+    span.json`): read by a backfill's plan, which refuses a range that begins before it (a Hive
+    output's rows there, which the archive never had, would be replaced by nothing). The
+    router moves it back when a batch archives an older event, and forward when it drops hours
+    past retention."""
 
     folder = "archives"
 
-    first_hour: float | None = Field(
-        None, description="When the oldest hour held begins (epoch s); none while it holds none."
+    first: float | None = Field(
+        None,
+        description="When the oldest event held was ingested (epoch s, to the millisecond); the "
+        "start of its hour where the router knows no better; none while it holds none.",
     )
 
     @classmethod

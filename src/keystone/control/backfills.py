@@ -7,7 +7,7 @@ side, each pass (`keystone.control.recovery`): it has the backfill's application
 (`python -m keystone.router.backfill`) run until it is done (`keystone.control.jobs`).
 
 A range must lie within what the archive holds: after the retention's start and the archive's
-first hour (`ArchiveSpan`, which its router keeps), and before the archive's last write (an
+first event (`ArchiveSpan`, which its router keeps), and before the archive's last write (an
 event of the range the archive has yet to write would be missed; and a Hive output's hours are
 replaced whole by what the archive has).
 """
@@ -115,11 +115,12 @@ class Backfills:
         if ends > now:
             raise Unprocessable(f"{iso(ends)} is in the future (it is {iso(now)})")
         kept_from = now - spec.archive.keep_days * 86400
-        held_from = ArchiveSpan.load(ArchiveSpan.of(self.settings.state_dir, stream)).first_hour
+        held_from = ArchiveSpan.load(ArchiveSpan.of(self.settings.state_dir, stream)).first
         if held_from is not None and held_from > kept_from and begins < held_from:
             raise Unprocessable(
-                f"{iso(begins)} is before what the archive holds: its first hour begins "
-                f"{iso(held_from)} (the archive was turned on then, or was not written before)",
+                f"{iso(begins)} is before what the archive holds: its first event was ingested "
+                f"at {iso(held_from)} (the archive began where the topic did when it was turned "
+                "on; a Hive output's rows before that would be replaced by nothing)",
                 earliest=iso(held_from),
             )
         if begins < kept_from:

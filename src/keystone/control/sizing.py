@@ -6,10 +6,11 @@ its micro-batches' size follow from that figure (`router.job.router_slots`, `bat
 The rule, with hysteresis so a router is not redeployed back and forth:
 - a size is a step of `LADDER` (1,000 events/s, doubling), within the spec's `sizing` bounds;
 - the size a rate calls for is the smallest step at or above it times `HEADROOM` (1.5);
-- up when every interval of the last `HOLD_SECONDS` (30 s) calls for more, to the size their
-  median calls for. Not a single interval's: the one a rise begins in measures part old rate,
-  part new, and a size taken from it would stand for the next 10 minutes; nor does a lone
-  spike size a router;
+- up when a rise has held (`risen`): each of the last `HELD` intervals (some 30 s) calls for
+  more, and the size is what their median calls for; or, for traffic in bursts, the mean of
+  those intervals and that of the `HELD` before both call for more. Not a single interval's
+  rate: the one a rise begins in measures part old rate, part new, and a size taken from it
+  would stand for the next 10 minutes; nor does a lone spike size a router;
 - down only when the peak of the last hour calls for less;
 - at most one change per `CHANGE_EVERY_SECONDS` (10 minutes) per stream. A change redeploys
   the router (its fingerprint includes its size).
@@ -38,7 +39,8 @@ log = logging.getLogger(__name__)
 LADDER = tuple(1_000 * 2**n for n in range(12))  # 1,000 to 2,048,000 events/s
 HEADROOM = 1.5
 SAMPLE_SECONDS = 10.0
-HOLD_SECONDS = 30.0
+HELD = 3  # intervals (some 30 s) a rise holds before it sizes a router up
+RECENT_SECONDS = 120.0  # the intervals a rise is read from ended within this
 WINDOW_SECONDS = 3600.0
 CHANGE_EVERY_SECONDS = 600.0
 ASK_SECONDS = 3.0  # Kafka's answer for the samples, at most
@@ -72,6 +74,27 @@ def bounded(size: int, bounds: Sizing) -> int:
     return max(bounds.min_events_per_second, min(bounds.max_events_per_second, size))
 
 
+def risen(samples: list[Sample], bounds: Sizing, current: int, now: float) -> int:
+    """The size a rise of the traffic calls for (`current` without one), from the intervals
+    that ended in the last `RECENT_SECONDS`, by count, so that samples a little more than
+    `SAMPLE_SECONDS` apart, or one missed, do not leave a window short:
+    - steady: each of the last `HELD` intervals calls for more; the size is their median's
+      (the interval the rise began in, part old rate and part new, is the least of them);
+    - in bursts further apart than a sample, which leave intervals empty between them: the mean
+      of the last `HELD` intervals and that of the `HELD` before both call for more (two
+      windows, so that one burst sizes nothing); the size is the lesser mean's."""
+    found = [r for t, r in rates(samples) if t > now - RECENT_SECONDS]
+    last, before = found[-HELD:], found[-2 * HELD : -HELD]
+    size = current
+    if len(last) == HELD:
+        ordered = sorted(last)
+        if size_for(ordered[0], bounds) > current:
+            size = size_for(ordered[HELD // 2], bounds)
+    if len(before) == HELD:
+        size = max(size, size_for(min(sum(last), sum(before)) / HELD, bounds))
+    return size
+
+
 def decide(state: RouterState, samples: list[Sample], bounds: Sizing, now: float) -> int:
     """The size the router should run with now (its current one unless the rule says)."""
     hour = peak(samples, now - WINDOW_SECONDS)
@@ -82,9 +105,9 @@ def decide(state: RouterState, samples: list[Sample], bounds: Sizing, now: float
         return current
     if now - state.resized_at < CHANGE_EVERY_SECONDS:
         return current
-    recent = sorted(r for t, r in rates(samples) if t > now - HOLD_SECONDS)
-    if recent and size_for(recent[0], bounds) > current:  # each interval calls for more
-        return size_for(recent[(len(recent) - 1) // 2], bounds)  # their median (the lower)
+    up = risen(samples, bounds, current, now)
+    if up > current:
+        return up
     return min(current, size_for(hour, bounds))
 
 

@@ -76,10 +76,12 @@ class ArchiveWriter:
         self.checkpoint = archive_checkpoint(settings, spec.name)
         self.span_path = ArchiveSpan.of(settings.state_dir, spec.name)
         self.span = ArchiveSpan.load(self.span_path)
-        # The expiry's thread and the query's batches both move the span: one at a time, so
-        # an expiry that listed the hours before a batch published an older one cannot save
-        # its first hour over the batch's.
+        # The expiry's thread and the query's batches both move the span. A batch holds this
+        # lock only to compare and save; an expiry, which may wait on the metastore, holds its
+        # own, and takes in what batches archived while it looked (`_archived_meanwhile`).
         self._span_lock = threading.Lock()
+        self._expiring = threading.Lock()
+        self._archived_meanwhile: float | None = None
 
     def prepare(self, spark: SparkSession) -> None:
         self.table.create(spark, COLUMNS)
@@ -106,19 +108,24 @@ class ArchiveWriter:
         finally:
             rows.unpersist()
         if oldest is not None:
-            self.held_from(oldest // 3_600_000 * 3600.0)
+            self.held_from(oldest / 1000)
         return Outcome(delivered=count, latency=latency)
 
-    def held_from(self, hour: float) -> None:
-        """A batch archived events of `hour` (epoch s): the span begins there if not before."""
+    def held_from(self, first: float) -> None:
+        """A batch archived events ingested from `first` (epoch s) on: the span begins there
+        if not before."""
         with self._span_lock:
-            first = self.span.first_hour
-            if first is None or hour < first:
-                self._save_span(hour)
+            if self._archived_meanwhile is not None:
+                self._archived_meanwhile = min(self._archived_meanwhile, first)
+            if self.span.first is None or first < self.span.first:
+                self._save_span(first)
 
-    def _save_span(self, first_hour: float | None) -> None:
-        self.span = ArchiveSpan(first_hour=first_hour)
-        self.span.save(self.span_path)
+    def _save_span(self, first: float | None) -> None:
+        self.span = ArchiveSpan(first=first)
+        try:
+            self.span.save(self.span_path)
+        except OSError as e:  # the archive goes on; a backfill's plan reads an older span
+            log.error("the archive's span not saved to %s: %s", self.span_path, e)
 
     def keep_expiring(
         self, spark: SparkSession, stop: threading.Event, every: float = EXPIRE_EVERY
@@ -142,15 +149,34 @@ class ArchiveWriter:
         """Drops the hours wholly older than `archive.keep_days` (a managed table's partition
         goes with its files); returns them."""
         cutoff = (now if now is not None else time.time()) - self.spec.archive.keep_days * 86400
-        with self._span_lock:
-            held = partitions(spark, self.table.name)
-            old = [(d, h) for d, h in held if hour_start(d, h) + 3600 <= cutoff]
-            for d, h in old:
-                where = f"PARTITION (dateint={d}, hour={h})"
-                spark.sql(f"ALTER TABLE {self.table.name} DROP IF EXISTS {where}")
+        with self._expiring:
+            with self._span_lock:
+                self._archived_meanwhile = float("inf")
+            try:
+                held = partitions(spark, self.table.name)
+                old = [(d, h) for d, h in held if hour_start(d, h) + 3600 <= cutoff]
+                for d, h in old:
+                    where = f"PARTITION (dateint={d}, hour={h})"
+                    spark.sql(f"ALTER TABLE {self.table.name} DROP IF EXISTS {where}")
+            finally:
+                with self._span_lock:
+                    meanwhile, self._archived_meanwhile = self._archived_meanwhile, None
             kept = [hour_start(d, h) for d, h in held if (d, h) not in old]
-            self._save_span(min(kept, default=None))
+            with self._span_lock:
+                first = self._first_in(min(kept, default=None))
+                if meanwhile is not None and meanwhile < float("inf"):
+                    first = meanwhile if first is None else min(first, meanwhile)
+                self._save_span(first)
         return old
+
+    def _first_in(self, hour: float | None) -> float | None:
+        """Where the archive begins if `hour` is the first it holds: the oldest event a batch
+        saw, if it is of that hour (the first hour an archive writes begins where the topic
+        did, within it), else the hour's start."""
+        seen = self.span.first
+        if hour is not None and seen is not None and hour <= seen < hour + 3600:
+            return seen
+        return hour
 
 
 def partitions(spark: SparkSession, table: str) -> list[tuple[int, int]]:

@@ -196,7 +196,7 @@ class Backfiller:
             frame = routed(source, self.output, self.meter, F.lit(backfill.id), key=self.key)
             left = left_out(source, self.output, self.key)
             outcome = self.writer.write_replay(frame, tags[n], left)
-            counts = self.meter.take()
+            counts = self.meter.take_settled()
             # Counted, not dead-lettered: the archive keeps them for a backfill after the fix,
             # and a dead letter beside the live router's own (the stream's, for most) would be
             # sent twice by two redrives, or stay behind a cancelled backfill's unswapped hour.

@@ -10,12 +10,18 @@ per batch too, and their matched and delivered counts should move together.
 
 from __future__ import annotations
 
+import logging
+
+from py4j.protocol import Py4JJavaError
 from pyspark.sql import Column, SparkSession
 
 from keystone.router.counts import LATENCY_BUCKETS, Counts
 
+log = logging.getLogger(__name__)
+
 # The meter's slots, as in RouterMeter.java.
 IN, MATCHED, DELIVERED, DEAD_LETTERED, LATENCY_SUM_MS, BUCKETS = range(6)
+SETTLE_MS = 60_000  # at most, for Spark's listeners to be told of an action's tasks
 
 
 class Meter:
@@ -29,6 +35,7 @@ class Meter:
         for i, bound in enumerate(bounds):
             array[i] = bound
         self._meter = sc._jvm.RouterMeter.create(sc._jsc.sc(), name, array)
+        self._bus = sc._jsc.sc().listenerBus()
         self._seen = [0] * (BUCKETS + len(bounds) + 1)
 
     def counted(self, keep: Column, timestamp: Column) -> Column:
@@ -40,6 +47,17 @@ class Meter:
     def sent(self, fits: Column) -> Column:
         """`fits`, counted: true as delivered, false as dead-lettered."""
         return Column(self._meter.sent(fits._jc))
+
+    def take_settled(self) -> Counts:
+        """`take`, after a batch action (a backfill's slice, a redrive's). Spark tells its
+        listeners, the meter's among them, of the action's finished tasks on a thread of their
+        own, after the action has returned: until then a finished task counts as much as its
+        last heartbeat said (a backfill's slice of 204 events once counted 2 read)."""
+        try:
+            self._bus.waitUntilEmpty(SETTLE_MS)
+        except Py4JJavaError as e:  # a listener that hangs: counted as far as it got
+            log.warning("Spark's listeners not told of every task in %d ms: %s", SETTLE_MS, e)
+        return self.take()
 
     def take(self) -> Counts:
         """The counts since the last call. A task that fails takes its partial counts with it

@@ -267,7 +267,7 @@ class Redriver:
                 mine = source.where(failed_in.isNull() | (failed_in == name))
                 frame = routed(mine, output, self.meters[name], F.lit(redrive.id), key=self.key)
                 outcome = writer.write_again(frame, f"{redrive.id}-{n:05d}")
-                counts = self.meters[name].take()
+                counts = self.meters[name].take_settled()
                 delivered = outcome.delivered if outcome is not None else counts.delivered
                 again = outcome.dead_lettered if outcome is not None else counts.dead_lettered
                 progress.delivered[name] = progress.delivered.get(name, 0) + delivered
