@@ -19,11 +19,13 @@ from keystone.contracts.recovery import (
     BackfillProgress,
     HourDone,
     JobPhase,
+    Operation,
     Rewind,
 )
 from keystone.contracts.settings import Settings
 from keystone.contracts.spec import StreamSpec, load_spec
-from keystone.control.backfills import Backfills, progress_of
+from keystone.control.backfills import Backfills
+from keystone.control.operations import view_of
 from keystone.control.tenancy import Caller
 from tests.contracts.test_recovery import rewind
 from tests.control.test_recovery_views import commit
@@ -60,6 +62,9 @@ class FakeStore:
 
     def rewinds(self, stream: str) -> dict[str, Rewind]:
         return self.rewound
+
+    def operations(self, kind: type[Operation], stream: str) -> dict[str, Operation]:
+        return {Backfill: self.latest, Rewind: self.rewound}[kind]  # type: ignore[return-value]
 
 
 @dataclass
@@ -240,11 +245,11 @@ def test_progress_counts_the_slices_written_and_the_time_left(tmp_path: Path) ->
         },
     )
     progress.save(BackfillProgress.path(tmp_path, "plays", backfill.backfill.id))
-    view = progress_of(settings, "plays", backfill.backfill)
+    view = view_of(settings, "plays", backfill.backfill)
     assert (view.progress.read, view.progress.delivered) == (2500, 1100)
     assert view.eta_seconds == 5.0  # 500 events left at 100 a second
     ended = backfill.backfill.model_copy(update={"phase": JobPhase.DONE})
-    assert progress_of(settings, "plays", ended).eta_seconds is None
+    assert view_of(settings, "plays", ended).eta_seconds is None
     # A file that does not read is a backfill that starts afresh.
     BackfillProgress.path(tmp_path, "plays", "bf-000000000000").write_text("{")
     fresh = BackfillProgress.load(BackfillProgress.path(tmp_path, "plays", "bf-000000000000"))

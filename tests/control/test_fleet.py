@@ -23,9 +23,9 @@ from keystone.contracts.names import HIVE_DATABASE
 from keystone.contracts.processes import PidFile, stop
 from keystone.control.launcher import Deployment
 from keystone.ingest_proxy.client import ProxyClient
-from keystone.loadtest.topics import read_topic
 from keystone.router.lang.evaluate import matches, project
 from keystone.router.lang.parser import parse_filter, parse_projection
+from keystone.router.topics import read_topic
 from tests.support.api import Api, owner
 from tests.support.processes import processes_mentioning
 from tests.support.stack import Stack, checked

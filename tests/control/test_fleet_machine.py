@@ -116,8 +116,8 @@ class FakeLauncher:
 
 @dataclass
 class FakeStore:
-    """`control.store.Store`'s fleet methods, in memory; states copied in and out as Redis
-    would, so the fleet's changes count only once it puts them."""
+    """`control.store.Store`'s reads and its fleet records (`fleet`), in memory; states
+    copied in and out as Redis would, so the fleet's changes count only once it puts them."""
 
     specs: dict[str, StreamSpec] = field(default_factory=dict)
     unreadable: list[Unreadable] = field(default_factory=list)
@@ -130,10 +130,14 @@ class FakeStore:
     def router_states(self) -> dict[str, RouterState]:
         return copy.deepcopy(self.states)
 
-    def put_router_state(self, stream: str, state: RouterState) -> None:
+    @property
+    def fleet(self) -> FakeStore:
+        return self
+
+    def put_state(self, stream: str, state: RouterState) -> None:
         self.states[stream] = copy.deepcopy(state)
 
-    def delete_router_state(self, stream: str) -> None:
+    def forget(self, stream: str) -> None:
         self.states.pop(stream, None)
         self.samples.pop(stream, None)
 

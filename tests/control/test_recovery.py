@@ -20,7 +20,7 @@ from keystone.contracts.recovery import Backfill, JobPhase, RestorePoint, Rewind
 from keystone.contracts.registry import key
 from keystone.contracts.spec import StreamSpec, load_spec
 from keystone.control.recovery import Recovery
-from keystone.control.store import Store, audit
+from keystone.control.store import Planned, Store, audit
 from tests.contracts.test_recovery import rewind as a_rewind
 from tests.contracts.test_recovery import spark_checkpoint
 from tests.support.stack import Stack
@@ -54,7 +54,7 @@ def world(stack: Stack, tmp_path: Path) -> Iterator[tuple[Store, Recovery, Clock
     )
     clock = Clock()
     yield store, Recovery(settings, store, clock), clock, spec
-    store.forget_recovery(spec.name)
+    store.recovery.forget(spec.name)
     store.close()
 
 
@@ -103,7 +103,9 @@ def test_a_rewind_is_caught_up_once_committed_and_the_old_checkpoint_goes(
     store.redis.hset(key("rewinds", spec.name), "search", rewind.model_dump_json())
     new = checkpoint_dir(settings, spec.name, "search", 1)
     late = RestorePoint(id="0-9", time=clock.now, generation=0, batch=9, offsets={0: 60, 1: 60})
-    assert not store.add_restore_points(spec.name, "search", [late], (0, 9))  # undone history
+    assert not store.recovery.add_restore_points(
+        spec.name, "search", [late], (0, 9)
+    )  # undone history
     recovery.step(spec)  # the router has not started the new generation yet
     assert store.rewinds(spec.name)["search"].replaying
     assert set(generations(settings, spec.name, "search")) == {0}
@@ -148,21 +150,20 @@ def test_a_rewind_and_a_backfill_of_one_output_exclude_each_other_when_recorded(
     )
     try:
         store.redis.flushdb()
-        store.put_stream(spec)
+        store.specs.put(spec)
         replaying = a_rewind()  # of search, replaying
-        store.start_rewind(spec.name, replaying, (output, None), lambda _: True, entry)
+        recovery = store.recovery
+        recovery.start(replaying, Planned(spec.name, output, None), entry, lambda _: True)
         with pytest.raises(Conflict, match=replaying.id):
-            store.start_backfill(spec.name, backfill, output, entry)
-        store.finish_rewind(
-            spec.name, replaying.model_copy(update={"phase": RewindPhase.CAUGHT_UP})
-        )
-        store.start_backfill(spec.name, backfill, output, entry)
+            recovery.start(backfill, Planned(spec.name, output, None), entry)
+        recovery.update(spec.name, replaying.model_copy(update={"phase": RewindPhase.CAUGHT_UP}))
+        recovery.start(backfill, Planned(spec.name, output, None), entry)
         second = a_rewind(id="rw-0123456789ac")
         with pytest.raises(Conflict, match=backfill.id):
-            store.start_rewind(spec.name, second, (output, replaying.id), lambda _: True, entry)
+            recovery.start(second, Planned(spec.name, output, replaying.id), entry, lambda _: True)
         done = backfill.model_copy(update={"phase": JobPhase.DONE})
-        assert store.update_backfill(spec.name, done)
-        store.start_rewind(spec.name, second, (output, replaying.id), lambda _: True, entry)
+        assert recovery.update(spec.name, done)
+        recovery.start(second, Planned(spec.name, output, replaying.id), entry, lambda _: True)
     finally:
         store.redis.flushdb()
         store.close()

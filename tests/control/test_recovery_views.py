@@ -21,18 +21,28 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from keystone.contracts import metrics as names
 from keystone.contracts.checkpoints import Offsets, checkpoint_dir
-from keystone.contracts.errors import Conflict, NotFound, Unavailable
+from keystone.contracts.errors import NotFound, Unavailable
 from keystone.contracts.names import ARCHIVE_QUERY, fronting_topic
-from keystone.contracts.recovery import Backfill, Redrive, RestorePoint, Rewind, RewindPhase
+from keystone.contracts.recovery import (
+    OPERATIONS,
+    Backfill,
+    Operation,
+    Redrive,
+    RestorePoint,
+    Rewind,
+    RewindPhase,
+    check_free,
+)
 from keystone.contracts.registry import RouterState, Unreadable, hash_key
 from keystone.contracts.settings import Settings
-from keystone.contracts.spec import OutputSpec, StreamSpec, load_spec
+from keystone.contracts.spec import StreamSpec, load_spec
 from keystone.control import ui
 from keystone.control.app import FleetCollector, create_app
 from keystone.control.backfills import Backfills
 from keystone.control.plane import Plane
 from keystone.control.positions import Extent
 from keystone.control.rewinds import Rewinds
+from keystone.control.store import Planned
 from keystone.control.streams import Streams
 from keystone.control.tenancy import Authenticator
 
@@ -91,29 +101,91 @@ def commit(settings: Settings, stream: str, output: str, generation: int, offset
 
 
 @dataclass
-class FakeStore:
-    """`control.store.Store`'s methods these views use, in memory."""
+class FakeRecovery:
+    """`control.store.RecoveryRecords`' guarded start and update, in memory: the same checks
+    (`contracts.recovery.check_free`), without Redis."""
 
-    specs: dict[str, StreamSpec] = field(default_factory=dict)
+    store: FakeStore
+
+    def start(
+        self,
+        record: Operation,
+        planned: Planned,
+        audit: dict[str, Any],
+        keeps: Callable[[RestorePoint], bool] | None = None,
+    ) -> None:
+        stream = planned.stream
+        kind, where = type(record), getattr(record, "output", stream)
+        others = [self.store.operations(OPERATIONS[k], stream).get(where) for k in kind.excludes]
+        current = self.store.operations(kind, stream).get(where)
+        check_free(kind, stream, where, [current, *others])
+        self.store.records(kind, stream)[where] = record
+        if keeps is not None:
+            kept = self.store.points.get((stream, where), [])
+            self.store.points[(stream, where)] = [p for p in kept if keeps(p)]
+        self.store.audits.append(audit)
+
+    def update(
+        self,
+        stream: str,
+        record: Operation,
+        holds: Callable[[Any], bool] = lambda _: True,
+        audit: dict[str, Any] | None = None,
+    ) -> bool:
+        records = self.store.records(type(record), stream)
+        where = getattr(record, "output", stream)
+        current = records.get(where)
+        if current is None or current.id != record.id or not holds(current):
+            return False
+        records[where] = record
+        if audit is not None:
+            self.store.audits.append(audit)
+        return True
+
+
+@dataclass
+class FakeSessions:
+    tokens: dict[str, str] = field(default_factory=dict)  # session -> token digest
+
+    def token(self, session: str) -> str | None:
+        return self.tokens.get(session)
+
+
+@dataclass
+class FakePrincipals:
+    owners: dict[str, str] = field(default_factory=dict)  # token digest -> owner
+
+    def owner_by_digest(self, digest: str) -> str | None:
+        return self.owners.get(digest)
+
+
+@dataclass
+class FakeStore:
+    """`control.store.Store`'s reads and the repositories these views use, in memory."""
+
+    stream_specs: dict[str, StreamSpec] = field(default_factory=dict)
     unreadable: list[Unreadable] = field(default_factory=list)
     rewind_records: dict[str, dict[str, Rewind]] = field(default_factory=dict)
     points: dict[tuple[str, str], list[RestorePoint]] = field(default_factory=dict)
-    sessions: dict[str, str] = field(default_factory=dict)  # session -> token digest
-    owners: dict[str, str] = field(default_factory=dict)  # token digest -> owner
+    sessions: FakeSessions = field(default_factory=FakeSessions)
+    principals: FakePrincipals = field(default_factory=FakePrincipals)
     audits: list[dict[str, Any]] = field(default_factory=list)
     broken: set[str] = field(default_factory=set)  # streams whose rewinds do not read
     backfill_records: dict[str, dict[str, Backfill]] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        self.recovery = FakeRecovery(self)
+
     def get_stream(self, name: str) -> StreamSpec:
-        if name not in self.specs:
+        if name not in self.stream_specs:
             raise NotFound(f"no stream {name!r}")
-        return self.specs[name]
+        return self.stream_specs[name]
 
     def streams(self) -> list[StreamSpec]:
-        return list(self.specs.values())
+        return list(self.stream_specs.values())
 
     def read_streams(self) -> tuple[list[StreamSpec], list[Unreadable]]:
-        return list(self.specs.values()), list(self.unreadable)
+        return list(self.stream_specs.values()), list(self.unreadable)
 
     def router_state(self, stream: str) -> RouterState | None:
         return None
@@ -121,66 +193,29 @@ class FakeStore:
     def router_states(self) -> dict[str, RouterState]:
         return {}
 
-    def session_token(self, session: str) -> str | None:
-        return self.sessions.get(session)
+    def records(self, kind: type[Operation], stream: str) -> dict[str, Any]:
+        """The latest operations of a kind by output, to change (a redrive: none, through the
+        API: tests/router/test_redrive.py)."""
+        held = {Rewind: self.rewind_records, Backfill: self.backfill_records}
+        return held[kind].setdefault(stream, {}) if kind in held else {}
 
-    def owner_by_digest(self, digest: str) -> str | None:
-        return self.owners.get(digest)
+    def operations(self, kind: type[Operation], stream: str) -> dict[str, Any]:
+        if kind is Rewind and stream in self.broken:
+            raise Unavailable(f"the rewinds of {stream} do not read")
+        held = {Rewind: self.rewind_records, Backfill: self.backfill_records}
+        return dict(held[kind].get(stream, {})) if kind in held else {}
 
     def rewinds(self, stream: str) -> dict[str, Rewind]:
-        if stream in self.broken:
-            raise Unavailable(f"the rewinds of {stream} do not read")
-        return dict(self.rewind_records.get(stream, {}))
+        return self.operations(Rewind, stream)
+
+    def backfills(self, stream: str) -> dict[str, Backfill]:
+        return self.operations(Backfill, stream)
+
+    def redrive(self, stream: str) -> Redrive | None:
+        return None
 
     def restore_points(self, stream: str, output: str) -> list[RestorePoint]:
         return sorted(self.points.get((stream, output), []), key=lambda p: -p.time)
-
-    def backfills(self, stream: str) -> dict[str, Backfill]:
-        return dict(self.backfill_records.get(stream, {}))
-
-    def redrive(self, stream: str) -> Redrive | None:
-        return None  # a stream's redrive, through the API: tests/router/test_redrive.py
-
-    def start_backfill(
-        self, stream: str, backfill: Backfill, planned: OutputSpec, audit: dict[str, Any]
-    ) -> None:
-        current = self.backfill_records.get(stream, {}).get(backfill.output)
-        if current is not None and current.active:
-            raise Conflict(f"output {backfill.output!r} is being backfilled ({current.id})")
-        self.backfill_records.setdefault(stream, {})[backfill.output] = backfill
-        self.audits.append(audit)
-
-    def update_backfill(
-        self,
-        stream: str,
-        backfill: Backfill,
-        holds: Callable[[Backfill], bool] = lambda _: True,
-        audit: dict[str, Any] | None = None,
-    ) -> bool:
-        current = self.backfill_records.get(stream, {}).get(backfill.output)
-        if current is None or current.id != backfill.id or not holds(current):
-            return False
-        self.backfill_records[stream][backfill.output] = backfill
-        if audit is not None:
-            self.audits.append(audit)
-        return True
-
-    def start_rewind(
-        self,
-        stream: str,
-        rewind: Rewind,
-        planned: tuple[OutputSpec, str | None],
-        keeps: Callable[[RestorePoint], bool],
-        audit: dict[str, Any],
-    ) -> None:
-        current = self.rewind_records.get(stream, {}).get(rewind.output)
-        if current is not None and current.replaying:
-            raise Conflict(f"output {rewind.output!r} is replaying rewind {current.id}")
-        self.rewind_records.setdefault(stream, {})[rewind.output] = rewind
-        kept = self.points.get((stream, rewind.output), [])
-        dropped = [p for p in kept if not keeps(p)]
-        self.points[(stream, rewind.output)] = [p for p in kept if p not in dropped]
-        self.audits.append(audit)
 
 
 @dataclass
@@ -224,9 +259,9 @@ def world(tmp_path: Path) -> Iterator[World]:
     settings = Settings(
         state_dir=tmp_path, admin_token="ka_admin-token", prometheus_url="http://127.0.0.1:9"
     )
-    store = FakeStore(specs={STREAM: spec(), "others": spec("others", "team-b")})
-    store.sessions = {"s-team-a": hash_key(TOKEN), "s-team-b": hash_key("ko_b")}
-    store.owners = {hash_key(TOKEN): OWNER, hash_key("ko_b"): "team-b"}
+    store = FakeStore(stream_specs={STREAM: spec(), "others": spec("others", "team-b")})
+    store.sessions.tokens = {"s-team-a": hash_key(TOKEN), "s-team-b": hash_key("ko_b")}
+    store.principals.owners = {hash_key(TOKEN): OWNER, hash_key("ko_b"): "team-b"}
     for output in ("clicks", "search"):
         store.points[(STREAM, output)] = [
             point(3, NOW - 600, {0: 100, 1: 80}),
@@ -243,6 +278,7 @@ def world(tmp_path: Path) -> Iterator[World]:
         rewinds=Rewinds(settings, store, streams, FakePositions(), clock=lambda: NOW),  # type: ignore[arg-type]
         backfills=Backfills(settings, store, streams, FakePositions(), clock=lambda: NOW),  # type: ignore[arg-type]
         dead_letters=None,  # type: ignore[arg-type]
+        redrives=None,  # type: ignore[arg-type]
         fleet=None,  # type: ignore[arg-type]
     )
     app = create_app(settings)
@@ -396,7 +432,7 @@ def test_each_output_has_a_backfill_form_while_its_stream_keeps_an_archive(world
     assert '<dialog id="backfill-dialog">' in page
     assert 'id="output-_archive" data-output="_archive"' in page  # counted like an output
     assert '<details class="card" id="dead-letters-box">' in page and "data-redrive-all" in page
-    world.store.specs[STREAM] = load_spec(
+    world.store.stream_specs[STREAM] = load_spec(
         {**spec().model_dump(by_alias=True), "archive": {"enabled": False}}
     )
     page = world.client.get(f"/ui/streams/{STREAM}", headers={"Accept": "text/html"}).text
@@ -451,8 +487,8 @@ def test_the_stream_dashboards_data_carries_its_rewinds_to_mark(
 
 def test_the_rewind_metrics_follow_each_outputs_latest_rewind(world: World) -> None:
     store, settings = world.store, world.settings
-    store.specs["third"] = spec("third")
-    store.specs["fourth"] = spec("fourth")
+    store.stream_specs["third"] = spec("third")
+    store.stream_specs["fourth"] = spec("fourth")
     store.rewind_records = {
         # Replaying, its checkpoint 190 of 540 events in.
         STREAM: {

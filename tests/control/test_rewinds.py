@@ -12,7 +12,14 @@ import pytest
 
 from keystone.contracts.checkpoints import Offsets
 from keystone.contracts.errors import Conflict, Gone, LimitExceeded, Unprocessable
-from keystone.contracts.recovery import Backfill, JobPhase, Replaced, RestorePoint, Rewind
+from keystone.contracts.recovery import (
+    Backfill,
+    JobPhase,
+    Operation,
+    Replaced,
+    RestorePoint,
+    Rewind,
+)
 from keystone.contracts.settings import Settings
 from keystone.contracts.spec import StreamSpec, load_spec
 from keystone.control.positions import Extent
@@ -70,6 +77,9 @@ class FakeStore:
 
     def backfills(self, stream: str) -> dict[str, Backfill]:
         return self.backfilled
+
+    def operations(self, kind: type[Operation], stream: str) -> dict[str, Operation]:
+        return {Rewind: self.rewound, Backfill: self.backfilled}[kind]  # type: ignore[return-value]
 
     def restore_points(self, stream: str, output: str) -> list[RestorePoint]:
         return self.points

@@ -27,7 +27,7 @@ from keystone.contracts.names import fronting_topic
 from keystone.contracts.processes import PidFile, stop
 from keystone.contracts.settings import MAX_EVENT_BYTES
 from keystone.ingest_proxy.client import DirectProducer, ProxyClient, SendFailed
-from keystone.loadtest.topics import read_topic
+from keystone.router.topics import read_topic
 from tests.support.stack import Stack, checked
 from tests.support.waiting import eventually
 

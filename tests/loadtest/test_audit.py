@@ -14,9 +14,11 @@ from keystone.contracts import envelope
 from keystone.contracts.errors import SinkError
 from keystone.contracts.settings import Settings
 from keystone.contracts.spec import load_spec
-from keystone.loadtest import sinks
 from keystone.loadtest.audit import Route, check
-from keystone.loadtest.sinks import Copy, KafkaReader, count_records, reader_for
+from keystone.router.sinks.elasticsearch import readback as es_readback
+from keystone.router.sinks.kafka import readback as kafka_readback
+from keystone.router.sinks.kafka.readback import KafkaReader
+from keystone.router.sinks.readback import Copy, count_records, reader_for
 
 SPEC = load_spec(
     {
@@ -85,7 +87,7 @@ def test_the_readers_of_kafka_and_keystone_outputs_count_replays(
             Message(None, **{envelope.GUID: "g1"}, **replayed("rw-a")),
         ],
     }
-    monkeypatch.setattr(sinks, "read_topic", lambda _bootstrap, topic: topics[topic])
+    monkeypatch.setattr(kafka_readback, "read_topic", lambda _bootstrap, topic: topics[topic])
     settings = Settings()
     for name in ("clicks", "onwards"):
         output = SPEC.output(name)
@@ -196,7 +198,7 @@ def _serve(monkeypatch: pytest.MonkeyPatch, searches: list[httpx.Response]) -> N
 
     real = httpx.Client
     monkeypatch.setattr(
-        sinks.httpx, "Client", lambda **kw: real(**kw, transport=httpx.MockTransport(answer))
+        es_readback.httpx, "Client", lambda **kw: real(**kw, transport=httpx.MockTransport(answer))
     )
 
 
@@ -207,8 +209,8 @@ def test_an_index_not_yet_searchable_is_asked_again(monkeypatch: pytest.MonkeyPa
     last = {"_scroll_id": "s", "hits": {"hits": []}}
     searches = [unready, httpx.Response(200, json=page), httpx.Response(200, json=last)]
     _serve(monkeypatch, searches)
-    monkeypatch.setattr(sinks.time, "sleep", lambda _: None)
-    assert sinks.search_documents("http://es", "s-o-*", source=True) == [("a", {"n": 1})]
+    monkeypatch.setattr(es_readback.time, "sleep", lambda _: None)
+    assert es_readback.search_documents("http://es", "s-o-*", source=True) == [("a", {"n": 1})]
     assert not searches
 
 
@@ -219,4 +221,4 @@ def test_a_refused_search_is_an_error_never_an_empty_sink(
     refused = httpx.Response(400, json={"error": {"type": "query_shard_exception"}})
     _serve(monkeypatch, [refused])
     with pytest.raises(SinkError, match=r"400 .*query_shard_exception"):
-        sinks.search_documents("http://es", "s-o-*")
+        es_readback.search_documents("http://es", "s-o-*")

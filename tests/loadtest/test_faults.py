@@ -5,11 +5,14 @@ carried out against a control API that answers as the real one's models do."""
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from typer.testing import CliRunner
 
+from keystone.cli import app as cli_app
 from keystone.contracts.errors import BadRequest, Conflict, Unprocessable
 from keystone.contracts.settings import Settings
 from keystone.contracts.spec import StreamSpec, load_spec
@@ -111,6 +114,15 @@ def test_the_node_faults_name_a_broker_or_worker_by_number_and_fit_the_stack() -
 def test_the_refusal_lists_rewind_output_among_the_faults() -> None:
     with pytest.raises(BadRequest, match="rewind-output"):
         Fault.parse("nothing", 60)
+
+
+def test_the_command_s_help_names_every_fault_from_their_one_list() -> None:
+    """`keystone loadtest --help` says every kind `Fault.kinds` has (it once missed two)."""
+    result = CliRunner().invoke(cli_app, ["loadtest", "--help"], env={"COLUMNS": "400"})
+    assert result.exit_code == 0, result.output
+    said = " ".join(re.sub("[│╭╮╰╯─]", " ", result.output).split())  # out of rich's boxes
+    for name, (what, _) in Fault.kinds.items():
+        assert name in said and " ".join(what.split()) in said, name
 
 
 def test_a_rewind_is_injected_on_a_cluster_of_ones_own() -> None:

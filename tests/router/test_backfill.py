@@ -16,9 +16,9 @@ from pyspark.sql import SparkSession
 
 from keystone.contracts.names import ARCHIVE_QUERY
 from keystone.contracts.settings import Settings
-from keystone.router.backfill import settled
-from keystone.router.sinks import hive
-from keystone.router.sinks.hive import HiveTable, hour_columns
+from keystone.router.jobs.backfill import settled
+from keystone.router.sinks.hive import table as hive
+from keystone.router.sinks.hive.table import HiveTable, hour_columns
 from tests.control.test_recovery_views import commit
 
 HOUR_MS = 3_600_000
@@ -117,7 +117,7 @@ def test_a_swap_touches_only_the_files_with_rows_in_the_window_and_keeps_their_n
     now = names(table, spark)
     assert {n: t for n, t in now.items() if n.startswith(after)} == untouched
     kept = [n for n in now if n.startswith(across)]
-    assert len(kept) == 1 and hive._PUBLISHED.fullmatch(kept[0])
+    assert len(kept) == 1 and hive.PUBLISHED.fullmatch(kept[0])
     assert staging(spark, table) == ["bf-x-0.swap.applied", "bf-x-0.swap.json"]
     # Done again (the backfill's application died before it recorded the hour done): an
     # applied swap is not planned anew over what it left.

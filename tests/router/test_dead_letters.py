@@ -11,7 +11,7 @@ from pyspark.sql import functions as F
 
 from keystone.contracts import envelope as names
 from keystone.router.deadletter import unreadable
-from keystone.router.redrive import first_copies
+from keystone.router.jobs.redrive import first_copies
 from keystone.router.source import envelope
 
 HEADERS = "array<struct<key:string,value:binary>>"

@@ -30,7 +30,7 @@ from keystone.contracts.names import fronting_topic, transactional_group
 from keystone.contracts.processes import PidFile, stop
 from keystone.control.launcher import Deployment
 from keystone.ingest_proxy.client import DirectProducer
-from keystone.loadtest.topics import read_topic
+from keystone.router.topics import read_topic
 from tests.support.api import Api, owner
 from tests.support.stack import Stack, checked
 from tests.support.waiting import eventually

@@ -15,13 +15,11 @@ from keystone.contracts.spec import load_spec
 from keystone.router.counts import LATENCY_BUCKETS, latency_counts
 from keystone.router.job import (
     RewindWatch,
-    batch_limit,
     dead_letter_paths,
     paths_read_by,
-    router_slots,
-    runs_realtime,
 )
 from keystone.router.metrics import LatencyHistogram, lag_of
+from keystone.router.plan import batch_limit, router_slots, runs_realtime
 from keystone.router.spark import spark_conf
 from tests.contracts.test_recovery import rewind
 

@@ -31,10 +31,10 @@ from keystone.contracts import envelope
 from keystone.contracts.processes import PidFile, stop
 from keystone.control.launcher import Deployment
 from keystone.ingest_proxy.client import DirectProducer
-from keystone.loadtest.sinks import search_documents
-from keystone.loadtest.topics import read_topic
 from keystone.router.lang.evaluate import project
 from keystone.router.lang.parser import parse_projection
+from keystone.router.sinks.elasticsearch.readback import search_documents
+from keystone.router.topics import read_topic
 from tests.support.api import Api, owner
 from tests.support.stack import Stack, checked
 from tests.support.tables import Tables

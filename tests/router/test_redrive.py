@@ -22,10 +22,10 @@ from confluent_kafka import Producer
 from keystone.contracts import envelope
 from keystone.control.launcher import Deployment
 from keystone.ingest_proxy.client import DirectProducer
-from keystone.loadtest.sinks import search_documents
-from keystone.loadtest.topics import read_topic
 from keystone.router.lang.evaluate import project
 from keystone.router.lang.parser import parse_projection
+from keystone.router.sinks.elasticsearch.readback import search_documents
+from keystone.router.topics import read_topic
 from tests.support.api import Api, owner
 from tests.support.stack import Stack, checked
 from tests.support.tables import Tables

@@ -33,10 +33,10 @@ from keystone.contracts.registry import RegistryReader
 from keystone.contracts.settings import MAX_EVENT_BYTES
 from keystone.control.launcher import Deployment
 from keystone.ingest_proxy.client import DirectProducer
-from keystone.loadtest.sinks import search_documents
-from keystone.loadtest.topics import read_topic
 from keystone.router.lang.evaluate import matches, project
 from keystone.router.lang.parser import parse_filter, parse_projection
+from keystone.router.sinks.elasticsearch.readback import search_documents
+from keystone.router.topics import read_topic
 from tests.support.kafka import produce
 from tests.support.processes import alive, groups_alive
 from tests.support.stack import Stack, checked

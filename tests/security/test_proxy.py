@@ -13,7 +13,7 @@ import pytest
 from keystone.contracts.limits import Limits
 from keystone.contracts.names import fronting_topic
 from keystone.ingest_proxy.client import ProxyClient
-from keystone.loadtest.topics import read_topic
+from keystone.router.topics import read_topic
 from tests.support.api import Api, owner
 from tests.support.good_tenant import Good, raw_request
 from tests.support.stack import Stack

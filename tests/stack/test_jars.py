@@ -1,6 +1,9 @@
-"""Fetching JVM artifacts: a failed download says so and leaves no half bundle behind."""
+"""Fetching JVM artifacts: a failed download says so and leaves no half bundle behind; a class
+that extends one of the project's is compiled with it, into its own jar."""
 
+import re
 import shutil
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -40,3 +43,33 @@ def test_fetching_again_is_free_once_the_stamp_matches() -> None:
     done = []
     jars.fetch_all(settings, lambda what, did: done.append(did))
     assert done == [False] * (len(jars.BUNDLES) + len(jars.JAVA_CLASSES))
+
+
+def test_a_class_is_compiled_with_its_base_and_again_when_only_the_base_changes(
+    tmp_path: Path, monkeypatch
+) -> None:
+    name = "LikeMatcher"
+    (base,) = jvm.BASES[name]
+    sources = tmp_path / "java"
+    sources.mkdir()
+    for n in (name, base):
+        shutil.copy(jvm.JAVA_DIR / f"{n}.java", sources)
+    monkeypatch.setitem(jars.JAVA_CLASSES, name, (sources, jars.JAVA_CLASSES[name][1]))
+    settings = Settings(state_dir=tmp_path / "state", cache_dir=tmp_path / "cache")
+
+    assert jars.compile_class(settings, name)
+    # Spark ships each jar on its own: one without the base fails only on the executors.
+    with zipfile.ZipFile(jvm.class_jar(settings, name)) as packed:
+        assert {f"{name}.class", f"{base}.class"} <= set(packed.namelist())
+    assert not jars.compile_class(settings, name)
+    with (sources / f"{base}.java").open("a") as source:
+        source.write("// changed\n")
+    assert jars.compile_class(settings, name)
+
+
+def test_every_class_of_router_java_that_extends_another_is_compiled_with_it() -> None:
+    own = {p.stem for p in jvm.JAVA_DIR.glob("*.java")}
+    for name in (*jvm.CLASSES, *jvm.KAFKA_CLASSES):
+        text = (jvm.JAVA_DIR / f"{name}.java").read_text()
+        extended = set(re.findall(r"\bextends (\w+)", text)) & own
+        assert extended == set(jvm.BASES.get(name, ())), name

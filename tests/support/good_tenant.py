@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from keystone.loadtest.topics import read_topic
+from keystone.router.topics import read_topic
 from tests.support.api import Api
 from tests.support.stack import Stack
 from tests.support.waiting import eventually

@@ -11,6 +11,7 @@ import typer
 from rich.console import Console
 
 from keystone.cli.common import JsonOption, console, emit, needs_extra
+from keystone.loadtest.faults import Fault
 
 
 def seconds(text: str) -> float:
@@ -38,16 +39,7 @@ def loadtest(
     ] = None,
     fault: Annotated[
         list[str] | None,
-        typer.Option(
-            help="NAME\\[:OUTPUT]\\[@AT]\\[+FOR]: kill-router, restart-kafka, kill-broker, "
-            "stop-elasticsearch, stop-control, rewind-output (rewind), backfill-output (backfill); "
-            "at AT s (default "
-            "a third in), for FOR s. rewind-output rewinds OUTPUT (default the first Kafka "
-            "output, else the first) FOR s back (default 30) and waits for its replay; "
-            "backfill-output backfills it from the archive over the FOR s before AT and waits "
-            "until done; kill-broker:N kills broker N (default the leader of the stream's "
-            "first partition) and starts it again FOR s later. Repeatable."
-        ),
+        typer.Option(help=Fault.help()),
     ] = None,
     bad_events: Annotated[
         int,
@@ -78,7 +70,6 @@ def loadtest(
     needs_extra("matplotlib", "loadtest", "the load test's report")
     # Imported here: the load test's libraries (its audit reads the sinks with Spark).
     from keystone.loadtest.driver import Plan
-    from keystone.loadtest.faults import Fault
     from keystone.loadtest.run import Options, run
 
     length = seconds(duration)

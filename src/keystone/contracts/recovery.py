@@ -1,5 +1,6 @@
-"""Restore points, rewinds and backfills, as control keeps them in the registry and the router
-reads them.
+"""Recovery as control keeps it in the registry and the router reads it: restore points, and
+the three operations that repair an output, each recorded as an `Operation` (the registry keeps
+an output's latest of each kind, or a stream's latest redrive).
 
 A **restore point** is a position an output committed (`contracts.checkpoints.Commit`) with the
 generation and query it belongs to; control collects them from the output's checkpoint and thins
@@ -9,19 +10,24 @@ output's next checkpoint generation there, replays at a bounded rate until it re
 with `ks_replay`, and has a Hive output replace the batches the rewind undoes (`replaced`).
 
 A **backfill** routes a time range of the stream's archive through one output's current spec,
-as an application of its own the fleet starts and watches; it records how far it has come in a
-`BackfillProgress` file.
+and a **redrive** sends a stream's dead letters again through its current spec: each is a `Job`,
+an application of its own that the fleet starts and watches, and that records how far it has
+come in a progress file (`JobProgress`).
 """
 
 from __future__ import annotations
 
+import re
+import secrets
+from abc import abstractmethod
 from enum import StrEnum
 from pathlib import Path
 from typing import ClassVar, Self
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from keystone.contracts.checkpoints import Offsets
+from keystone.contracts.errors import Conflict
 
 DENSE_SECONDS = 3600.0  # every restore point of the last hour is kept
 SPARSE_SECONDS = 300.0  # older ones: the last of every five minutes
@@ -52,6 +58,63 @@ class RestorePoint(_Record):
         return all(offsets.get(p, 0) >= o for p, o in self.offsets.items())
 
 
+class Operation(_Record):
+    """What every recovery operation records. `kind` names it: the registry's key and the
+    folders of its applications and progress (`rewinds`, `backfills`, `redrives`), and its
+    ids' prefix."""
+
+    kind: ClassVar[str]
+    prefix: ClassVar[str]
+    per_output: ClassVar[bool] = True  # one of an output's at a time (else of a stream's)
+    excludes: ClassVar[tuple[str, ...]] = ()  # kinds it does not run beside, on one output
+    doing: ClassVar[str]  # what its output (or stream) does while it is under way: "{id}"'s
+    ends: ClassVar[str]  # when another waits for
+    never: ClassVar[str]  # of an output (or stream) that has had none
+
+    id: str
+    rate: int = Field(ge=1, description="Events per second read at most.")
+    requested_at: float
+    by: str
+    finished_at: float = 0.0
+
+    @field_validator("id")
+    @classmethod
+    def _own_id(cls, value: str) -> str:
+        if not re.fullmatch(rf"{cls.prefix}-[0-9a-f]{{12}}", value):
+            raise ValueError(f"a {cls.noun()} id is '{cls.prefix}-' and 12 hex digits")
+        return value
+
+    @classmethod
+    def new_id(cls) -> str:
+        return f"{cls.prefix}-{secrets.token_hex(6)}"
+
+    @classmethod
+    def noun(cls) -> str:
+        return cls.kind.removesuffix("s")
+
+    @property
+    @abstractmethod
+    def active(self) -> bool:
+        """Under way: no other of its kind (or one it excludes) starts on the same output (or
+        stream) meanwhile."""
+
+    def refusal(self, asking: type[Operation], stream: str, output: str | None) -> Conflict | None:
+        """Why an operation of kind `asking` may not start where this one is (it is the latest
+        of `asking`'s kind there, or of a kind `asking` excludes), if it may not."""
+        if not self.active:
+            return None
+        where = f"output {stream}.{output}" if output is not None else f"stream {stream!r}"
+        doing = f"{where} {self.doing.format(id=self.id)}"
+        if isinstance(self, asking):
+            unit = "output" if asking.per_output else "stream"
+            message = f"{doing}: one {asking.noun()} per {unit} at a time"
+            if isinstance(self, Job):
+                message += "; cancel it first"
+        else:
+            message = f"{doing}: a {asking.noun()} waits until it has {self.ends}"
+        return Conflict(message, **{self.noun(): self.id})
+
+
 class RewindPhase(StrEnum):
     REPLAYING = "replaying"  # rate limited, until it reaches `until`
     CAUGHT_UP = "caught_up"  # running as usual again
@@ -64,23 +127,29 @@ class Replaced(_Record):
     after: int = Field(ge=-1)
 
 
-class Rewind(_Record):
+class Rewind(Operation):
     """One output's latest rewind; `generation` is the checkpoint generation it started."""
 
-    id: str = Field(pattern=r"^rw-[0-9a-f]{12}$")
+    kind = "rewinds"
+    prefix = "rw"
+    excludes = ("backfills",)
+    doing = "is replaying rewind {id}"
+    never = "has not been rewound"
+    ends = "caught up"
+
     output: str
     generation: int = Field(ge=1)
     start: Offsets
     until: Offsets
-    rate: int = Field(ge=1, description="Events per second the replay reads at most.")
     replaced: list[Replaced] = Field(default_factory=list)
     phase: RewindPhase = RewindPhase.REPLAYING
-    requested_at: float
-    by: str
     target: str = Field(description="What was asked: a restore point, a time or offsets.")
     restore_point: str | None = None
     total: int = Field(ge=0, description="Records of the fronting topic the replay reads.")
-    finished_at: float = 0.0
+
+    @property
+    def active(self) -> bool:
+        return self.replaying
 
     @property
     def replaying(self) -> bool:
@@ -121,7 +190,7 @@ def thin(points: list[RestorePoint], now: float, keep_seconds: float) -> list[Re
 
 
 class JobPhase(StrEnum):
-    """A backfill's or a redrive's: each runs as an application of its own."""
+    """A job's: each runs as an application of its own."""
 
     RUNNING = "running"  # its application runs (or the fleet starts it again)
     CANCELLING = "cancelling"  # asked to stop: the fleet stops its application
@@ -130,26 +199,75 @@ class JobPhase(StrEnum):
     FAILED = "failed"  # its application failed too often in a row
 
 
-class Backfill(_Record):
-    """One output's latest backfill: its events ingested in [start, end), read again from the
-    stream's archive and routed through the output's spec as it is now, as an application
-    of its own beside the router."""
+class _StateFile(BaseModel):
+    """What an application of a stream's says of its work, in a file it alone writes
+    (`<state>/<folder>/<stream>/<name>.json`) and control reads; one that does not read (or is
+    not there yet) is a fresh one."""
 
-    id: str = Field(pattern=r"^bf-[0-9a-f]{12}$")
-    output: str
-    start: int = Field(ge=0, description="Ingest time from, epoch ms (inclusive).")
-    end: int = Field(ge=0, description="Ingest time to, epoch ms (exclusive).")
-    rate: int = Field(ge=1, description="Events per second read at most.")
+    model_config = ConfigDict(extra="ignore")
+    folder: ClassVar[str]
+
+    @classmethod
+    def path(cls, state_dir: Path, stream: str, name: str) -> Path:
+        return state_dir / cls.folder / stream / f"{name}.json"
+
+    @classmethod
+    def load(cls, path: Path) -> Self:
+        try:
+            return cls.model_validate_json(path.read_bytes())
+        except (OSError, ValueError):
+            return cls()
+
+    def save(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        staging = path.with_suffix(".tmp")
+        staging.write_text(self.model_dump_json())
+        staging.replace(path)
+
+
+class JobProgress(_StateFile):
+    """Where a job's application is, by the job's id: it goes on from there when started again
+    (afresh with none yet)."""
+
+    total: int | None = Field(None, description="Events it routes, once counted.")
+    done: bool = False
+
+    @abstractmethod
+    def handled(self) -> int:
+        """Of `total`, how many it has routed so far."""
+
+    @abstractmethod
+    def dead_lettered_count(self) -> int:
+        """Events that failed (again): dead letters."""
+
+    def eta_seconds(self, job: Job) -> float | None:
+        """Until it is done at the job's rate, while it runs and its total is known."""
+        if not job.active or self.total is None:
+            return None
+        return max(0, self.total - self.handled()) / job.rate
+
+
+# What runs any job's application: `python -m keystone.router.jobs --stream <s> --id <id>`.
+JOBS_MODULE = "keystone.router.jobs"
+
+
+class Job(Operation):
+    """An operation that runs as a Spark application of its own (`JOBS_MODULE`), which
+    control's fleet starts, starts again where it stopped, and ends: done once its progress
+    says so, cancelled, or failed."""
+
+    progress: ClassVar[type[JobProgress]]
+
     phase: JobPhase = JobPhase.RUNNING
-    requested_at: float
-    by: str
     attempts: int = Field(0, ge=0, description="Times its application was started.")
     error: str = ""
-    finished_at: float = 0.0
 
     @property
     def active(self) -> bool:
         return self.phase in (JobPhase.RUNNING, JobPhase.CANCELLING)
+
+    def progress_of(self, state_dir: Path, stream: str) -> JobProgress:
+        return self.progress.load(self.progress.path(state_dir, stream, self.id))
 
 
 class HourDone(_Record):
@@ -167,34 +285,7 @@ class HourDone(_Record):
     done: bool = False
 
 
-class _ProgressFile(BaseModel):
-    """What an application of a stream's says of its work, in a file it alone writes
-    (`<state>/<folder>/<stream>/<id>.json`) and control reads. A backfill's or a redrive's
-    application goes on from its own; one with none yet (or one that does not read) starts
-    afresh."""
-
-    model_config = ConfigDict(extra="ignore")
-    folder: ClassVar[str]
-
-    @classmethod
-    def path(cls, state_dir: Path, stream: str, job: str) -> Path:
-        return state_dir / cls.folder / stream / f"{job}.json"
-
-    @classmethod
-    def load(cls, path: Path) -> Self:
-        try:
-            return cls.model_validate_json(path.read_bytes())
-        except (OSError, ValueError):
-            return cls()
-
-    def save(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        staging = path.with_suffix(".tmp")
-        staging.write_text(self.model_dump_json())
-        staging.replace(path)
-
-
-class BackfillProgress(_ProgressFile):
+class BackfillProgress(JobProgress):
     """Where a backfill's application is: the hours of its range, slice by slice."""
 
     folder = "backfills"
@@ -206,7 +297,12 @@ class BackfillProgress(_ProgressFile):
     waiting: str = Field(
         "", description="What it waits for before it replaces an hour's rows, if anything."
     )
-    done: bool = False
+
+    def handled(self) -> int:
+        return self.read
+
+    def dead_lettered_count(self) -> int:
+        return self.dead_lettered
 
     @property
     def read(self) -> int:
@@ -230,7 +326,25 @@ class BackfillProgress(_ProgressFile):
         return sum(h.removed for h in self.hours.values())
 
 
-class ArchiveSpan(_ProgressFile):
+class Backfill(Job):
+    """One output's latest backfill: its events ingested in [start, end), read again from the
+    stream's archive and routed through the output's spec as it is now, as an application
+    of its own beside the router."""
+
+    kind = "backfills"
+    prefix = "bf"
+    excludes = ("rewinds",)
+    doing = "is being backfilled ({id})"
+    never = "has not been backfilled"
+    ends = "finished or been cancelled"
+    progress = BackfillProgress
+
+    output: str
+    start: int = Field(ge=0, description="Ingest time from, epoch ms (inclusive).")
+    end: int = Field(ge=0, description="Ingest time to, epoch ms (exclusive).")
+
+
+class ArchiveSpan(_StateFile):
     """Where the stream's archive begins, as its router last saw it (`<state>/archives/<stream>/
     span.json`): read by a backfill's plan, which refuses a range that begins before it (a Hive
     output's rows there, which the archive never had, would be replaced by nothing). The
@@ -261,28 +375,7 @@ class Selection(_Record):
     end: int | None = Field(None, ge=0, description="Dead-lettered before, epoch ms.")
 
 
-class Redrive(_Record):
-    """A stream's latest redrive: its dead letters up to `until` (the dead-letter topic's end
-    when it was asked) that match `selection`, sent again through the current spec, each only
-    to the outputs it failed in."""
-
-    id: str = Field(pattern=r"^rd-[0-9a-f]{12}$")
-    selection: Selection
-    until: dict[int, int] = Field(description="Per dead-letter partition, where it ended.")
-    rate: int = Field(ge=1)
-    phase: JobPhase = JobPhase.RUNNING
-    requested_at: float
-    by: str
-    attempts: int = Field(0, ge=0)
-    error: str = ""
-    finished_at: float = 0.0
-
-    @property
-    def active(self) -> bool:
-        return self.phase in (JobPhase.RUNNING, JobPhase.CANCELLING)
-
-
-class RedriveProgress(_ProgressFile):
+class RedriveProgress(JobProgress):
     """Where a redrive's application is: slices of its selection done, and what became of
     their events."""
 
@@ -298,4 +391,40 @@ class RedriveProgress(_ProgressFile):
     copies: int = Field(
         0, description="Dead letters written again by a router that restarted: marked, not sent."
     )
-    done: bool = False
+
+    def handled(self) -> int:
+        return self.read
+
+    def dead_lettered_count(self) -> int:
+        return self.dead_lettered
+
+
+class Redrive(Job):
+    """A stream's latest redrive: its dead letters up to `until` (the dead-letter topic's end
+    when it was asked) that match `selection`, sent again through the current spec, each only
+    to the outputs it failed in."""
+
+    kind = "redrives"
+    prefix = "rd"
+    doing = "is redriving its dead letters ({id})"
+    never = "has not redriven its dead letters"
+    per_output = False
+    progress = RedriveProgress
+
+    selection: Selection
+    until: dict[int, int] = Field(description="Per dead-letter partition, where it ended.")
+
+
+# Every kind of operation, by its `kind`.
+OPERATIONS: dict[str, type[Operation]] = {k.kind: k for k in (Rewind, Backfill, Redrive)}
+
+
+def check_free(
+    asking: type[Operation], stream: str, output: str | None, latest: list[Operation | None]
+) -> None:
+    """409 if an operation of kind `asking` may not start on the output (or the stream) now:
+    `latest` is its latest of `asking`'s kind and of each kind `asking` excludes there."""
+    for record in latest:
+        refused = record.refusal(asking, stream, output) if record is not None else None
+        if refused is not None:
+            raise refused

@@ -23,6 +23,7 @@ that WATCHes it knows nobody changed anything between its checks and its write.
     keystone:rewinds:<stream>   hash: per output, its latest rewind (contracts.recovery.Rewind)
     keystone:backfills:<stream> hash: per output, its latest backfill (contracts.recovery.Backfill)
     keystone:redrives           hash: per stream, its latest redrive of dead letters (Redrive)
+                                (each an Operation's latest, where `slot` says)
     keystone:restore_points:<stream>:<output>
                                 sorted set: the output's restore points by time (RestorePoint)
     keystone:harvested:<stream> hash: per output, the last batch collected ('<generation>:<batch>')
@@ -40,7 +41,7 @@ import json
 import logging
 from dataclasses import asdict, dataclass, field, fields
 from enum import StrEnum
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 
 import redis
 from pydantic import TypeAdapter, ValidationError
@@ -49,11 +50,12 @@ from redis.retry import Retry
 
 from keystone.contracts.errors import Conflict, InvalidName, NotFound, Unavailable
 from keystone.contracts.names import check_stream_name, valid_name
-from keystone.contracts.recovery import Backfill, Redrive, RestorePoint, Rewind
+from keystone.contracts.recovery import Backfill, Operation, Redrive, RestorePoint, Rewind
 from keystone.contracts.settings import Settings
 from keystone.contracts.spec import Principal, StreamSpec
 
 PREFIX = "keystone:"
+Op = TypeVar("Op", bound=Operation)
 log = logging.getLogger(__name__)
 
 
@@ -66,7 +68,6 @@ VERSION = key("version")
 # A stream's key for `hash`: random, made with the stream, never shown through the API.
 HASHING_KEY_BYTES = 32
 AUDIT = key("audit")
-REDRIVES = key("redrives")
 # Deleted streams' names and their owners: the topics, tables and indices stay, so the name does.
 RETIRED = key("retired_streams")
 # Removed owners' names, never given again.
@@ -307,58 +308,57 @@ class RegistryReader:
 
     # Recovery (not part of the registry's version either).
 
-    def rewinds(self, stream: str) -> dict[str, Rewind]:
-        """Each output's latest rewind; a record that does not read is skipped and logged."""
-        return self.read_rewinds(stream)[0]
+    def operations(self, kind: type[Op], stream: str) -> dict[str, Op]:
+        """The stream's latest operations of a kind, by output (a kind of the stream's, such as
+        a redrive: by the stream's name); a record that does not read is skipped and logged."""
+        return self.read_operations(kind, stream)[0]
 
-    def read_rewinds(self, stream: str) -> tuple[dict[str, Rewind], set[str]]:
-        """Each output's latest rewind, and the outputs whose record does not read (logged)."""
-        raw = self._call(self.redis.hgetall, key("rewinds", check_stream_name(stream)))
-        found, unreadable = {}, set()
+    def read_operations(self, kind: type[Op], stream: str) -> tuple[dict[str, Op], set[str]]:
+        """The same, and where a record is that does not read (logged)."""
+        if kind.per_output:
+            raw = self._call(self.redis.hgetall, operations_key(kind, stream))
+        else:
+            one = self._call(self.redis.hget, *slot(kind, stream, None))
+            raw = {} if one is None else {stream.encode(): one}
+        found: dict[str, Op] = {}
+        unreadable: set[str] = set()
         for field_name, data in raw.items():
-            output = field_name.decode(errors="replace")
-            if not valid_name(output):
+            where = field_name.decode(errors="replace")
+            if kind.per_output and not valid_name(where):
                 log.warning(
-                    "skipping a rewind record of %s: %r is no output's name", stream, output
+                    "skipping a %s record of %s: %r is no output's name", kind.noun(), stream, where
                 )
                 continue
             try:
-                rewind = Rewind.model_validate_json(data)
+                record = kind.model_validate_json(data)
             except ValidationError as e:
-                log.warning("a rewind record of %s.%s does not read: %s", stream, output, e)
-                unreadable.add(output)
+                log.warning(
+                    "the %s record of %s (%s) does not read: %s", kind.noun(), stream, where, e
+                )
+                unreadable.add(where)
                 continue
-            if rewind.output != output:
-                unreadable.add(output)
+            if kind.per_output and getattr(record, "output", None) != where:
+                unreadable.add(where)
             else:
-                found[output] = rewind
+                found[where] = record
         return found, unreadable
 
+    def rewinds(self, stream: str) -> dict[str, Rewind]:
+        """Each output's latest rewind."""
+        return self.operations(Rewind, stream)
+
+    def read_rewinds(self, stream: str) -> tuple[dict[str, Rewind], set[str]]:
+        """Each output's latest rewind, and the outputs whose record does not read: the router
+        holds those."""
+        return self.read_operations(Rewind, stream)
+
     def backfills(self, stream: str) -> dict[str, Backfill]:
-        """Each output's latest backfill; a record that does not read is skipped and logged."""
-        raw = self._call(self.redis.hgetall, key("backfills", check_stream_name(stream)))
-        found = {}
-        for field_name, data in raw.items():
-            output = field_name.decode(errors="replace")
-            try:
-                backfill = Backfill.model_validate_json(data)
-            except ValidationError as e:
-                log.warning("a backfill record of %s.%s does not read: %s", stream, output, e)
-                continue
-            if backfill.output == output and valid_name(output):
-                found[output] = backfill
-        return found
+        """Each output's latest backfill."""
+        return self.operations(Backfill, stream)
 
     def redrive(self, stream: str) -> Redrive | None:
-        """The stream's latest redrive; a record that does not read is none (logged)."""
-        raw = self._call(self.redis.hget, REDRIVES, check_stream_name(stream))
-        if raw is None:
-            return None
-        try:
-            return Redrive.model_validate_json(raw)
-        except ValidationError as e:
-            log.warning("the redrive record of %s does not read: %s", stream, e)
-            return None
+        """The stream's latest redrive."""
+        return self.operations(Redrive, stream).get(stream)
 
     def restore_points(self, stream: str, output: str) -> list[RestorePoint]:
         """The output's restore points, newest first."""
@@ -383,6 +383,22 @@ class RegistryReader:
 
 def hashing_key_key(stream: str) -> str:
     return key("hashing_key", stream)
+
+
+def slot(kind: type[Operation], stream: str, output: str | None) -> tuple[str, str]:
+    """Where the registry keeps the latest operation of a kind: a hash and its field (the
+    output's, or for a kind of the stream's, the stream's name)."""
+    if kind.per_output:
+        assert output is not None, f"a {kind.noun()} is an output's"
+        return operations_key(kind, stream), output
+    return operations_key(kind, stream), check_stream_name(stream)
+
+
+def operations_key(kind: type[Operation], stream: str) -> str:
+    """The hash of a stream's latest operations of a kind (of every stream's, for a kind of
+    the stream's)."""
+    check_stream_name(stream)
+    return key(kind.kind, stream) if kind.per_output else key(kind.kind)
 
 
 def restore_points_key(stream: str, output: str) -> str:

@@ -405,23 +405,13 @@ class Settings(BaseSettings, Limits):
     def routers_logs_dir(self) -> Path:
         return self.logs_dir / "routers"
 
-    @property
-    def backfills_run_dir(self) -> Path:
-        """The fleet's record of each backfill application it runs (pid files)."""
-        return self.run_dir / "backfills"
+    def job_run_dir(self, kind: str) -> Path:
+        """The fleet's record of each application it runs of a kind of job (pid files):
+        `backfills`, `redrives`."""
+        return self.run_dir / kind
 
-    @property
-    def backfills_logs_dir(self) -> Path:
-        return self.logs_dir / "backfills"
-
-    @property
-    def redrives_run_dir(self) -> Path:
-        """The fleet's record of each redrive application it runs (pid files)."""
-        return self.run_dir / "redrives"
-
-    @property
-    def redrives_logs_dir(self) -> Path:
-        return self.logs_dir / "redrives"
+    def job_logs_dir(self, kind: str) -> Path:
+        return self.logs_dir / kind
 
     @property
     def dashboards_dir(self) -> Path:

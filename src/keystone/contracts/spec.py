@@ -24,7 +24,7 @@ from pydantic import (
 
 from keystone.contracts.errors import InvalidSpec
 from keystone.contracts.limits import MAX_OBJECTIVE_LAG_RECORDS
-from keystone.contracts.names import ARCHIVE, HIVE_DATABASE, check_name, hive_table, output_topic
+from keystone.contracts.names import ARCHIVE, HIVE_DATABASE, archive_table, check_name
 from keystone.contracts.schema import parse_schema
 from keystone.contracts.sinks import SinkConfig, StreamName
 
@@ -54,6 +54,7 @@ def _duration_seconds(duration: str) -> int:
 
 
 DEFAULT_TRIGGERS = {"realtime": "60 seconds", "microbatch": "10 seconds"}
+_MODE_WORDS = {"realtime": "real time", "microbatch": "micro-batches"}
 
 
 class _Strict(BaseModel):
@@ -109,18 +110,23 @@ class OutputSpec(_Strict):
     filter: str | None = Field(None, description="Which events to deliver; all when absent.")
     projection: list[str] = Field(default_factory=lambda: ["*"], min_length=1)
     sink: SinkConfig
-    delivery: Delivery | None = Field(None, description="Default: realtime, microbatch for Hive.")
+    delivery: Delivery | None = Field(
+        None, description="Default: the sink's first mode (realtime; microbatch for Hive)."
+    )
     start: Literal["latest", "earliest"] = Field(
         "latest", description="Where a new output starts reading the fronting topic."
     )
 
     @model_validator(mode="after")
     def _delivery_for_sink(self) -> OutputSpec:
+        kind = self.sink.kind
         if self.delivery is None:
-            mode = "microbatch" if self.sink.type == "hive" else "realtime"
-            object.__setattr__(self, "delivery", Delivery(mode=mode))
-        elif self.sink.type == "hive" and self.delivery.mode != "microbatch":
-            raise ValueError("Hive outputs deliver in micro-batches: delivery.mode 'microbatch'")
+            object.__setattr__(self, "delivery", Delivery(mode=kind.modes[0]))
+        elif self.delivery.mode not in kind.modes:
+            raise ValueError(
+                f"{kind.label} outputs deliver in {' or '.join(_MODE_WORDS[m] for m in kind.modes)}"
+                f": delivery.mode {' or '.join(repr(m) for m in kind.modes)}"
+            )
         return self
 
     @field_validator("delivery")
@@ -131,7 +137,7 @@ class OutputSpec(_Strict):
             delivery is not None
             and sink is not None
             and delivery.guarantee == "exactly_once"
-            and sink.exact_by is None
+            and not sink.kind.exact
             and delivery.mode == "realtime"
         ):
             raise ValueError(
@@ -145,13 +151,13 @@ class OutputSpec(_Strict):
     def guarantee(self) -> Literal["at_least_once", "exactly_once"]:
         """What the output runs under: its sink's own, or what its delivery asks for."""
         assert self.delivery is not None, "set when the spec is read"
-        return "exactly_once" if self.sink.exact_by is not None else self.delivery.guarantee
+        return "exactly_once" if self.sink.kind.exact else self.delivery.guarantee
 
     @property
     def transactional(self) -> bool:
         """Written in Kafka transactions (an exactly-once Kafka or Keystone output)."""
         assert self.delivery is not None, "set when the spec is read"
-        return self.sink.exact_by is None and self.delivery.guarantee == "exactly_once"
+        return not self.sink.kind.exact and self.delivery.guarantee == "exactly_once"
 
 
 class Objectives(_Strict):
@@ -276,10 +282,15 @@ class StreamSpec(_Strict):
     @model_validator(mode="after")
     def _archive_table_free(self) -> StreamSpec:
         taken = self.output(ARCHIVE)
-        if self.archive.enabled and taken is not None and taken.sink.type == "hive":
+        table = archive_table(self.name)
+        if (
+            self.archive.enabled
+            and taken is not None
+            and taken.sink.table(self.name, ARCHIVE) == table
+        ):
             raise ValueError(
                 f"a Hive output named {ARCHIVE!r} would write the stream's archive table "
-                f"({HIVE_DATABASE}.{hive_table(self.name, ARCHIVE)}): name it otherwise, or "
+                f"({HIVE_DATABASE}.{table}): name it otherwise, or "
                 "turn the archive off (archive.enabled: false)"
             )
         return self
@@ -289,11 +300,8 @@ class StreamSpec(_Strict):
 
     def kafka_topics(self) -> dict[str, str]:
         """Each Kafka output's topic, by output name."""
-        return {
-            o.name: o.sink.topic or output_topic(self.name, o.name)
-            for o in self.outputs
-            if o.sink.type == "kafka"
-        }
+        topics = {o.name: o.sink.owned_topic(self.name, o.name) for o in self.outputs}
+        return {name: topic for name, topic in topics.items() if topic is not None}
 
     def to_json(self) -> str:
         return self.model_dump_json(by_alias=True, exclude_none=False)

@@ -25,19 +25,25 @@ class Accounts:
         caller.require_admin()
         if name == ADMIN:
             raise Conflict(f"{ADMIN!r} is the admin's name")
-        return self.store.create_owner(name, audit(caller.name, "owner.create", name, owner=ADMIN))
+        return self.store.principals.create_owner(
+            name, audit(caller.name, "owner.create", name, owner=ADMIN)
+        )
 
     def rotate_owner(self, caller: Caller, name: str) -> str:
         caller.require_admin()
-        return self.store.rotate_owner(name, audit(caller.name, "owner.rotate", name, owner=ADMIN))
+        return self.store.principals.rotate_owner(
+            name, audit(caller.name, "owner.rotate", name, owner=ADMIN)
+        )
 
     def delete_owner(self, caller: Caller, name: str) -> None:
         caller.require_admin()
-        self.store.delete_owner(name, audit(caller.name, "owner.delete", name, owner=ADMIN))
+        self.store.principals.delete_owner(
+            name, audit(caller.name, "owner.delete", name, owner=ADMIN)
+        )
 
     def owners(self, caller: Caller) -> list[str]:
         caller.require_admin()
-        return self.store.owners()
+        return self.store.principals.owners()
 
     # Apps
 
@@ -66,7 +72,7 @@ class Accounts:
                 check_limit(limits, "max_apps_per_owner", mine + 1, "apps of this owner", "name")
 
         entry = audit(caller.name, "app.create", name, owner=owner or ADMIN, rate=rate)
-        return self.store.create_app(name, rate, owner, entry, within_limit), rate
+        return self.store.principals.create_app(name, rate, owner, entry, within_limit), rate
 
     def apps(self, caller: Caller) -> list[App]:
         return [a for a in self.store.apps() if caller.owns(a.owner)]
@@ -76,13 +82,13 @@ class Accounts:
 
     def rotate_app(self, caller: Caller, name: str) -> str:
         app = self.app(caller, name)
-        return self.store.rotate_app(
+        return self.store.principals.rotate_app(
             name, audit(caller.name, "app.rotate", name, owner=app.owner or ADMIN), _holder(caller)
         )
 
     def delete_app(self, caller: Caller, name: str) -> None:
         app = self.app(caller, name)
-        self.store.delete_app(
+        self.store.principals.delete_app(
             name, audit(caller.name, "app.delete", name, owner=app.owner or ADMIN), _holder(caller)
         )
 

@@ -150,16 +150,7 @@ def revoke(stream: str, app: str, plane: PlaneDep, who: CallerDep) -> StreamPubl
 def status(stream: str, plane: PlaneDep, who: CallerDep) -> StatusPublic:
     """The router's state (running, restarting, failed with the last error...) and per output
     its rates (events/s over the last minute), lag and p99 delivery latency."""
-    spec = plane.streams.get(who, stream)
-    store = plane.store
-    return stream_status(
-        plane.settings,
-        spec,
-        store.router_state(stream),
-        store.rewinds(stream),
-        store.backfills(stream),
-        store.redrive(stream),
-    )
+    return stream_status(plane.settings, plane.store, plane.streams.get(who, stream))
 
 
 @router.get("/streams/{stream}/lineage", response_model=LineagePublic, tags=["streams"])
@@ -194,7 +185,7 @@ def preview_output(
         projection = existing.projection if existing else ["*"]
     drafted = body.filter is not None or body.projection is not None
     limits = plane.settings if drafted else None
-    key = plane.store.ensure_hashing_key(stream)
+    key = plane.store.specs.ensure_hashing_key(stream)
     result = preview(plane.settings, spec, filter_text or None, projection, body.limit, limits, key)
     return PreviewPublic(**result.__dict__)
 
@@ -233,11 +224,11 @@ def rewind(
     """Takes this output (only) back to a restore point, a time or offsets: its router replays
     from there at the stream's recovery rate. With dry_run, only says what it would do, per
     sink (200)."""
-    args = (who, stream, output, body.target(), body.max_events_per_second)
+    plan = plane.rewinds.plan(who, stream, output, body.target(), body.max_events_per_second)
     if body.dry_run:
         response.status_code = 200
-        return RewindPublic.of_plan(stream, plane.rewinds.plan(*args), started=False)
-    return RewindPublic.of_plan(stream, plane.rewinds.start(*args), started=True)
+        return RewindPublic.of_plan(stream, plan, started=False)
+    return RewindPublic.of_plan(stream, plane.rewinds.start(who, plan), started=True)
 
 
 @router.get(
@@ -269,11 +260,11 @@ def redrive(
     the stream's current spec, each only to the outputs it failed in, as an application of its
     own at the stream's recovery rate. With dry_run, only counts them (200); a selection that
     matches nothing is a redrive of none."""
-    args = (who, stream, body.selection(), body.max_events_per_second)
+    plan = plane.redrives.plan(who, stream, body.selection(), body.max_events_per_second)
     if body.dry_run:
         response.status_code = 200
-        return RedrivePublic.of_plan(stream, plane.dead_letters.plan(*args), started=False)
-    plan = plane.dead_letters.start(*args)
+        return RedrivePublic.of_plan(stream, plan, started=False)
+    plan = plane.redrives.start(who, plan)
     if not plan.redrive.active:  # it matched nothing: done already
         response.status_code = 200
     return RedrivePublic.of_plan(stream, plan, started=True)
@@ -284,7 +275,7 @@ def redrive(
 )
 def redrive_progress(stream: str, plane: PlaneDep, who: CallerDep) -> RedrivePublic:
     """The stream's latest redrive: dead letters sent of all, per output, ETA; or its end."""
-    return RedrivePublic.of_view(stream, plane.dead_letters.progress(who, stream))
+    return RedrivePublic.of_view(stream, plane.redrives.view(who, stream))
 
 
 @router.delete(
@@ -295,8 +286,8 @@ def redrive_progress(stream: str, plane: PlaneDep, who: CallerDep) -> RedrivePub
 )
 def redrive_cancel(stream: str, plane: PlaneDep, who: CallerDep) -> RedrivePublic:
     """Stops the stream's redrive: the slices sent stay sent (and marked)."""
-    plane.dead_letters.cancel(who, stream)
-    return RedrivePublic.of_view(stream, plane.dead_letters.progress(who, stream))
+    plane.redrives.cancel(who, stream)
+    return RedrivePublic.of_view(stream, plane.redrives.view(who, stream))
 
 
 @router.post(
@@ -317,10 +308,11 @@ def backfill(
     output as it is now, as an application of its own beside the router, at the stream's
     recovery rate. With dry_run, only says what it would do (200)."""
     args = (who, stream, output, body.start, body.end, body.max_events_per_second)
+    plan = plane.backfills.plan(*args)
     if body.dry_run:
         response.status_code = 200
-        return BackfillPublic.of_plan(stream, plane.backfills.plan(*args), started=False)
-    return BackfillPublic.of_plan(stream, plane.backfills.start(*args), started=True)
+        return BackfillPublic.of_plan(stream, plan, started=False)
+    return BackfillPublic.of_plan(stream, plane.backfills.start(who, plan), started=True)
 
 
 @router.get(
@@ -330,7 +322,7 @@ def backfill(
 )
 def backfill_progress(stream: str, output: str, plane: PlaneDep, who: CallerDep) -> BackfillPublic:
     """The output's latest backfill: events routed of all, hours done, ETA; or how it ended."""
-    view = plane.backfills.progress(who, stream, output)
+    view = plane.backfills.view(who, stream, output)
     return BackfillPublic.of_view(stream, view)
 
 
@@ -344,7 +336,7 @@ def backfill_cancel(stream: str, output: str, plane: PlaneDep, who: CallerDep) -
     """Stops the output's backfill: the hours it has done stay done; a Hive hour under way is
     left as it was."""
     plane.backfills.cancel(who, stream, output)
-    view = plane.backfills.progress(who, stream, output)
+    view = plane.backfills.view(who, stream, output)
     return BackfillPublic.of_view(stream, view)
 
 
@@ -408,5 +400,5 @@ def audit_log(
 ) -> list[AuditPublic]:
     """Who changed what, newest first: everything for the admin, an owner's own for owners."""
     # An owner's: the entries on what was theirs when it changed, kept apart for them.
-    entries = plane.store.audit_log(limit, owner=None if who.admin else who.name)
+    entries = plane.store.audit.entries(limit, owner=None if who.admin else who.name)
     return [AuditPublic.of(e) for e in entries]

@@ -1,10 +1,9 @@
 """Backfills: an output's events of a time range routed again from the stream's archive.
 
 `Backfills` is what owners ask (API, CLI, UI): `plan` checks a range and says what each sink
-will do with it, `start` records the backfill (one per output at a time, in the audit log),
-`cancel` asks it to stop, `progress` says how far it has come. `BackfillRuns` is the fleet's
-side, each pass (`keystone.control.recovery`): it has the backfill's application
-(`python -m keystone.router.backfill`) run until it is done (`keystone.control.jobs`).
+will do with it, `start` records the backfill (one per output at a time, in the audit log);
+`cancel` and `view` are every job's (`control.operations`). The fleet runs its application
+until it is done (`control.jobs`).
 
 A range must lie within what the archive holds: after the retention's start and the archive's
 first event (`ArchiveSpan`, which its router keeps), and before the archive's last write (an
@@ -14,28 +13,19 @@ replaced whole by what the archive has).
 
 from __future__ import annotations
 
-import logging
-import secrets
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from keystone.contracts.checkpoints import latest
-from keystone.contracts.errors import Conflict, KeystoneError, NotFound, Unprocessable
+from keystone.contracts.errors import Conflict, Unprocessable
 from keystone.contracts.limits import check_replay_rate
 from keystone.contracts.names import ARCHIVE_QUERY, HIVE_DATABASE, archive_table, fronting_topic
-from keystone.contracts.recovery import ArchiveSpan, Backfill, BackfillProgress, JobPhase
-from keystone.contracts.settings import Settings
+from keystone.contracts.recovery import ArchiveSpan, Backfill
+from keystone.contracts.sinks import Replay
 from keystone.contracts.spec import OutputSpec, StreamSpec
-from keystone.control.jobs import Job, JobRuns
-from keystone.control.positions import Positions
-from keystone.control.store import Store, audit, check_not_replaying
-from keystone.control.streams import Streams
+from keystone.control.operations import Jobs
+from keystone.control.store import Planned
 from keystone.control.tenancy import Caller
-from keystone.router.sinks.registry import SINKS, Replay
-
-log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -44,44 +34,15 @@ class BackfillPlan:
     replay: Replay  # what the sink does with records written again
     effect: str  # that, in words, for this output
     archived_until: float  # the archive holds every event ingested before this (epoch s)
-
-
-@dataclass(frozen=True)
-class BackfillView:
-    backfill: Backfill
-    progress: BackfillProgress
-    eta_seconds: float | None  # at the backfill's rate, while it runs and its total is known
-    replay: Replay | None  # what the output's sink does with records written again
+    planned: Planned  # what it was planned on
 
 
 def iso(epoch_seconds: float) -> str:
     return datetime.fromtimestamp(epoch_seconds, UTC).isoformat().replace("+00:00", "Z")
 
 
-def progress_of(
-    settings: Settings, stream: str, backfill: Backfill, replay: Replay | None = None
-) -> BackfillView:
-    progress = BackfillProgress.load(BackfillProgress.path(settings.state_dir, stream, backfill.id))
-    eta = None
-    if backfill.active and progress.total is not None:
-        eta = max(0, progress.total - progress.read) / backfill.rate
-    return BackfillView(backfill, progress, eta, replay)
-
-
-class Backfills:
-    def __init__(
-        self,
-        settings: Settings,
-        store: Store,
-        streams: Streams,
-        positions: Positions | None = None,
-        clock: Callable[[], float] = time.time,
-    ) -> None:
-        self.settings = settings
-        self.store = store
-        self.streams = streams
-        self.positions = positions if positions is not None else Positions(settings)
-        self.clock = clock
+class Backfills(Jobs[Backfill]):
+    kind = Backfill
 
     def plan(
         self,
@@ -92,21 +53,14 @@ class Backfills:
         end: datetime,
         rate: int | None,
     ) -> BackfillPlan:
-        spec, out = self._output(caller, stream, output)
+        spec, out = self.output_of(caller, stream, output)
         if not spec.archive.enabled:
             raise Conflict(
                 f"stream {stream!r} keeps no archive to backfill from: turn it on with "
                 "archive.enabled: true in its spec (it then keeps what arrives from then on, and "
                 "what the fronting topic still holds)"
             )
-        current = self.store.backfills(stream).get(output)
-        if current is not None and current.active:
-            raise Conflict(
-                f"output {stream}.{output} is being backfilled ({current.id}): one backfill per "
-                "output at a time; cancel it first",
-                backfill=current.id,
-            )
-        check_not_replaying(stream, output, self.store.rewinds(stream).get(output))
+        self.check_free(stream, output)
         check_replay_rate(self.settings, rate)
         begins, ends = _utc(start).timestamp(), _utc(end).timestamp()
         now = self.clock()
@@ -140,7 +94,7 @@ class Backfills:
                 archived_until=iso(until),
             )
         backfill = Backfill(
-            id=f"bf-{secrets.token_hex(6)}",
+            id=Backfill.new_id(),
             output=output,
             start=int(begins * 1000),
             end=int(ends * 1000),
@@ -148,8 +102,10 @@ class Backfills:
             requested_at=now,
             by=caller.name,
         )
-        replay = SINKS[out.sink.type].replay
-        return BackfillPlan(backfill, replay, _effect(spec, out, backfill, replay), until)
+        replay = out.sink.kind.replay
+        current = self.latest(stream, output)
+        planned = Planned(stream, out, current.id if current is not None else None)
+        return BackfillPlan(backfill, replay, _effect(spec, out, backfill, replay), until, planned)
 
     def archived_until(self, spec: StreamSpec, end_ms: int) -> float:
         """`end_ms` (as epoch s) if the archive holds every event ingested before it, else the
@@ -165,65 +121,17 @@ class Backfills:
         first = self.positions.first_timestamp(topic, written.offsets)
         return min(first if first is not None else 0.0, end_ms / 1000)
 
-    def start(
-        self,
-        caller: Caller,
-        stream: str,
-        output: str,
-        start: datetime,
-        end: datetime,
-        rate: int | None,
-    ) -> BackfillPlan:
-        plan = self.plan(caller, stream, output, start, end, rate)
+    def start(self, caller: Caller, plan: BackfillPlan) -> BackfillPlan:
+        """Starts the backfill planned (unless what it was planned on changed meanwhile)."""
         backfill = plan.backfill
-        spec, out = self._output(caller, stream, output)
-        entry = audit(
-            caller.name,
-            "output.backfill",
-            stream,
-            owner=spec.owner,
-            output=output,
-            backfill=backfill.id,
+        self.record(
+            caller,
+            backfill,
+            plan.planned,
             **{"from": iso(backfill.start / 1000), "to": iso(backfill.end / 1000)},
             rate=backfill.rate,
         )
-        self.store.start_backfill(stream, backfill, out, entry)
         return plan
-
-    def cancel(self, caller: Caller, stream: str, output: str) -> Backfill:
-        spec, _ = self._output(caller, stream, output)
-        current = self.store.backfills(stream).get(output)
-        if current is None:
-            raise NotFound(f"output {stream}.{output} has not been backfilled")
-        if not current.active:
-            raise Conflict(f"backfill {current.id} is {current.phase.value}: nothing to cancel")
-        cancelling = current.model_copy(update={"phase": JobPhase.CANCELLING})
-        entry = audit(
-            caller.name,
-            "output.backfill.cancel",
-            stream,
-            owner=spec.owner,
-            output=output,
-            backfill=current.id,
-        )
-        if not self.store.update_backfill(stream, cancelling, lambda b: b.active, entry):
-            raise Conflict(f"backfill {current.id} changed meanwhile: ask again")
-        return cancelling
-
-    def progress(self, caller: Caller, stream: str, output: str) -> BackfillView:
-        """The output's latest backfill and how far it has come (404 if it has none)."""
-        _, out = self._output(caller, stream, output)
-        current = self.store.backfills(stream).get(output)
-        if current is None:
-            raise NotFound(f"output {stream}.{output} has not been backfilled")
-        return progress_of(self.settings, stream, current, SINKS[out.sink.type].replay)
-
-    def _output(self, caller: Caller, stream: str, output: str) -> tuple[StreamSpec, OutputSpec]:
-        spec = self.streams.get(caller, stream)
-        found = spec.output(output)
-        if found is None:
-            raise NotFound(f"stream {stream!r} has no output {output!r}")
-        return spec, found
 
 
 def _utc(when: datetime) -> datetime:
@@ -251,38 +159,3 @@ def _effect(spec: StreamSpec, output: OutputSpec, backfill: Backfill, replay: Re
         f"{source}; each record is written again beside any first copy, with the header "
         f"ks_replay={backfill.id} (records the output would now leave out stay in the topic)"
     )
-
-
-class BackfillRuns:
-    """The fleet's side: each active backfill's application kept running until it is done,
-    cancelled or has failed (`control.jobs`)."""
-
-    def __init__(self, settings: Settings, store: Store, clock: Callable[[], float]) -> None:
-        self.settings = settings
-        self.store = store
-        self.runs = JobRuns(settings, "backfills", clock)
-
-    def step(self, spec: StreamSpec) -> None:
-        for output, backfill in self.store.backfills(spec.name).items():
-            if not backfill.active:
-                continue
-            progress = progress_of(self.settings, spec.name, backfill).progress
-            job = Job(
-                name=f"{spec.name}.{output}",
-                record=backfill,
-                argv=[
-                    *("-m", "keystone.router.backfill", "--stream", spec.name),
-                    *("--output", output, "--id", backfill.id),
-                ],
-                finished=progress.done,
-                wanted=spec.output(output) is not None,
-                update=lambda b, s=spec.name: self.store.update_backfill(s, b, lambda c: c.active),
-            )
-            try:
-                self.runs.step(job)
-            except KeystoneError as e:  # Redis away: next pass
-                log.warning("backfill %s: %s", backfill.id, e)
-
-    def forget(self, stream: str, output: str | None = None) -> None:
-        """Stops the stream's (or output's) backfill applications."""
-        self.runs.forget(f"{stream}.{output}" if output is not None else f"{stream}.*")

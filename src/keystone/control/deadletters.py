@@ -3,34 +3,24 @@
 `DeadLetters.groups` reads the dead-letter topic (`keystone.<stream>.dlq`) and groups its records
 by the output that refused them (`_stream`: the stream itself could not read them) and reason,
 with counts, first and last times, samples, and how many a redrive has sent again already (the
-compacted `<dlq>.redriven` topic). `plan` counts what a selection would send again and to which
-outputs; `start` records the redrive (one per stream at a time, in the audit log), whose
-application the fleet runs (`RedriveRuns`, `python -m keystone.router.redrive`); `cancel` and
-`progress` follow it.
+compacted `<dlq>.redriven` topic). Sending them again is a redrive's (`control.redrives`).
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import secrets
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
 from keystone.contracts import envelope
 from keystone.contracts.checkpoints import Offsets
-from keystone.contracts.errors import Conflict, KeystoneError, NotFound, Unavailable
-from keystone.contracts.limits import check_replay_rate
+from keystone.contracts.errors import KeystoneError, Unavailable
 from keystone.contracts.names import STREAM_LEVEL, dead_letter_topic, redriven_topic
-from keystone.contracts.recovery import JobPhase, Redrive, RedriveProgress, Selection
+from keystone.contracts.recovery import Selection
 from keystone.contracts.settings import Settings
-from keystone.contracts.spec import StreamSpec
-from keystone.control.jobs import Job, JobRuns
-from keystone.control.store import Store, audit
 from keystone.control.streams import Streams
 from keystone.control.tenancy import Caller
 from keystone.router.topics import watermarks
@@ -71,23 +61,6 @@ class Listing:
     groups: list[Group]
     scanned: int
     truncated: bool  # more were there than max_dead_letters_scanned
-
-
-@dataclass(frozen=True)
-class RedrivePlan:
-    redrive: Redrive
-    events: int  # dead letters it would send again
-    outputs: dict[str, int]  # of those, per output they would reach
-    skipped: int  # dead letters of outputs the stream no longer has
-    truncated: bool  # counted from the first max_dead_letters_scanned only
-    copies: int = 0  # a dead letter's copies (a restarted router wrote it again): not sent
-
-
-@dataclass(frozen=True)
-class RedriveView:
-    redrive: Redrive
-    progress: RedriveProgress
-    eta_seconds: float | None
 
 
 def read_letters(settings: Settings, stream: str, until: Offsets) -> Iterator[Letter]:
@@ -171,7 +144,7 @@ def redriven_by(settings: Settings, stream: str) -> dict[tuple[int, int], str]:
 
 def matches(letter: Letter, selection: Selection) -> bool:
     """Whether a selection takes the dead letter (the application's own test is the Spark
-    twin of this, `router.redrive.selected`)."""
+    twin of this, `router.jobs.redrive.selected`)."""
     return (
         (selection.reason is None or letter.reason == selection.reason)
         and (selection.output is None or letter.output == selection.output)
@@ -184,7 +157,7 @@ def matches(letter: Letter, selection: Selection) -> bool:
 class Count:
     """What a redrive of some dead letters sends: `events` sent again, per output how many,
     `skipped` (of outputs the stream no longer has), `copies` not sent (the application's
-    twin: `router.redrive.first_copies`)."""
+    twin: `router.jobs.redrive.first_copies`)."""
 
     events: int = 0
     outputs: dict[str, int] = field(default_factory=dict)
@@ -217,30 +190,14 @@ class Count:
         return count
 
 
-def progress_of(settings: Settings, stream: str, redrive: Redrive) -> RedriveView:
-    progress = RedriveProgress.load(RedriveProgress.path(settings.state_dir, stream, redrive.id))
-    eta = None
-    if redrive.active and progress.total is not None:
-        eta = max(0, progress.total - progress.read) / redrive.rate
-    return RedriveView(redrive, progress, eta)
-
-
 class DeadLetters:
-    def __init__(
-        self,
-        settings: Settings,
-        store: Store,
-        streams: Streams,
-        clock: Callable[[], float] = time.time,
-    ) -> None:
+    def __init__(self, settings: Settings, streams: Streams) -> None:
         self.settings = settings
-        self.store = store
         self.streams = streams
-        self.clock = clock
 
     def groups(self, caller: Caller, stream: str) -> Listing:
         spec = self.streams.get(caller, stream)
-        until = self._end(spec.name)
+        until = letters_end(self.settings, spec.name)
         redriven = redriven_by(self.settings, spec.name)
         groups: dict[tuple[str, str], Group] = {}
         scanned, truncated = 0, False
@@ -261,126 +218,13 @@ class DeadLetters:
         ordered = sorted(groups.values(), key=lambda g: (-g.count, g.output, g.reason))
         return Listing(ordered, scanned, truncated)
 
-    def plan(
-        self, caller: Caller, stream: str, selection: Selection, rate: int | None
-    ) -> RedrivePlan:
-        spec = self.streams.get(caller, stream)
-        current = self.store.redrive(stream)
-        if current is not None and current.active:
-            raise Conflict(
-                f"stream {stream!r} is redriving its dead letters ({current.id}): one redrive "
-                "per stream at a time; cancel it first",
-                redrive=current.id,
-            )
-        check_replay_rate(self.settings, rate)
-        known = {o.name for o in spec.outputs} | {STREAM_LEVEL}
-        if selection.output is not None and selection.output not in known:
-            raise NotFound(f"stream {stream!r} has no output {selection.output!r}")
-        until = self._end(spec.name)
-        redriven = redriven_by(self.settings, spec.name)
-        chosen: list[Letter] = []
-        truncated = False
-        for scanned, letter in enumerate(read_letters(self.settings, spec.name, until)):
-            if scanned >= self.settings.max_dead_letters_scanned:
-                truncated = True
-                break
-            if (letter.partition, letter.offset) not in redriven and matches(letter, selection):
-                chosen.append(letter)
-        count = Count.of(chosen, [o.name for o in spec.outputs])
-        redrive = Redrive(
-            id=f"rd-{secrets.token_hex(6)}",
-            selection=selection,
-            until=until,
-            rate=rate or spec.recovery.max_events_per_second,
-            requested_at=self.clock(),
-            by=caller.name,
-        )
-        return RedrivePlan(
-            redrive, count.events, count.outputs, count.skipped, truncated, count.copies
-        )
 
-    def start(
-        self, caller: Caller, stream: str, selection: Selection, rate: int | None
-    ) -> RedrivePlan:
-        plan = self.plan(caller, stream, selection, rate)
-        if plan.events == 0:  # nothing to send: done as it starts, no application run
-            done = plan.redrive.model_copy(
-                update={"phase": JobPhase.DONE, "finished_at": plan.redrive.requested_at}
-            )
-            plan = RedrivePlan(done, 0, plan.outputs, plan.skipped, plan.truncated, plan.copies)
-        entry = audit(
-            caller.name,
-            "stream.redrive",
-            stream,
-            owner=self.streams.get(caller, stream).owner,
-            redrive=plan.redrive.id,
-            selection=json.loads(selection.model_dump_json(exclude_none=True)),
-            events=plan.events,
-            rate=plan.redrive.rate,
-        )
-        self.store.start_redrive(stream, plan.redrive, entry)
-        return plan
-
-    def cancel(self, caller: Caller, stream: str) -> Redrive:
-        spec = self.streams.get(caller, stream)
-        current = self.store.redrive(stream)
-        if current is None:
-            raise NotFound(f"stream {stream!r} has not redriven its dead letters")
-        if not current.active:
-            raise Conflict(f"redrive {current.id} is {current.phase.value}: nothing to cancel")
-        cancelling = current.model_copy(update={"phase": JobPhase.CANCELLING})
-        entry = audit(
-            caller.name, "stream.redrive.cancel", stream, owner=spec.owner, redrive=current.id
-        )
-        if not self.store.update_redrive(stream, cancelling, lambda r: r.active, entry):
-            raise Conflict(f"redrive {current.id} changed meanwhile: ask again")
-        return cancelling
-
-    def progress(self, caller: Caller, stream: str) -> RedriveView:
-        self.streams.get(caller, stream)
-        current = self.store.redrive(stream)
-        if current is None:
-            raise NotFound(f"stream {stream!r} has not redriven its dead letters")
-        return progress_of(self.settings, stream, current)
-
-    def _end(self, stream: str) -> Offsets:
-        try:
-            return {
-                p: end
-                for p, (_, end) in watermarks(self.settings, dead_letter_topic(stream)).items()
-            }
-        except KeystoneError as e:
-            raise Unavailable(f"the dead-letter topic of {stream} is not readable: {e}") from e
-
-
-class RedriveRuns:
-    """The fleet's side: a stream's active redrive's application kept running until it is
-    done, cancelled or has failed (`control.jobs`)."""
-
-    def __init__(self, settings: Settings, store: Store, clock: Callable[[], float]) -> None:
-        self.settings = settings
-        self.store = store
-        self.runs = JobRuns(settings, "redrives", clock)
-
-    def step(self, spec: StreamSpec) -> None:
-        redrive = self.store.redrive(spec.name)
-        if redrive is None or not redrive.active:
-            return
-        job = Job(
-            name=spec.name,
-            record=redrive,
-            argv=["-m", "keystone.router.redrive", "--stream", spec.name, "--id", redrive.id],
-            finished=progress_of(self.settings, spec.name, redrive).progress.done,
-            wanted=True,
-            update=lambda r: self.store.update_redrive(spec.name, r, lambda c: c.active),
-        )
-        try:
-            self.runs.step(job)
-        except KeystoneError as e:  # Redis away: next pass
-            log.warning("redrive %s: %s", redrive.id, e)
-
-    def forget(self, stream: str) -> None:
-        self.runs.forget(stream)
+def letters_end(settings: Settings, stream: str) -> Offsets:
+    """Where the stream's dead-letter topic ends now, per partition."""
+    try:
+        return {p: end for p, (_, end) in watermarks(settings, dead_letter_topic(stream)).items()}
+    except KeystoneError as e:
+        raise Unavailable(f"the dead-letter topic of {stream} is not readable: {e}") from e
 
 
 def _consumer(settings: Settings) -> Consumer:

@@ -118,12 +118,12 @@ class Fleet:
         self._thread.join()
         if self.leading:
             with contextlib.suppress(KeystoneError):
-                self.store.release_lease(LEASE, self.holder)
+                self.store.fleet.release_lease(LEASE, self.holder)
 
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
-                self.leading = self.store.hold_lease(LEASE, self.holder, LEASE_SECONDS)
+                self.leading = self.store.fleet.hold_lease(LEASE, self.holder, LEASE_SECONDS)
                 if self.leading:
                     self.reconcile()
             except KeystoneError as e:  # Redis away: nothing can be decided; try again soon
@@ -179,7 +179,7 @@ class Fleet:
         if spec is None:
             if deployed is not None:
                 self._stopping(deployed, state, now)
-                self.store.put_router_state(stream, state)
+                self.store.fleet.put_state(stream, state)
             else:
                 self._undeploy(stream)
             return
@@ -192,7 +192,7 @@ class Fleet:
                 self._watch(deployed, state, now)
         elif now >= state.retry_at:
             self._deploy(spec, state, now)
-        self.store.put_router_state(stream, state)
+        self.store.fleet.put_state(stream, state)
 
     def _ended(self, deployed: Deployment, state: RouterState, now: float) -> None:
         """The router's process is gone: asked to (a stop) or not (a failure, retried later)."""
@@ -274,7 +274,7 @@ class Fleet:
         self.launcher.remove_target(stream)
         self.launcher.remove_checkpoints(stream)
         self.recovery.forget(stream)
-        self.store.delete_router_state(stream)
+        self.store.fleet.forget(stream)
         log.info("router %s undeployed", stream)
 
 

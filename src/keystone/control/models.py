@@ -4,8 +4,9 @@ The stream spec itself is the shared contract (`contracts.spec`)."""
 from __future__ import annotations
 
 import time
+from abc import abstractmethod
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
 from pydantic import (
     AwareDatetime,
@@ -17,12 +18,24 @@ from pydantic import (
     model_validator,
 )
 
-from keystone.contracts.recovery import Backfill, Redrive, RestorePoint, Rewind, Selection
+from keystone.contracts.recovery import (
+    Backfill,
+    BackfillProgress,
+    Job,
+    Operation,
+    Redrive,
+    RedriveProgress,
+    RestorePoint,
+    Rewind,
+    Selection,
+)
 from keystone.contracts.registry import App, RouterPhase, RouterState
 from keystone.contracts.spec import Principal, StreamSpec
-from keystone.control.backfills import BackfillPlan, BackfillView
-from keystone.control.deadletters import Listing, RedrivePlan, RedriveView
+from keystone.control.backfills import BackfillPlan
+from keystone.control.deadletters import Listing
 from keystone.control.lineage import Lineage, lineage
+from keystone.control.operations import JobView
+from keystone.control.redrives import RedrivePlan
 from keystone.control.rewinds import Plan, Progress, Target
 from keystone.control.store import AuditEntry
 from keystone.control.tenancy import Caller
@@ -230,9 +243,79 @@ class SinkReplayPublic(BaseModel):
     )
 
 
-class RewindPublic(BaseModel):
+class OperationPublic(BaseModel):
+    """What every recovery operation shows (a rewind, a backfill, a redrive)."""
+
     id: str
     stream: str
+    state: str
+    rate: int = Field(description="Events per second it reads at most.")
+    eta_seconds: float | None = Field(None, description="Until it is done, at its rate.")
+    requested_at: datetime
+    by: str
+    finished_at: datetime | None = None
+
+    @staticmethod
+    def fields_of(stream: str, operation: Operation) -> dict[str, Any]:
+        finished = operation.finished_at
+        return {
+            "id": operation.id,
+            "stream": stream,
+            "rate": operation.rate,
+            "requested_at": datetime.fromtimestamp(operation.requested_at, UTC),
+            "by": operation.by,
+            "finished_at": datetime.fromtimestamp(finished, UTC) if finished else None,
+        }
+
+
+class JobPublic(OperationPublic):
+    """A recovery operation that runs as an application of its own (a backfill, a redrive)."""
+
+    state: str = Field(
+        description="planned (a dry run), running, cancelling, done, cancelled or failed"
+    )
+    attempts: int = Field(0, description="Times its application was started.")
+    error: str | None = None
+    read: int = Field(0, description="Of its events, how many it has routed so far.")
+    dead_lettered: int = Field(
+        0, description="Events that failed (again): dead letters, in the dead-letter topic."
+    )
+
+    @classmethod
+    def of_view(cls, stream: str, view: JobView[Any]) -> Self:
+        return cls(
+            **cls.job_fields(stream, view.job),
+            **JobPublic.view_fields(view),
+            **cls.progress_fields(view),
+        )
+
+    @staticmethod
+    @abstractmethod
+    def job_fields(stream: str, job: Any) -> dict[str, Any]:
+        """Its kind's own fields of the job."""
+
+    @staticmethod
+    @abstractmethod
+    def progress_fields(view: JobView[Any]) -> dict[str, Any]:
+        """Its kind's own fields of the job's progress."""
+
+    @staticmethod
+    def view_fields(view: JobView[Any]) -> dict[str, Any]:
+        """What its view says beside the job's own fields."""
+        job: Job = view.job
+        progress = view.progress
+        return {
+            "state": job.phase,
+            "events": progress.total,
+            "read": progress.handled(),
+            "dead_lettered": progress.dead_lettered_count(),
+            "eta_seconds": round(view.eta_seconds, 1) if view.eta_seconds is not None else None,
+            "attempts": job.attempts,
+            "error": job.error or None,
+        }
+
+
+class RewindPublic(OperationPublic):
     output: str
     state: str = Field(description="planned (a dry run), replaying or caught_up")
     target: str = Field(description="What was asked.")
@@ -248,9 +331,6 @@ class RewindPublic(BaseModel):
     replayed: int = Field(description="Of those, how many the output has committed.")
     rate: int = Field(description="Events per second the replay reads at most.")
     eta_seconds: float | None = Field(None, description="Until it has caught up, at its pace.")
-    requested_at: datetime
-    by: str
-    finished_at: datetime | None = None
     sink: SinkReplayPublic
 
     @classmethod
@@ -282,26 +362,19 @@ class RewindPublic(BaseModel):
             committed=progress.position.offsets if progress.position is not None else None,
             replayed=progress.replayed,
             eta_seconds=eta,
-            finished_at=(
-                datetime.fromtimestamp(rewind.finished_at, UTC) if rewind.finished_at else None
-            ),
             sink=SinkReplayPublic(kind=progress.replay),
         )
 
 
 def _rewind_fields(stream: str, rewind: Rewind) -> dict[str, Any]:
     return {
-        "id": rewind.id,
-        "stream": stream,
+        **OperationPublic.fields_of(stream, rewind),
         "output": rewind.output,
         "target": rewind.target,
         "restore_point": rewind.restore_point,
         "start": rewind.start,
         "until": rewind.until,
         "events": rewind.total,
-        "rate": rewind.rate,
-        "requested_at": datetime.fromtimestamp(rewind.requested_at, UTC),
-        "by": rewind.by,
     }
 
 
@@ -318,22 +391,14 @@ class BackfillRequest(BaseModel):
     dry_run: bool = Field(False, description="Only say what the backfill would do.")
 
 
-class BackfillPublic(BaseModel):
+class BackfillPublic(JobPublic):
     model_config = ConfigDict(populate_by_name=True)
 
-    id: str
-    stream: str
     output: str
-    state: str = Field(
-        description="planned (a dry run), running, cancelling, done, cancelled or failed"
-    )
     start: datetime = Field(alias="from", description="Ingest time from (inclusive).")
     end: datetime = Field(alias="to", description="Ingest time to (exclusive).")
-    rate: int = Field(description="Events per second it reads at most.")
     events: int | None = Field(None, description="Archived events of the range, once counted.")
-    read: int = Field(0, description="Of those, how many it has routed.")
     delivered: int = Field(0, description="Records the sink took.")
-    dead_lettered: int = Field(0, description="Events the sink refused (in the dead-letter topic).")
     unreadable: int = Field(
         0,
         description="Events the output cannot read now (a stricter schema, say): left out of "
@@ -349,12 +414,6 @@ class BackfillPublic(BaseModel):
         description="What it waits for before it replaces an hour's rows (a Hive output: the "
         "live output to pass the hour's range first), if anything.",
     )
-    eta_seconds: float | None = Field(None, description="Until it is done, at its rate.")
-    attempts: int = Field(0, description="Times its application was started.")
-    error: str | None = None
-    requested_at: datetime
-    by: str
-    finished_at: datetime | None = None
     archived_until: datetime | None = Field(
         None, description="A plan: the archive holds every event ingested before this."
     )
@@ -362,50 +421,35 @@ class BackfillPublic(BaseModel):
 
     @classmethod
     def of_plan(cls, stream: str, plan: BackfillPlan, started: bool) -> BackfillPublic:
-        backfill = plan.backfill
         return cls(
-            **_backfill_fields(stream, backfill),
+            **cls.job_fields(stream, plan.backfill),
             state="running" if started else "planned",
             archived_until=datetime.fromtimestamp(plan.archived_until, UTC),
             sink=SinkReplayPublic(kind=plan.replay, effect=plan.effect),
         )
 
-    @classmethod
-    def of_view(cls, stream: str, view: BackfillView) -> BackfillPublic:
-        backfill, progress = view.backfill, view.progress
-        return cls(
-            **_backfill_fields(stream, backfill),
-            state=backfill.phase,
-            events=progress.total,
-            read=progress.read,
-            delivered=progress.delivered,
-            dead_lettered=progress.dead_lettered,
-            unreadable=progress.unreadable,
-            removed=progress.removed,
-            hours=len(progress.hours) or None,
-            hours_done=sum(h.done for h in progress.hours.values()),
-            waiting=(progress.waiting or None) if backfill.active else None,
-            eta_seconds=round(view.eta_seconds, 1) if view.eta_seconds is not None else None,
-            attempts=backfill.attempts,
-            error=backfill.error or None,
-            finished_at=(
-                datetime.fromtimestamp(backfill.finished_at, UTC) if backfill.finished_at else None
-            ),
-            sink=SinkReplayPublic(kind=view.replay or "unknown"),
-        )
+    @staticmethod
+    def job_fields(stream: str, job: Backfill) -> dict[str, Any]:
+        return {
+            **OperationPublic.fields_of(stream, job),
+            "output": job.output,
+            "from": datetime.fromtimestamp(job.start / 1000, UTC),
+            "to": datetime.fromtimestamp(job.end / 1000, UTC),
+        }
 
-
-def _backfill_fields(stream: str, backfill: Backfill) -> dict[str, Any]:
-    return {
-        "id": backfill.id,
-        "stream": stream,
-        "output": backfill.output,
-        "from": datetime.fromtimestamp(backfill.start / 1000, UTC),
-        "to": datetime.fromtimestamp(backfill.end / 1000, UTC),
-        "rate": backfill.rate,
-        "requested_at": datetime.fromtimestamp(backfill.requested_at, UTC),
-        "by": backfill.by,
-    }
+    @staticmethod
+    def progress_fields(view: JobView[Backfill]) -> dict[str, Any]:
+        progress = view.progress
+        assert isinstance(progress, BackfillProgress), "a backfill's progress"
+        return {
+            "delivered": progress.delivered,
+            "unreadable": progress.unreadable,
+            "removed": progress.removed,
+            "hours": len(progress.hours) or None,
+            "hours_done": sum(h.done for h in progress.hours.values()),
+            "waiting": (progress.waiting or None) if view.job.active else None,
+            "sink": SinkReplayPublic(kind=view.replay or "unknown"),
+        }
 
 
 class DeadLetterSamplePublic(BaseModel):
@@ -499,12 +543,7 @@ class RedriveRequest(BaseModel):
         )
 
 
-class RedrivePublic(BaseModel):
-    id: str
-    stream: str
-    state: str = Field(
-        description="planned (a dry run), running, cancelling, done, cancelled or failed"
-    )
+class RedrivePublic(JobPublic):
     selection: dict[str, Any] = Field(description="What it sends again.")
     events: int | None = Field(
         None, description="Dead letters it sends again (not sent by a redrive before)."
@@ -512,22 +551,13 @@ class RedrivePublic(BaseModel):
     outputs: dict[str, int] | None = Field(
         None, description="A plan: of those, per output they reach (the stream's go to all)."
     )
-    read: int = Field(0, description="Of those, how many it has sent.")
     delivered: dict[str, int] = Field(default_factory=dict, description="Per output.")
-    dead_lettered: int = Field(0, description="Events that failed again: dead letters anew.")
     skipped: int = Field(0, description="Dead letters of outputs the stream no longer has.")
     copies: int = Field(
         0,
         description="Second copies of a dead letter (a router that restarted wrote it again): "
         "marked redriven, not sent again.",
     )
-    rate: int
-    eta_seconds: float | None = None
-    attempts: int = 0
-    error: str | None = None
-    requested_at: datetime
-    by: str
-    finished_at: datetime | None = None
     truncated: bool = Field(
         False, description="A plan counted from the first max_dead_letters_scanned only."
     )
@@ -535,7 +565,7 @@ class RedrivePublic(BaseModel):
     @classmethod
     def of_plan(cls, stream: str, plan: RedrivePlan, started: bool) -> RedrivePublic:
         return cls(
-            **_redrive_fields(stream, plan.redrive),
+            **cls.job_fields(stream, plan.redrive),
             state=plan.redrive.phase if started else "planned",
             events=plan.events,
             outputs=plan.outputs,
@@ -544,36 +574,22 @@ class RedrivePublic(BaseModel):
             truncated=plan.truncated,
         )
 
-    @classmethod
-    def of_view(cls, stream: str, view: RedriveView) -> RedrivePublic:
-        redrive, progress = view.redrive, view.progress
-        return cls(
-            **_redrive_fields(stream, redrive),
-            state=redrive.phase,
-            events=progress.total,
-            read=progress.read,
-            delivered=progress.delivered,
-            dead_lettered=progress.dead_lettered,
-            skipped=progress.skipped,
-            copies=progress.copies,
-            eta_seconds=round(view.eta_seconds, 1) if view.eta_seconds is not None else None,
-            attempts=redrive.attempts,
-            error=redrive.error or None,
-            finished_at=(
-                datetime.fromtimestamp(redrive.finished_at, UTC) if redrive.finished_at else None
-            ),
-        )
+    @staticmethod
+    def job_fields(stream: str, job: Redrive) -> dict[str, Any]:
+        return {
+            **OperationPublic.fields_of(stream, job),
+            "selection": job.selection.model_dump(exclude_none=True),
+        }
 
-
-def _redrive_fields(stream: str, redrive: Redrive) -> dict[str, Any]:
-    return {
-        "id": redrive.id,
-        "stream": stream,
-        "selection": redrive.selection.model_dump(exclude_none=True),
-        "rate": redrive.rate,
-        "requested_at": datetime.fromtimestamp(redrive.requested_at, UTC),
-        "by": redrive.by,
-    }
+    @staticmethod
+    def progress_fields(view: JobView[Redrive]) -> dict[str, Any]:
+        progress = view.progress
+        assert isinstance(progress, RedriveProgress), "a redrive's progress"
+        return {
+            "delivered": progress.delivered,
+            "skipped": progress.skipped,
+            "copies": progress.copies,
+        }
 
 
 class StatusPublic(BaseModel):

@@ -9,6 +9,7 @@ from keystone.control.accounts import Accounts
 from keystone.control.backfills import Backfills
 from keystone.control.deadletters import DeadLetters
 from keystone.control.fleet import Fleet
+from keystone.control.redrives import Redrives
 from keystone.control.rewinds import Rewinds
 from keystone.control.store import Store
 from keystone.control.streams import Streams
@@ -25,6 +26,7 @@ class Plane:
     rewinds: Rewinds
     backfills: Backfills
     dead_letters: DeadLetters
+    redrives: Redrives
     fleet: Fleet
 
     @classmethod
@@ -39,6 +41,7 @@ class Plane:
             accounts=Accounts(store, settings),
             rewinds=Rewinds(settings, store, streams),
             backfills=Backfills(settings, store, streams),
-            dead_letters=DeadLetters(settings, store, streams),
+            dead_letters=DeadLetters(settings, streams),
+            redrives=Redrives(settings, store, streams),
             fleet=Fleet(settings, store),
         )

@@ -7,7 +7,7 @@ from __future__ import annotations
 from keystone.contracts.names import dead_letter_topic, fronting_topic
 from keystone.contracts.settings import Settings
 from keystone.contracts.spec import StreamSpec
-from keystone.router.sinks.registry import provisioner_for
+from keystone.router.sinks.provision import provisioner_for
 from keystone.router.sinks.route import Route
 from keystone.router.topics import create_topics
 

@@ -10,8 +10,8 @@
 
 The router does the rest: it sees the rewind in the registry and restarts the output's query.
 
-- each **backfill**'s and **redrive**'s application kept running until it is done
-  (`control.backfills`, `control.deadletters`).
+- each **job**'s application (a backfill's, a redrive's) kept running until it is done
+  (`control.jobs`).
 """
 
 from __future__ import annotations
@@ -32,11 +32,10 @@ from keystone.contracts.checkpoints import (
     remove_generations,
 )
 from keystone.contracts.names import fronting_topic
-from keystone.contracts.recovery import RestorePoint, Rewind, RewindPhase, thin
+from keystone.contracts.recovery import OPERATIONS, Job, RestorePoint, Rewind, RewindPhase, thin
 from keystone.contracts.settings import Settings
 from keystone.contracts.spec import StreamSpec
-from keystone.control.backfills import BackfillRuns
-from keystone.control.deadletters import RedriveRuns
+from keystone.control.jobs import JobRuns
 from keystone.control.store import Store
 
 log = logging.getLogger(__name__)
@@ -62,14 +61,17 @@ class Recovery:
         self.store = store
         self.clock = clock
         self._thinned: dict[tuple[str, str], float] = {}
-        self.backfills = BackfillRuns(settings, store, clock)
-        self.redrives = RedriveRuns(settings, store, clock)
+        self.jobs = [
+            JobRuns(settings, store, kind, clock)
+            for kind in OPERATIONS.values()
+            if issubclass(kind, Job)
+        ]
 
     def step(self, spec: StreamSpec) -> None:
-        self.backfills.step(spec)
-        self.redrives.step(spec)
+        for runs in self.jobs:
+            runs.step(spec)
         rewinds = self.store.rewinds(spec.name)
-        marks = self.store.harvested(spec.name)
+        marks = self.store.recovery.harvested(spec.name)
         now = self.clock()
         for output in spec.outputs:
             rewind = rewinds.get(output.name)
@@ -81,10 +83,10 @@ class Recovery:
                 self._advance(spec.name, rewind, path, now)
 
     def forget(self, stream: str, output: str | None = None) -> None:
-        self.backfills.forget(stream, output)
-        if output is None:
-            self.redrives.forget(stream)
-        self.store.forget_recovery(stream, output)
+        for runs in self.jobs:
+            if output is None or runs.kind.per_output:
+                runs.forget(stream, output)
+        self.store.recovery.forget(stream, output)
         for known in list(self._thinned):
             if known[0] == stream and output in (None, known[1]):
                 del self._thinned[known]
@@ -115,7 +117,9 @@ class Recovery:
             )
             for c in found
         ]
-        return self.store.add_restore_points(stream, output, points, (generation, found[-1].batch))
+        return self.store.recovery.add_restore_points(
+            stream, output, points, (generation, found[-1].batch)
+        )
 
     def _thin(self, spec: StreamSpec, output: str, now: float, force: bool) -> None:
         last = self._thinned.get((spec.name, output), 0.0)
@@ -123,7 +127,7 @@ class Recovery:
             return
         self._thinned[(spec.name, output)] = now
         points = self.store.restore_points(spec.name, output)
-        self.store.drop_restore_points(
+        self.store.recovery.drop_restore_points(
             spec.name, output, thin(points, now, spec.recovery.keep_seconds)
         )
 
@@ -147,5 +151,5 @@ class Recovery:
             finished = rewind.model_copy(
                 update={"phase": RewindPhase.CAUGHT_UP, "finished_at": now}
             )
-            if self.store.finish_rewind(stream, finished):
+            if self.store.recovery.update(stream, finished):
                 log.info("rewind %s of %s.%s caught up", rewind.id, stream, rewind.output)

@@ -14,9 +14,6 @@ hour as it reaches them, and writes their events again.
 
 from __future__ import annotations
 
-import secrets
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -27,18 +24,18 @@ from keystone.contracts.checkpoints import (
     generations,
     query_id,
 )
-from keystone.contracts.errors import Conflict, Gone, KeystoneError, NotFound, Unprocessable
+from keystone.contracts.errors import Gone, KeystoneError, NotFound, Unprocessable
 from keystone.contracts.limits import check_replay_rate
 from keystone.contracts.names import fronting_topic
 from keystone.contracts.recovery import Replaced, RestorePoint, Rewind
 from keystone.contracts.settings import Settings
+from keystone.contracts.sinks import Replay
 from keystone.contracts.spec import OutputSpec, StreamSpec
-from keystone.control.positions import Extent, Positions
+from keystone.control.operations import Operations
+from keystone.control.positions import Extent
 from keystone.control.recovery import committed, generation_of
-from keystone.control.store import Store, audit, check_not_backfilled
-from keystone.control.streams import Streams
+from keystone.control.store import Planned
 from keystone.control.tenancy import Caller
-from keystone.router.sinks.registry import SINKS, Replay
 
 
 @dataclass(frozen=True)
@@ -59,8 +56,7 @@ class Plan:
     period_records: int | None  # append-only sinks: records written since the start's time
     dropped: list[RestorePoint]  # restore points after the start, forgotten by the rewind
     point: RestorePoint | None  # the restore point it starts at, if it does
-    output: OutputSpec  # the output as it was planned on
-    previous: str | None  # the id of the output's rewind before it
+    planned: Planned  # what it was planned on: the output, its rewind before
 
 
 @dataclass(frozen=True)
@@ -71,55 +67,30 @@ class Progress:
     replay: Replay
 
 
-def output_topic(spec: StreamSpec, output: OutputSpec) -> str | None:
-    """Where an append-only output writes."""
-    if output.sink.type == "kafka":
-        return spec.kafka_topics()[output.name]
-    if output.sink.type == "keystone":
-        return fronting_topic(output.sink.stream)
-    return None
-
-
-class Rewinds:
-    def __init__(
-        self,
-        settings: Settings,
-        store: Store,
-        streams: Streams,
-        positions: Positions | None = None,
-        clock: Callable[[], float] = time.time,
-    ) -> None:
-        self.settings = settings
-        self.store = store
-        self.streams = streams
-        self.positions = positions if positions is not None else Positions(settings)
-        self.clock = clock
+class Rewinds(Operations[Rewind]):
+    kind = Rewind
 
     def restore_points(self, caller: Caller, stream: str, output: str) -> list[RestorePoint]:
-        self._output(caller, stream, output)
+        self.output_of(caller, stream, output)
         return self.store.restore_points(stream, output)
 
     def progress(self, caller: Caller, stream: str, output: str) -> Progress:
         """The output's latest rewind and how far its replay has come (404 if it has none)."""
-        spec, _ = self._output(caller, stream, output)
-        rewind = self.store.rewinds(stream).get(output)
+        spec, _ = self.output_of(caller, stream, output)
+        rewind = self.latest(stream, output)
         if rewind is None:
-            raise NotFound(f"output {stream}.{output} has not been rewound")
+            raise NotFound(f"output {stream}.{output} {Rewind.never}")
         return progress(self.settings, spec, rewind)
 
-    def start(
-        self, caller: Caller, stream: str, output: str, target: Target, rate: int | None
-    ) -> Plan:
-        plan = self.plan(caller, stream, output, target, rate)
+    def start(self, caller: Caller, plan: Plan) -> Plan:
+        """Starts the rewind planned (unless what it was planned on changed meanwhile)."""
         rewind = plan.rewind
         position = plan.position.offsets if plan.position is not None else None
-        entry = audit(
-            caller.name,
-            "output.rewind",
-            stream,
-            owner=self.streams.get(caller, stream).owner,
-            output=output,
-            rewind=rewind.id,
+        self.record(
+            caller,
+            rewind,
+            plan.planned,
+            lambda p: keeps(rewind, plan.point, p),
             asked=rewind.target,
             restore_point=rewind.restore_point,
             **{"from": position, "to": rewind.start},
@@ -127,24 +98,14 @@ class Rewinds:
             events=rewind.total,
             rate=rewind.rate,
         )
-        planned = (plan.output, plan.previous)
-        self.store.start_rewind(
-            stream, rewind, planned, lambda p: keeps(rewind, plan.point, p), entry
-        )
         return plan
 
     def plan(
         self, caller: Caller, stream: str, output: str, target: Target, rate: int | None
     ) -> Plan:
-        spec, out = self._output(caller, stream, output)
-        current = self.store.rewinds(stream).get(output)
-        if current is not None and current.replaying:
-            raise Conflict(
-                f"output {stream}.{output} is replaying rewind {current.id}: one rewind per "
-                "output at a time",
-                rewind=current.id,
-            )
-        check_not_backfilled(stream, output, self.store.backfills(stream).get(output))
+        spec, out = self.output_of(caller, stream, output)
+        current = self.latest(stream, output)
+        self.check_free(stream, output)
         check_replay_rate(self.settings, rate)
         topic = fronting_topic(stream)
         extent = self.positions.extent(topic)
@@ -158,7 +119,7 @@ class Rewinds:
             start.setdefault(p, delivered.get(p, earliest))
         start = {p: min(o, delivered.get(p, o)) for p, o in start.items()}
         self._within_retention(topic, target, start, extent, asked)
-        replay = SINKS[out.sink.type].replay
+        replay = out.sink.kind.replay
         replaced: list[Replaced] = []
         if replay is Replay.RESETTABLE:
             point, replaced = self._reset_from(spec.name, out, point, start, points, current)
@@ -168,7 +129,7 @@ class Rewinds:
         # The next generation: past any on disk too (a record lost must not reuse a checkpoint).
         on_disk = max(generations(self.settings, stream, output), default=0)
         rewind = Rewind(
-            id=f"rw-{secrets.token_hex(6)}",
+            id=Rewind.new_id(),
             output=output,
             generation=max(on_disk, generation_of(current)) + 1,
             start=start,
@@ -194,8 +155,7 @@ class Rewinds:
             period_records=period,
             dropped=dropped,
             point=point,
-            output=out,
-            previous=current.id if current is not None else None,
+            planned=Planned(stream, out, current.id if current is not None else None),
         )
 
     def _within_retention(
@@ -306,7 +266,7 @@ class Rewinds:
                 f"point {rewind.restore_point} are removed hour by hour as the replay reaches "
                 "each hour, and written again: an hour being replayed is partly filled"
             )
-        topic = output_topic(spec, output)
+        topic = output.sink.record_topic(spec.name, output.name)
         assert topic is not None, "an append-only sink writes to a topic"
         try:
             if since is None:
@@ -323,13 +283,6 @@ class Rewinds:
             f"{events} are routed again; {held} topic {topic} took since then are written "
             f"again beside the first copies, each with the header ks_replay={rewind.id}"
         )
-
-    def _output(self, caller: Caller, stream: str, output: str) -> tuple[StreamSpec, OutputSpec]:
-        spec = self.streams.get(caller, stream)
-        found = spec.output(output)
-        if found is None:
-            raise NotFound(f"stream {stream!r} has no output {output!r}")
-        return spec, found
 
 
 def keeps(rewind: Rewind, point: RestorePoint | None, candidate: RestorePoint) -> bool:
@@ -350,7 +303,7 @@ def progress(settings: Settings, spec: StreamSpec, rewind: Rewind) -> Progress:
     replayed = rewind.total if not rewind.replaying else 0
     if rewind.replaying and position is not None:
         replayed = rewind.replayed(position.offsets)
-    return Progress(rewind, replayed, position, SINKS[output.sink.type].replay)
+    return Progress(rewind, replayed, position, output.sink.kind.replay)
 
 
 def _offsets_text(offsets: Offsets) -> str:

@@ -1,7 +1,8 @@
 """Routers sized from their traffic: the fleet samples each stream's input (the end offsets of
 its fronting topic) every `SAMPLE_SECONDS`, keeps an hour of samples in Redis, and sizes the
 router for the events per second its traffic calls for (`decide`); the router's task slots and
-its micro-batches' size follow from that figure (`router.job.router_slots`, `batch_limit`).
+its micro-batches' size follow from that figure (`router.job.router_slots`,
+`router.plan.batch_limit`).
 
 The rule, with hysteresis so a router is not redeployed back and forth:
 - a size is a step of `LADDER` (1,000 events/s, doubling), within the spec's `sizing` bounds;
@@ -179,17 +180,17 @@ class Sizer:
         topics = {fronting_topic(s.name): s.name for s in specs if s.outputs}
         for topic, count in self.sizes(list(topics)).items():
             stream = topics[topic]
-            traffic = Traffic(self.store.traffic(stream))
+            traffic = Traffic(self.store.fleet.traffic(stream))
             if traffic.samples and now - traffic.samples[-1][0] < SAMPLE_SECONDS / 2:
                 continue  # another control process sampled it a moment ago (a failover)
             traffic.add((now, count))
-            self.store.put_traffic(stream, traffic.samples)
+            self.store.fleet.put_traffic(stream, traffic.samples)
 
     def size(self, spec: StreamSpec, state: RouterState) -> int:
         """The size the stream's router should run with; `state` records it, with the input's
         rate now and its peak of the last hour."""
         now = self.clock()
-        samples = self.store.traffic(spec.name)
+        samples = self.store.fleet.traffic(spec.name)
         wanted = decide(state, samples, spec.sizing, now)
         found = rates(samples)
         state.rate_per_second = round(found[-1][1], 1) if found else 0.0

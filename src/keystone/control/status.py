@@ -1,19 +1,23 @@
 """A stream's status: its router as the fleet sees it, per output its rates, lag and latency as
 Prometheus has scraped them from the router, and its latest rewind and backfill; its archive's
-figures too."""
+figures too, and the stream's latest redrive.
+
+Fetched (`fetch`: the registry, progress files and checkpoints, Prometheus), then composed by
+a pure function (`compose`), which the tests drive with facts of their own.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 from keystone.contracts import metrics as names
 from keystone.contracts.names import ARCHIVE_QUERY
-from keystone.contracts.recovery import Backfill, Redrive, Rewind
-from keystone.contracts.registry import RouterState
+from keystone.contracts.recovery import Backfill, Redrive
+from keystone.contracts.registry import RegistryReader, RouterState
 from keystone.contracts.settings import Settings
+from keystone.contracts.sinks import HiveSink
 from keystone.contracts.spec import StreamSpec
-from keystone.control.backfills import progress_of
-from keystone.control.deadletters import progress_of as redrive_progress
 from keystone.control.models import (
     BackfillPublic,
     OutputStatusPublic,
@@ -22,76 +26,33 @@ from keystone.control.models import (
     RouterPublic,
     StatusPublic,
 )
-from keystone.control.rewinds import progress
+from keystone.control.operations import JobView, view_of
+from keystone.control.rewinds import Progress, progress
 from keystone.dashboards.prometheus import PrometheusError, instant
-from keystone.router.sinks.registry import SINKS
 
 RATE_WINDOW = "1m"
+# A Prometheus answer: per query, its samples ({"metric": labels, "value": [time, "number"]}).
+Samples = dict[str, list[dict[str, Any]]]
+Guarantee = Literal["at_least_once", "exactly_once"]
 
 
-def stream_status(
-    settings: Settings,
-    spec: StreamSpec,
-    state: RouterState | None,
-    rewinds: dict[str, Rewind] | None = None,
-    backfills: dict[str, Backfill] | None = None,
-    redrive: Redrive | None = None,
-) -> StatusPublic:
-    """`rewinds` and `backfills`: the outputs' latest, each shown with its progress; `redrive`
-    the stream's latest, likewise."""
-    # Every field given, so that each is in the answer (the route leaves out what is unset: a
-    # router without a record says only its state).
-    outputs = {
-        o.name: OutputStatusPublic(
-            name=o.name,
-            sink=o.sink.type,
-            guarantee=o.guarantee,
-            rates={},
-            totals={},
-            lag=None,
-            latency_p99=None,
-        )
-        for o in spec.outputs
-    }
-    for name, rewind in (rewinds or {}).items():
-        if name in outputs:
-            outputs[name].rewind = RewindPublic.of_progress(
-                spec.name, progress(settings, spec, rewind)
-            )
-    archive = None
-    if spec.archive.enabled:
-        archive = OutputStatusPublic(
-            name=ARCHIVE_QUERY,
-            sink="hive",
-            guarantee="exactly_once",
-            rates={},
-            totals={},
-            lag=None,
-            latency_p99=None,
-        )
-    for name, backfill in (backfills or {}).items():
-        output = spec.output(name)
-        if output is not None:
-            view = progress_of(settings, spec.name, backfill, SINKS[output.sink.type].replay)
-            outputs[name].backfill = BackfillPublic.of_view(spec.name, view)
-    status = StatusPublic(
-        stream=spec.name,
-        router=RouterPublic.of(state, bool(spec.outputs)),
-        outputs=list(outputs.values()),
-        archive=archive,
-        redrive=(
-            RedrivePublic.of_view(spec.name, redrive_progress(settings, spec.name, redrive))
-            if redrive is not None
-            else None
-        ),
-        metrics_error=None,
-    )
-    if archive is not None:  # figured like an output (after the list is made)
-        outputs[ARCHIVE_QUERY] = archive
-    if not outputs:
-        return status
-    selector = f'stream="{spec.name}"'  # a validated name: safe inside PromQL
-    queries = {
+@dataclass(frozen=True)
+class Facts:
+    """What a stream's status is made of, as fetched."""
+
+    spec: StreamSpec
+    router: RouterState | None
+    rewinds: dict[str, Progress] = field(default_factory=dict)  # by output
+    backfills: dict[str, JobView[Backfill]] = field(default_factory=dict)  # by output
+    redrive: JobView[Redrive] | None = None
+    figures: Samples | None = None  # None: Prometheus was not asked, or did not answer
+    metrics_error: str | None = None
+
+
+def queries(stream: str) -> dict[str, str]:
+    """The PromQL of each figure, for the stream (a validated name: safe inside PromQL)."""
+    selector = f'stream="{stream}"'
+    return {
         "rates": "sum by (output, stage) "
         f"(rate({names.ROUTER_EVENTS}{{{selector}}}[{RATE_WINDOW}]))",
         "totals": f"sum by (output, stage) ({names.ROUTER_EVENTS}{{{selector}}})",
@@ -99,23 +60,91 @@ def stream_status(
         "p99": "histogram_quantile(0.99, sum by (output, le) "
         f"(rate({names.DELIVERY_LATENCY_SECONDS}_bucket{{{selector}}}[5m])))",
     }
-    try:
-        results = {key: instant(settings, promql) for key, promql in queries.items()}
-    except PrometheusError as e:
-        status.metrics_error = str(e)
-        return status
+
+
+def fetch(settings: Settings, registry: RegistryReader, spec: StreamSpec) -> Facts:
+    """The facts of the stream's status now; Prometheus is asked only while the stream has
+    something it figures (an output or the archive)."""
+    rewinds = {
+        name: progress(settings, spec, rewind)
+        for name, rewind in registry.rewinds(spec.name).items()
+        if spec.output(name) is not None
+    }
+    backfills = {}
+    for name, backfill in registry.backfills(spec.name).items():
+        output = spec.output(name)
+        if output is not None:
+            backfills[name] = view_of(settings, spec.name, backfill, output.sink.kind.replay)
+    redrive = registry.redrive(spec.name)
+    figures, error = None, None
+    if spec.outputs or spec.archive.enabled:
+        try:
+            figures = {k: instant(settings, q) for k, q in queries(spec.name).items()}
+        except PrometheusError as e:
+            error = str(e)
+    return Facts(
+        spec=spec,
+        router=registry.router_state(spec.name),
+        rewinds=rewinds,
+        backfills=backfills,
+        redrive=view_of(settings, spec.name, redrive) if redrive is not None else None,
+        figures=figures,
+        metrics_error=error,
+    )
+
+
+def compose(facts: Facts) -> StatusPublic:
+    """The status the API answers, from its facts."""
+    spec = facts.spec
+    # Every field given, so that each is in the answer (the route leaves out what is unset: a
+    # router without a record says only its state).
+    outputs = {o.name: _figured(o.name, o.sink.type, o.guarantee) for o in spec.outputs}
+    for name, rewound in facts.rewinds.items():
+        outputs[name].rewind = RewindPublic.of_progress(spec.name, rewound)
+    for name, view in facts.backfills.items():
+        outputs[name].backfill = BackfillPublic.of_view(spec.name, view)
+    # Written like a Hive output, and figured like an output.
+    archive = _figured(ARCHIVE_QUERY, HiveSink().type, "exactly_once")
+    status = StatusPublic(
+        stream=spec.name,
+        router=RouterPublic.of(facts.router, bool(spec.outputs)),
+        outputs=list(outputs.values()),
+        archive=archive if spec.archive.enabled else None,
+        redrive=(
+            RedrivePublic.of_view(spec.name, facts.redrive) if facts.redrive is not None else None
+        ),
+        metrics_error=facts.metrics_error,
+    )
+    if spec.archive.enabled:
+        outputs[ARCHIVE_QUERY] = archive
     for key in ("rates", "totals"):
-        for sample in results[key]:
+        for sample in (facts.figures or {}).get(key, []):
             output = outputs.get(sample["metric"].get("output", ""))
             if output is not None:
                 getattr(output, key)[sample["metric"]["stage"]] = _number(sample)
     for key, attribute in (("lag", "lag"), ("p99", "latency_p99")):
-        for sample in results[key]:
+        for sample in (facts.figures or {}).get(key, []):
             output = outputs.get(sample["metric"].get("output", ""))
             value = _number(sample)
             if output is not None and value == value:  # NaN: no events in the window
                 setattr(output, attribute, value)
     return status
+
+
+def stream_status(settings: Settings, registry: RegistryReader, spec: StreamSpec) -> StatusPublic:
+    return compose(fetch(settings, registry, spec))
+
+
+def _figured(name: str, sink: str, guarantee: Guarantee) -> OutputStatusPublic:
+    return OutputStatusPublic(
+        name=name,
+        sink=sink,
+        guarantee=guarantee,
+        rates={},
+        totals={},
+        lag=None,
+        latency_p99=None,
+    )
 
 
 def _number(sample: dict[str, Any]) -> float:

@@ -82,7 +82,7 @@ class Streams:
             self._read(caller, name)
         except Unreadable:  # only the admin is told of it, and may delete it
             entry = audit(caller.name, "stream.purge", name, owner=ADMIN)
-            self.store.purge_unreadable(name, entry, fallback_owner=ADMIN)
+            self.store.specs.purge(name, entry, fallback_owner=ADMIN)
             return
 
         def change(old: StreamSpec | None) -> None:
@@ -91,7 +91,7 @@ class Streams:
                 f"{s.name}.{o.name}"
                 for s in self.store.streams()
                 for o in s.outputs
-                if o.sink.type == "keystone" and o.sink.stream == name and s.name != name
+                if o.sink.into_stream == name and s.name != name
             )
             if feeding:
                 raise Conflict(
@@ -170,7 +170,7 @@ class Streams:
         # Whose the stream is: `change` checks again in the transaction that it still is.
         owner = (draft or before).owner  # type: ignore[union-attr]
         entry = audit(caller.name, action, name, owner=owner, provisioned=provisioned, **detail)
-        old, new = self.store.change_stream(name, change, entry, replace_unreadable=replace)
+        old, new = self.store.specs.change(name, change, entry, replace_unreadable=replace)
         return Applied(spec=new, created=old is None, provisioned=provisioned)
 
     def _checked(self, caller: Caller, spec: StreamSpec, old: StreamSpec | None) -> StreamSpec:
@@ -187,12 +187,12 @@ class Streams:
         ]
         streams = {s.name: s for s in self.store.streams()}
         problems += route_problems(spec, streams, caller.admin)
-        owners = self.store.retired_streams() | {n: s.owner for n, s in streams.items()}
+        owners = self.store.specs.retired() | {n: s.owner for n, s in streams.items()}
         # Stored specs' topics too: a registry from before topics were claimed has no claims.
         topics = {
             topic_key(t): s.owner for s in streams.values() for t in s.kafka_topics().values()
         }
-        problems += topic_problems(spec, topics | self.store.topic_owners(), owners)
+        problems += topic_problems(spec, topics | self.store.specs.topic_owners(), owners)
         # Each field's first problem only: a topic another owner holds also collides, say.
         for problem in route_twice_problems(spec, streams) + kafka_name_problems(
             spec, self._known_topics(streams)
@@ -206,9 +206,9 @@ class Streams:
     def _known_topics(self, streams: dict[str, StreamSpec]) -> dict[str, str]:
         """Every topic the registry knows exists or will (Kafka's collision form -> name):
         live and deleted streams' fronting and dead-letter topics, Kafka outputs' topics."""
-        known = self.store.topic_names()
+        known = self.store.specs.topic_names()
         # Names read from Redis: only a stream's name is one (`retired_streams` checks).
-        for name in [*streams, *self.store.retired_streams()]:
+        for name in [*streams, *self.store.specs.retired()]:
             for topic in (fronting_topic(name), dead_letter_topic(name)):
                 known[topic_key(topic)] = topic
         for stream in streams.values():

@@ -70,7 +70,7 @@ class Authenticator:
         as for a rotated or removed token."""
         if hmac.compare_digest(token_sha256, self._admin_digest):
             return Caller(ADMIN, admin=True)
-        owner = self._store.owner_by_digest(token_sha256)
+        owner = self._store.principals.owner_by_digest(token_sha256)
         if owner is None:
             raise Unauthorized("the token is not valid")
         return Caller(owner, admin=False)
@@ -79,13 +79,13 @@ class Authenticator:
         """A web session for a valid token (401 otherwise): its id, for the cookie. It ends
         after SESSION_SECONDS, at sign-out, or when the token is rotated or removed."""
         self.caller(f"Bearer {token}")
-        return self._store.open_session(hash_key(token), SESSION_SECONDS)
+        return self._store.sessions.open(hash_key(token), SESSION_SECONDS)
 
     def session(self, session: str) -> Caller:
-        digest = self._store.session_token(session)
+        digest = self._store.sessions.token(session)
         if digest is None:
             raise Unauthorized("the session has ended: sign in again")
         return self.by_digest(digest)
 
     def sign_out(self, session: str) -> None:
-        self._store.close_session(session)
+        self._store.sessions.close(session)

@@ -23,6 +23,7 @@ from fastapi.templating import Jinja2Templates
 from pydantic import ValidationError
 
 from keystone.contracts.errors import Forbidden, InvalidSpec, KeystoneError, Unauthorized
+from keystone.contracts.sinks import SINK_TYPES
 from keystone.contracts.spec import DEFAULT_TRIGGERS, OutputSpec, StreamSpec, field_errors
 from keystone.control.api import PlaneDep
 from keystone.control.lineage import lineage
@@ -50,6 +51,7 @@ HERE = Path(__file__).parent / "web"
 COOKIE = "keystone_session"
 templates = Jinja2Templates(directory=HERE / "templates")
 templates.env.globals["default_triggers"] = DEFAULT_TRIGGERS  # the interval field's hint
+templates.env.globals["sink_types"] = SINK_TYPES  # the sink field's choices and the target's hint
 router = APIRouter(prefix="/ui", include_in_schema=False)
 static = StaticFiles(directory=HERE / "static")
 # uPlot, as the bootstrap installed it from npm (package-lock.json in web/) and copied here.
@@ -261,17 +263,18 @@ def add_output(
         "start": start,
     }
     sink_config: dict[str, Any] = {"type": sink}
-    if sink == "kafka" and target.strip():
-        sink_config["topic"] = target.strip()
-    elif sink == "keystone":
-        sink_config["stream"] = target.strip()
+    kind = SINK_TYPES.get(sink)
+    field = kind.target_field if kind is not None else None
+    if field is not None and (target.strip() or field.required):
+        sink_config[field.name] = target.strip()
     data = {
         "name": name.strip(),
         "filter": filter.strip() or None,
         "projection": _projection(projection),
         "sink": sink_config,
         "delivery": {
-            "mode": "microbatch" if sink == "hive" else mode,
+            # A sink of one mode takes it whatever the form said (a Hive output's micro-batches).
+            "mode": kind.modes[0] if kind is not None and len(kind.modes) == 1 else mode,
             "trigger": trigger.strip() or None,  # the mode's default
             "guarantee": guarantee,
         },
@@ -320,7 +323,7 @@ def preview_draft(
         body.projection or ["*"],
         body.limit,
         plane.settings,  # a draft: held to the limits of a new output
-        plane.store.ensure_hashing_key(stream),
+        plane.store.specs.ensure_hashing_key(stream),
     )
     return JSONResponse(result.__dict__)
 
@@ -341,12 +344,11 @@ def rewind(
 ) -> JSONResponse:
     """With dry_run, what the rewind would do (200), for the page's confirmation; without, the
     rewind started (202)."""
-    args = (who, stream, output, body.target(), body.max_events_per_second)
-    if body.dry_run:
-        planned = RewindPublic.of_plan(stream, plane.rewinds.plan(*args), started=False)
-        return JSONResponse(planned.model_dump(mode="json"))
-    started = RewindPublic.of_plan(stream, plane.rewinds.start(*args), started=True)
-    return JSONResponse(started.model_dump(mode="json"), status_code=202)
+    plan = plane.rewinds.plan(who, stream, output, body.target(), body.max_events_per_second)
+    if not body.dry_run:
+        plane.rewinds.start(who, plan)
+    answer = RewindPublic.of_plan(stream, plan, started=not body.dry_run)
+    return JSONResponse(answer.model_dump(mode="json"), status_code=200 if body.dry_run else 202)
 
 
 @router.post("/streams/{stream}/outputs/{output}/backfill", dependencies=[Depends(same_site)])
@@ -356,17 +358,18 @@ def backfill(
     """With dry_run, what the backfill would do (200), for the page's confirmation; without,
     the backfill started (202)."""
     args = (who, stream, output, body.start, body.end, body.max_events_per_second)
-    if body.dry_run:
-        planned = BackfillPublic.of_plan(stream, plane.backfills.plan(*args), started=False)
-        return JSONResponse(planned.model_dump(mode="json", by_alias=True))
-    started = BackfillPublic.of_plan(stream, plane.backfills.start(*args), started=True)
-    return JSONResponse(started.model_dump(mode="json", by_alias=True), status_code=202)
+    plan = plane.backfills.plan(*args)
+    if not body.dry_run:
+        plane.backfills.start(who, plan)
+    answer = BackfillPublic.of_plan(stream, plan, started=not body.dry_run)
+    status = 200 if body.dry_run else 202
+    return JSONResponse(answer.model_dump(mode="json", by_alias=True), status_code=status)
 
 
 @router.delete("/streams/{stream}/outputs/{output}/backfill", dependencies=[Depends(same_site)])
 def cancel_backfill(stream: str, output: str, plane: PlaneDep, who: UICaller) -> JSONResponse:
     plane.backfills.cancel(who, stream, output)
-    view = plane.backfills.progress(who, stream, output)
+    view = plane.backfills.view(who, stream, output)
     answer = BackfillPublic.of_view(stream, view).model_dump(mode="json", by_alias=True)
     return JSONResponse(answer, status_code=202)
 
@@ -381,19 +384,19 @@ def dead_letters(stream: str, plane: PlaneDep, who: UICaller) -> JSONResponse:
 def redrive(stream: str, body: RedriveRequest, plane: PlaneDep, who: UICaller) -> JSONResponse:
     """With dry_run, what the redrive would send where (200), for the page's confirmation;
     without, the redrive started (202; 200 when it matched nothing)."""
-    args = (who, stream, body.selection(), body.max_events_per_second)
+    plan = plane.redrives.plan(who, stream, body.selection(), body.max_events_per_second)
     if body.dry_run:
-        planned = RedrivePublic.of_plan(stream, plane.dead_letters.plan(*args), started=False)
+        planned = RedrivePublic.of_plan(stream, plan, started=False)
         return JSONResponse(planned.model_dump(mode="json"))
-    plan = plane.dead_letters.start(*args)
+    plan = plane.redrives.start(who, plan)
     started = RedrivePublic.of_plan(stream, plan, started=True)
     return JSONResponse(started.model_dump(mode="json"), 202 if plan.redrive.active else 200)
 
 
 @router.delete("/streams/{stream}/dead-letters/redrive", dependencies=[Depends(same_site)])
 def cancel_redrive(stream: str, plane: PlaneDep, who: UICaller) -> JSONResponse:
-    plane.dead_letters.cancel(who, stream)
-    view = RedrivePublic.of_view(stream, plane.dead_letters.progress(who, stream))
+    plane.redrives.cancel(who, stream)
+    view = RedrivePublic.of_view(stream, plane.redrives.view(who, stream))
     return JSONResponse(view.model_dump(mode="json"), status_code=202)
 
 
@@ -490,15 +493,7 @@ def _projection(text: str) -> list[str]:
 def _status_of(plane: Plane, spec: StreamSpec) -> dict[str, Any]:
     """The status as the API answers it, each output with its latest rewind and backfill (the
     page's progress of a replay)."""
-    store = plane.store
-    status = stream_status(
-        plane.settings,
-        spec,
-        store.router_state(spec.name),
-        store.rewinds(spec.name),
-        store.backfills(spec.name),
-        store.redrive(spec.name),
-    )
+    status = stream_status(plane.settings, plane.store, spec)
     return status.model_dump(mode="json", exclude_unset=True, by_alias=True)
 
 

@@ -94,20 +94,21 @@ def route_problems(spec: StreamSpec, streams: dict[str, StreamSpec], admin: bool
     graph[spec.name] = _targets(spec)
     problems = []
     for index, output in enumerate(spec.outputs):
-        if output.sink.type != "keystone":
+        into = output.sink.into_stream
+        if into is None:
             continue
         field = f"outputs.{index}.sink.stream"
-        target = streams.get(output.sink.stream)
+        target = streams.get(into)
         if target is None or not (admin or target.owner == spec.owner):
             problems.append(
                 {
                     "field": field,
-                    "message": f"no stream {output.sink.stream!r} of owner "
+                    "message": f"no stream {into!r} of owner "
                     f"{spec.owner!r} to deliver to: create it first",
                 }
             )
             continue
-        cycle = _path(graph, output.sink.stream, spec.name)
+        cycle = _path(graph, into, spec.name)
         if cycle is not None:
             loop = " -> ".join([spec.name, *cycle])
             problems.append({"field": field, "message": f"this would make a cycle: {loop}"})
@@ -148,7 +149,7 @@ def topic_problems(
 
 
 def _targets(spec: StreamSpec) -> set[str]:
-    return {o.sink.stream for o in spec.outputs if o.sink.type == "keystone"}
+    return {o.sink.into_stream for o in spec.outputs if o.sink.into_stream is not None}
 
 
 def _path(graph: dict[str, set[str]], start: str, goal: str) -> list[str] | None:
@@ -185,11 +186,7 @@ def route_twice_problems(spec: StreamSpec, streams: dict[str, StreamSpec]) -> li
         return []
     old = streams.get(spec.name)
     new_edges = set(_edges(spec)) - set(_edges(old) if old is not None else [])
-    index = max(
-        i
-        for i, o in enumerate(spec.outputs)
-        if o.sink.type == "keystone" and (o.name, o.sink.stream) in new_edges
-    )
+    index = max(i for i, o in enumerate(spec.outputs) if (o.name, o.sink.into_stream) in new_edges)
     source, target, count = added[0]
     return [
         {
@@ -202,7 +199,7 @@ def route_twice_problems(spec: StreamSpec, streams: dict[str, StreamSpec]) -> li
 
 def _edges(spec: StreamSpec) -> list[tuple[str, str]]:
     """(output, target stream) of each keystone sink."""
-    return [(o.name, o.sink.stream) for o in spec.outputs if o.sink.type == "keystone"]
+    return [(o.name, o.sink.into_stream) for o in spec.outputs if o.sink.into_stream is not None]
 
 
 def _route_counts(graph: dict[str, list[tuple[str, str]]]) -> dict[tuple[str, str], int]:

@@ -27,11 +27,11 @@ from keystone.contracts.registry import RegistryReader
 from keystone.contracts.schema import parse_schema, schema_problems
 from keystone.contracts.settings import Settings
 from keystone.contracts.spec import OutputSpec, StreamSpec
-from keystone.loadtest.sinks import SinkReader, reader_for
-from keystone.loadtest.topics import iter_topic
 from keystone.router.lang.evaluate import matches, project
 from keystone.router.lang.parser import parse_filter, parse_projection
+from keystone.router.sinks.readback import SinkReader, reader_for
 from keystone.router.spark import spark_session
+from keystone.router.topics import iter_topic
 
 
 @dataclass
@@ -88,8 +88,8 @@ def routes(spec: StreamSpec, streams: dict[str, StreamSpec]) -> list[Route]:
     found = []
     for output in spec.outputs:
         found.append(Route(spec, output))
-        if output.sink.type == "keystone":
-            found += routes(streams[output.sink.stream], streams)
+        if output.sink.into_stream is not None:
+            found += routes(streams[output.sink.into_stream], streams)
     return found
 
 
@@ -133,9 +133,10 @@ def expect(settings: Settings, spec: StreamSpec, audited: list[Route], acked: se
             key = keys[stream]
             if matches(expr, payload, meta, key):
                 route.expected.add(meta["guid"])
-                if route.output.sink.type == "keystone":
+                target = route.output.sink.into_stream
+                if target is not None:
                     record = project(projection, payload, meta, key)
-                    arrive(route.output.sink.stream, record, meta)
+                    arrive(target, record, meta)
 
     seen = set()
     for message in iter_topic(settings.kafka_bootstrap, fronting_topic(spec.name)):
@@ -197,8 +198,8 @@ def audit(
     acked_set = set(acked)
     audited = routes(spec, streams)
     missing = expect(settings, spec, audited, acked_set)
-    hive = any(r.output.sink.type == "hive" for r in audited)
-    spark = spark_session(settings, "keystone-audit") if hive else None
+    with_spark = any(r.output.sink.kind.reads_with_spark for r in audited)
+    spark = spark_session(settings, "keystone-audit") if with_spark else None
     try:
         readers = [reader_for(settings, r.stream, r.output, spark) for r in audited]
         started = time.monotonic()

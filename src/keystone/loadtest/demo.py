@@ -20,9 +20,9 @@ from keystone.control.client import ControlClient
 from keystone.ingest_proxy.client import ProxyClient
 from keystone.loadtest.events import EventMaker
 from keystone.loadtest.run import app_key, await_key, await_routers
-from keystone.loadtest.sinks import SinkReader, reader_for
 from keystone.router.lang.evaluate import matches
 from keystone.router.lang.parser import parse_filter
+from keystone.router.sinks.readback import SinkReader, reader_for
 from keystone.router.spark import spark_session
 
 STREAM, ALERTS, OWNER, APP = "demo", "demo_alerts", "demo", "demo-app"

@@ -64,8 +64,9 @@ from keystone.loadtest.router_bench import (
     rate_of,
     results_table,
 )
-from keystone.router.job import Router, router_slots
+from keystone.router.job import Router
 from keystone.router.metrics import RouterMetrics
+from keystone.router.plan import router_slots
 from keystone.router.spark import spark_session
 from keystone.router.topics import create_topics
 

@@ -83,6 +83,23 @@ class Fault:
     }
 
     @classmethod
+    def help(cls) -> str:
+        """The `--fault` option's help (rich markup), from the kinds above."""
+        aliases = {full: short for short, full in ALIASES.items()}
+        kinds = "; ".join(
+            f"{name}{f' ({aliases[name]})' if name in aliases else ''}: {what}"
+            + (f" (FOR {hold:g} s unless given)" if hold else "")
+            for name, (what, hold) in cls.kinds.items()
+        )
+        return (
+            "NAME\\[:OUTPUT]\\[@AT]\\[+FOR], at AT s (default a third in), for FOR s. "
+            f"NAME is one of: {kinds}. {' and '.join(NAMES_AN_OUTPUT)} name an OUTPUT (default "
+            "the first Kafka output, else the first) and go FOR s back; "
+            f"{' and '.join(f'{n}:N' for n in NAMES_A_NODE)} name a node by number (default "
+            "the leader of the stream's first partition; worker 1). Repeatable."
+        )
+
+    @classmethod
     def parse(cls, text: str, duration: float) -> Fault:
         """`NAME[:OUTPUT][@AT][+FOR]`; only rewind-output and backfill-output name an OUTPUT,
         and their FOR is how many seconds back they go."""
@@ -179,7 +196,8 @@ def choose_outputs(spec: StreamSpec, faults: list[Fault]) -> None:
         if fault.name not in NAMES_AN_OUTPUT:
             continue
         if fault.output is None and names:
-            kafka = [o.name for o in spec.outputs if o.sink.type == "kafka"]
+            # Its own topic: a Keystone output's replays land in another stream's.
+            kafka = [o.name for o in spec.outputs if o.sink.owned_topic(spec.name, o.name)]
             fault.output = (kafka or names)[0]
         if fault.output not in names:
             raise BadRequest(

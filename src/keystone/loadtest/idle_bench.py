@@ -56,7 +56,7 @@ from keystone.loadtest.bench import (
     write_section,
 )
 from keystone.loadtest.run import await_routers
-from keystone.router.job import router_slots
+from keystone.router.plan import router_slots
 from keystone.router.spark import end_session, spark_session
 from keystone.router.topics import delete_topics
 

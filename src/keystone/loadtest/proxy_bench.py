@@ -338,15 +338,15 @@ def main() -> None:
     app = f"bench-{suffix}"
     spec = StreamSpec(name=f"bench_{suffix}", owner="bench", partitions=6, producers=[app])
     try:
-        key = store.create_app(app)
+        key = store.principals.create_app(app)
         ensure_topics(settings, spec)
-        store.put_stream(spec)
+        store.specs.put(spec)
         time.sleep(settings.registry_refresh_seconds * 2 + 0.5)  # the proxy reloads the registry
         results = measure(settings, spec, key, duration, args.smoke)
     finally:  # the run's gigabytes of events and its registrations go with it
-        store.change_stream(spec.name, lambda _: None)
+        store.specs.change(spec.name, lambda _: None)
         with contextlib.suppress(NotFound):  # not registered if it failed before
-            store.delete_app(app, audit("bench", "app.delete", app, owner=ADMIN))
+            store.principals.delete_app(app, audit("bench", "app.delete", app, owner=ADMIN))
         delete_topics(settings, stream_topics(spec))
 
     table = Table(

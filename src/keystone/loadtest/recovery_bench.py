@@ -40,7 +40,9 @@ from rich.console import Console
 from keystone.contracts import envelope
 from keystone.contracts.names import index_prefix
 from keystone.contracts.processes import PidFile
+from keystone.contracts.recovery import Backfill
 from keystone.contracts.settings import Settings
+from keystone.contracts.sinks import SINK_TYPES, Replay
 from keystone.control.client import ControlClient, ControlError
 from keystone.control.launcher import Deployment
 from keystone.ingest_proxy.client import DirectProducer
@@ -58,8 +60,7 @@ from keystone.loadtest.bench import (
     write_section,
 )
 from keystone.loadtest.run import await_routers
-from keystone.loadtest.topics import iter_topic
-from keystone.router.topics import delete_topics
+from keystone.router.topics import delete_topics, iter_topic
 
 console = Console()
 STREAM, TARGET, APP = "rewind_bench", "rewind_bench_copy", "rewind-bench"
@@ -216,7 +217,7 @@ def backfill(control: ControlClient, settings: Settings, output: str, hour_ms: i
         "to": _iso(hour_ms + HOUR_MS),
         "max_events_per_second": settings.max_replay_events_per_second,
     }
-    record = settings.backfills_run_dir / f"{STREAM}.{output}.json"
+    record = settings.job_run_dir(Backfill.kind) / f"{STREAM}.{output}.json"
 
     def pids() -> list[int]:
         pid = PidFile(record).running_pid()
@@ -363,7 +364,9 @@ def main() -> None:
                 offsets = {str(p): 0 for p in range(PARTITIONS)}
                 for output in SMOKE_REPLAYED if args.smoke else REPLAYED:
                     target: dict[str, Any] = {"offsets": offsets}
-                    if output == "hive":
+                    # Named after their sink types; a resettable one replays from a restore
+                    # point.
+                    if SINK_TYPES[output].replay is Replay.RESETTABLE:
                         target = {"restore_point": "0-start"}
                     results.append(replay(control, settings, output, target))
                 if not args.smoke:  # what a rewind does unless told: the default rate

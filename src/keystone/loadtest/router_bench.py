@@ -68,11 +68,11 @@ from keystone.loadtest.bench import (
     stream_topics,
     write_section,
 )
-from keystone.loadtest.topics import read_topic
-from keystone.router.job import BATCH_LIMIT, Router, router_slots
+from keystone.router.job import Router
 from keystone.router.metrics import RouterMetrics
+from keystone.router.plan import BATCH_LIMIT, router_slots
 from keystone.router.spark import spark_session
-from keystone.router.topics import create_topics, delete_topics
+from keystone.router.topics import create_topics, delete_topics, read_topic
 
 console = Console()
 COMMAND = "python -m keystone.loadtest.router_bench --write-docs"

@@ -71,7 +71,7 @@ def streams_reached(control: ControlClient, spec: StreamSpec) -> dict[str, Strea
     pending = [spec]
     while pending:
         for output in pending.pop().outputs:
-            target = output.sink.stream if output.sink.type == "keystone" else None
+            target = output.sink.into_stream
             if target and target not in found:
                 found[target] = control.stream(target).spec
                 pending.append(found[target])

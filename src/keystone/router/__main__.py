@@ -15,8 +15,9 @@ import sys
 from keystone.contracts.errors import KeystoneError
 from keystone.contracts.registry import RegistryReader
 from keystone.contracts.settings import Settings
-from keystone.router.job import Router, router_slots
+from keystone.router.job import Router
 from keystone.router.metrics import RouterMetrics
+from keystone.router.plan import router_slots
 from keystone.router.spark import (
     application_logging,
     end_session,

@@ -33,7 +33,7 @@ from keystone.contracts.settings import Settings
 from keystone.contracts.spec import StreamSpec
 from keystone.router.counts import Outcome
 from keystone.router.metrics import latency_columns
-from keystone.router.sinks.hive import HiveTable, hour_columns, hour_of
+from keystone.router.sinks.hive.table import HiveTable, hour_columns, hour_of
 from keystone.router.source import record_headers
 
 log = logging.getLogger(__name__)

@@ -5,8 +5,11 @@ filter matches (compiled to Column expressions), projects them to JSON records a
 to its sink, with its own checkpoint under the state directory, so a slow or failing sink never
 holds back another. One more query, `<stream>._stream`, writes the events no output can read to
 the dead-letter topic, and, unless the stream turned it off, `<stream>._archive` keeps every
-record in the stream's archive (`router.archive`). `Router.run` supervises them: a query that
-fails is logged and started again after a backoff, while the others go on.
+record in the stream's archive (`router.archive`). How each query runs (where it starts, how
+much a trigger reads, its trigger) is decided without Spark in `router.plan`: `Router` reads the
+facts those decisions need and applies them. `Router.run` hands the queries to the supervisor
+(`router.supervisor`): a query that fails is logged and started again after a backoff, while
+the others go on.
 
 An output that control rewinds (`contracts.recovery.Rewind`, read from the registry every
 second) has its query started again, alone, in the rewind's checkpoint generation: from the
@@ -20,9 +23,7 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import threading
-import time
 from collections.abc import Callable
 
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -54,29 +55,16 @@ from keystone.router.lang.parser import parse_filter, parse_projection
 from keystone.router.lang.spark import Scope, compile_filter, compile_projection
 from keystone.router.meter import Meter
 from keystone.router.metrics import ProgressListener, RouterMetrics
+from keystone.router.plan import batch_limit, query_plan, replay_bound
 from keystone.router.sinks.base import ROUTED, RecordWriter, to_kafka, writer_class, writer_for
 from keystone.router.sinks.route import Route
 from keystone.router.source import fronting, kafka_records
+from keystone.router.supervisor import Supervisor
 from keystone.router.topics import watermarks
 
 log = logging.getLogger(__name__)
 
 DEAD_LETTER_TRIGGER = "10 seconds"
-BATCH_LIMIT = 100_000  # records per micro-batch at least, so catching up comes in bounded steps
-BATCH_SECONDS = 30  # ...and at most this many seconds of the rate the router is sized for
-# Events per second one task of a micro-batch keeps up with, reading, routing and writing to
-# the slowest sink (Elasticsearch took 2,800 events/s in the backfill benchmark, Kafka 45,000
-# on two cores in the router benchmark): a router sized for more gives each micro-batch query
-# more tasks at once, up to one per partition.
-EVENTS_PER_TASK = 4_000
-MAX_BACKOFF = 60.0
-
-
-def runs_realtime(output: OutputSpec) -> bool:
-    """Under Real-time Mode: realtime outputs whose sink Spark writes itself. Elasticsearch is
-    written from Python, which Real-time Mode feeds only at its checkpoints, so a realtime
-    Elasticsearch output runs micro-batches back to back instead."""
-    return output.delivery.mode == "realtime" and writer_class(output.sink.type).realtime
 
 
 def paths_read_by(outputs: list[OutputSpec]) -> frozenset[tuple[str, ...]]:
@@ -91,32 +79,6 @@ def dead_letter_paths(outputs: list[OutputSpec]) -> frozenset[tuple[str, ...]]:
     """Every path the outputs read: an event one output cannot read (`router.source.read_paths`)
     cannot be read at all of them either, so the dead-letter query finds every one."""
     return paths_read_by(outputs)
-
-
-def sized(spec: StreamSpec, sized_for: int | None) -> int:
-    """The events per second the router is sized for: the fleet's figure, within the spec's
-    bounds (its smallest when the fleet gave none)."""
-    bounds = spec.sizing
-    wanted = sized_for if sized_for is not None else bounds.min_events_per_second
-    return max(bounds.min_events_per_second, min(bounds.max_events_per_second, wanted))
-
-
-def router_slots(spec: StreamSpec, sized_for: int | None = None) -> int:
-    """Real-time Mode keeps one task running per topic partition for each realtime query; the
-    router needs that many task slots, and for each micro-batch query (the outputs', the dead
-    letters', the archive's) as many as its batches need at once at the rate it is sized for
-    (one per `EVENTS_PER_TASK`, up to one per partition), so that none waits for a slot while
-    another's batch waits on its sink."""
-    realtime = sum(spec.partitions for o in spec.outputs if runs_realtime(o))
-    queries = sum(1 for o in spec.outputs if not runs_realtime(o)) + 1 + spec.archive.enabled
-    per_query = min(spec.partitions, math.ceil(sized(spec, sized_for) / EVENTS_PER_TASK))
-    return realtime + queries * per_query
-
-
-def batch_limit(spec: StreamSpec, sized_for: int | None = None) -> int:
-    """Records a micro-batch reads at most: `BATCH_SECONDS` of the rate the router is sized
-    for, and never fewer than `BATCH_LIMIT`."""
-    return max(BATCH_LIMIT, BATCH_SECONDS * sized(spec, sized_for))
 
 
 def replay_column(rewind: Rewind | None, bound: Offsets | None = None) -> Column:
@@ -254,7 +216,7 @@ class Router:
         self.meters = {
             o.name: Meter(spark, f"{spec.name}.{o.name}")
             for o in spec.outputs
-            if issubclass(writer_class(o.sink.type), RecordWriter)
+            if issubclass(writer_class(o.sink.kind), RecordWriter)
         }
         spark.streams.addListener(ProgressListener(metrics))
 
@@ -287,32 +249,22 @@ class Router:
         route = Route(self.settings, self.spec, output, rewind)
         writer = writer_for(route, meter)
         writer.prepare(self.spark)
-        realtime = runs_realtime(output)
-        starting: str = output.start
-        bound = None
-        if rewind is not None:  # read by a new checkpoint only: a started one goes on from its own
-            offsets = {str(p): o for p, o in sorted(rewind.start.items())}
-            starting = json.dumps({fronting_topic(self.spec.name): offsets})
-            bound = self.replay_bound(output, rewind)
-        if rewind is not None and rewind.replaying:
-            # Rate limited, whatever the output's mode, until it has caught up: a second's worth
-            # of events a second.
-            limit = min(self.batch_limit, rewind.rate)
-        else:
-            limit = None if realtime else self.batch_limit
-        source = self._source(starting, limit, paths=paths_read_by([output]))
+        plan = query_plan(
+            output,
+            rewind,
+            topic=fronting_topic(self.spec.name),
+            batch_limit=self.batch_limit,
+        )
+        bound = self.replay_bound(output, rewind) if rewind is not None else None
+        source = self._source(plan.starting, plan.max_per_trigger, paths=paths_read_by([output]))
         frame = writer.frame(
             routed(source, output, meter, replay_column(rewind, bound), key=self.key)
         )
         stream_writer = self._writer(frame, route.name, route.checkpoint.as_posix())
-        if rewind is not None and rewind.replaying:
-            stream_writer = stream_writer.trigger(processingTime="1 second")
-        elif realtime:
-            stream_writer = stream_writer.trigger(realTime=output.delivery.trigger)
-        elif output.delivery.mode == "realtime":
-            stream_writer = stream_writer.trigger(processingTime="0 seconds")
+        if plan.real_time:
+            stream_writer = stream_writer.trigger(realTime=plan.trigger)
         else:
-            stream_writer = stream_writer.trigger(processingTime=output.delivery.trigger)
+            stream_writer = stream_writer.trigger(processingTime=plan.trigger)
         writer.attach(stream_writer, lambda outcome: self.metrics.outcome(output.name, outcome))
         return stream_writer.start()
 
@@ -320,8 +272,8 @@ class Router:
         """Where the output's earlier generation had got to when the rewind's generation first
         started: its events are written again (labelled), those after it for the first time.
         Worked out once, before the generation's query first starts (its predecessor then
-        stopped), and kept beside it: a micro-batch query wrote nothing past its last planned
-        batch; a Real-time Mode query nothing past the topic's end."""
+        stopped), and kept beside it. What bounds it is `router.plan.replay_bound`'s to say, from
+        the earlier generation's checkpoint and the topic, read here."""
         path = replay_bound_path(self.settings, self.spec.name, output.name, rewind.generation)
         try:
             return {int(p): int(o) for p, o in json.loads(path.read_text()).items()}
@@ -333,13 +285,15 @@ class Router:
             for g in generations(self.settings, self.spec.name, output.name)
             if g < rewind.generation
         ]
-        bound: Offsets = dict(rewind.start)
-        if earlier:
-            before = checkpoint_dir(self.settings, self.spec.name, output.name, max(earlier))
-            if runs_realtime(output):
-                bound = {p: end for p, (_, end) in watermarks(self.settings, topic).items()}
-            else:
-                bound = planned(before, topic) or bound
+        latest = max(earlier, default=0)  # the generation that ran before, if one did
+        before = checkpoint_dir(self.settings, self.spec.name, output.name, latest)
+        bound = replay_bound(
+            output,
+            rewind,
+            earlier=bool(earlier),
+            planned=lambda: planned(before, topic),
+            topic_end=lambda: {p: end for p, (_, end) in watermarks(self.settings, topic).items()},
+        )
         staging = path.with_suffix(".tmp")
         staging.write_text(json.dumps(bound))
         staging.replace(path)
@@ -396,54 +350,15 @@ class Router:
         )
 
     def run(self, stop: threading.Event) -> None:
-        """Starts every query and keeps them running until `stop` is set, then stops them."""
+        """Starts every query and keeps them running until `stop` is set, then stops them
+        (`router.supervisor.Supervisor`), reporting which run and what the meters counted each
+        second."""
         starts = self.queries()
-        running: dict[str, tuple[StreamingQuery, float, tuple[int, bool] | None]] = {}
-        retry_at = dict.fromkeys(starts, 0.0)
-        backoff = dict.fromkeys(starts, 1.0)
-        watch = self.watch
         if self.archive is not None:
             self.archive.keep_expiring(self.spark, stop)
-        while not watch.ready and not stop.is_set():  # where each output is, before any starts
-            stop.wait(1)
-            watch.read()
-        while not stop.is_set():
-            watch.read()
-            now = time.monotonic()
-            for name, start in starts.items():
-                if name in running:
-                    query, started, plan = running[name]
-                    if query.isActive and plan == watch.plan(name) and name not in watch.held:
-                        continue
-                    del running[name]
-                    if query.isActive:  # rewound, caught up or held: stopped at once
-                        log.info("query %s stopping for its rewind: %s", name, watch.plan(name))
-                        try:
-                            query.stop()
-                        except Exception as e:  # it is stopped, or will be: go on
-                            log.error("query %s did not stop cleanly: %s", name, e)
-                        retry_at[name] = now
-                        continue
-                    error = query.exception()
-                    why = str(error).strip().splitlines()[0] if error else "no error"
-                    log.error("query %s stopped: %s", name, why)
-                    if now - started > MAX_BACKOFF:
-                        backoff[name] = 1.0  # it had been running well: retry soon
-                    retry_at[name] = now + backoff[name]
-                    backoff[name] = min(MAX_BACKOFF, backoff[name] * 2)
-                if now < retry_at[name] or name in watch.held:
-                    continue
-                try:
-                    running[name] = (start(), now, watch.plan(name))
-                    log.info("query %s running", name)
-                except Exception as e:  # the supervisor's boundary: log, back off, try again
-                    log.error("query %s could not start: %s: %s", name, type(e).__name__, e)
-                    retry_at[name] = now + backoff[name]
-                    backoff[name] = min(MAX_BACKOFF, backoff[name] * 2)
-            self.metrics.running({name: name in running for name in starts})
-            for name, meter in self.meters.items():
-                self.metrics.metered(name, meter.take())
-            stop.wait(1)
-        for name, (query, _, _) in running.items():
-            log.info("stopping query %s", name)
-            query.stop()
+        Supervisor(starts, self.watch, self._report).run(stop)
+
+    def _report(self, running: dict[str, bool]) -> None:
+        self.metrics.running(running)
+        for name, meter in self.meters.items():
+            self.metrics.metered(name, meter.take())

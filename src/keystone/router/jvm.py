@@ -4,7 +4,8 @@ puts them in the cache: Spark's Kafka connector (a Maven bundle) and the project
 writer, and Spark's local file system without forks).
 
     <cache>/jars/<bundle>/*.jar         a bundle's jars, fetched from Maven Central
-    <cache>/classes/<Class>/, .jar      a class compiled against the jars it runs with
+    <cache>/classes/<Class>/, .jar      a class (and the base class it extends, if it is one of
+                                        the project's) compiled against the jars it runs with
 """
 
 from __future__ import annotations
@@ -33,6 +34,13 @@ CLASSES = (
 )
 # The router's classes compiled against Spark's Kafka connector too (its Kafka client).
 KAFKA_CLASSES = ("TransactionalKafkaWriter",)
+# The abstract classes of router/java that a class extends: compiled with it, into its own jar,
+# so that each jar still runs alone (none of them has a jar of its own).
+BASES = {
+    "JsonPaths": ("InterpretedUnaryExpression",),
+    "LikeMatcher": ("InterpretedUnaryExpression",),
+    "JsonExcept": ("InterpretedUnaryExpression",),
+}
 # Classes that Spark ships to its executors (by `spark.jars`).
 SHIPPED = (
     "RouterMeter",

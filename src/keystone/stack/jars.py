@@ -87,13 +87,13 @@ def fetch_bundle(settings: Settings, bundle: str) -> bool:
 
 
 def compile_class(settings: Settings, name: str) -> bool:
-    """Compiles <name>.java; False when the classes are current."""
+    """Compiles <name>.java with the bases it extends; False when the classes are current."""
     folder, needs = JAVA_CLASSES[name]
-    source = folder / f"{name}.java"
+    sources = [folder / f"{n}.java" for n in (name, *jvm.BASES.get(name, ()))]
     deps = needs(settings)
     target = classes_dir(settings, name)
     stamp = target / ".stamp"
-    digest = _digest(source) + ":" + classpath(*deps)
+    digest = _digest(*sources) + ":" + classpath(*deps)
     jar = target.with_suffix(".jar")
     if _fresh(stamp, digest) and jar.exists():
         return False
@@ -102,13 +102,13 @@ def compile_class(settings: Settings, name: str) -> bool:
     shutil.rmtree(target, ignore_errors=True)
     target.mkdir(parents=True)
     result = subprocess.run(
-        ["javac", "-nowarn", "-cp", classpath(*deps), "-d", str(target), str(source)],
+        ["javac", "-nowarn", "-cp", classpath(*deps), "-d", str(target), *map(str, sources)],
         capture_output=True,
         text=True,
         check=False,
     )
     if result.returncode != 0:
-        raise StackError(f"compiling {source.name} failed:\n{result.stderr}")
+        raise StackError(f"compiling {name}.java failed:\n{result.stderr}")
     with zipfile.ZipFile(jar, "w") as packed:
         for path in sorted(target.glob("*.class")):
             packed.write(path, path.name)

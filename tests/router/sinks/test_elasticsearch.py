@@ -7,7 +7,7 @@ import json
 
 from pyspark.sql import Row
 
-from keystone.router.sinks.elasticsearch import RetryPolicy, _doc, _reason
+from keystone.router.sinks.elasticsearch.writer import RetryPolicy, _doc, _reason
 
 
 def test_429_and_5xx_are_retried_other_4xx_are_not() -> None:

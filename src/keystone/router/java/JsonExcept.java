@@ -2,7 +2,6 @@ import java.io.ByteArrayOutputStream;
 import java.io.IOException;
 import java.io.Serializable;
 import java.util.HashMap;
-import java.util.List;
 import java.util.Map;
 
 import com.fasterxml.jackson.core.JsonFactory;
@@ -12,20 +11,11 @@ import com.fasterxml.jackson.core.StreamReadConstraints;
 
 import org.apache.spark.sql.Column;
 import org.apache.spark.sql.catalyst.InternalRow;
-import org.apache.spark.sql.catalyst.analysis.TypeCheckResult;
 import org.apache.spark.sql.catalyst.expressions.Expression;
-import org.apache.spark.sql.catalyst.expressions.codegen.CodegenContext;
-import org.apache.spark.sql.catalyst.expressions.codegen.CodegenFallback;
-import org.apache.spark.sql.catalyst.expressions.codegen.ExprCode;
 import org.apache.spark.sql.classic.ExpressionUtils;
 import org.apache.spark.sql.types.DataType;
 import org.apache.spark.sql.types.DataTypes;
-import org.apache.spark.sql.types.StringType;
 import org.apache.spark.unsafe.types.UTF8String;
-
-import scala.collection.immutable.IndexedSeq;
-import scala.collection.immutable.Seq;
-import scala.jdk.javaapi.CollectionConverters;
 
 /**
  * An event's JSON object less the values at some field paths: `* except a.b, c` (and the
@@ -37,7 +27,7 @@ import scala.jdk.javaapi.CollectionConverters;
  * handled at each of its places. Null when the text is not a JSON object (the router has made
  * such an event a dead letter already).
  */
-public final class JsonExcept extends Expression implements CodegenFallback, Serializable {
+public final class JsonExcept extends InterpretedUnaryExpression {
     private static final JsonFactory JSON = JsonFactory.builder()
         .disable(JsonFactory.Feature.CHARSET_DETECTION)
         .streamReadConstraints(StreamReadConstraints.builder()
@@ -47,9 +37,6 @@ public final class JsonExcept extends Expression implements CodegenFallback, Ser
             .build())
         .build();
 
-    private final Expression child;
-    private final Seq<Expression> children;
-    private final String paths;  // dotted, comma-separated: what the plan shows
     private final Node root;
 
     /** A name on the paths: left out whole (`drop`), or an object some of whose names are. */
@@ -58,10 +45,9 @@ public final class JsonExcept extends Expression implements CodegenFallback, Ser
         final Map<String, Node> children = new HashMap<>();
     }
 
+    /** `paths`: dotted, comma-separated. */
     public JsonExcept(Expression child, String paths) {
-        this.child = child;
-        this.children = CollectionConverters.asScala(List.of(child)).toSeq();
-        this.paths = paths;
+        super(child, paths);
         this.root = new Node();
         for (String path : paths.isEmpty() ? new String[0] : paths.split(",")) {
             Node node = root;
@@ -128,62 +114,12 @@ public final class JsonExcept extends Expression implements CodegenFallback, Ser
     }
 
     @Override
-    public Seq<Expression> children() {
-        return children;
-    }
-
-    @Override
-    public TypeCheckResult checkInputDataTypes() {
-        if (child.dataType() instanceof StringType) {
-            return TypeCheckResult.TypeCheckSuccess$.MODULE$;
-        }
-        return new TypeCheckResult.TypeCheckFailure("jsonexcept reads a STRING, not "
-            + child.dataType().simpleString());
-    }
-
-    @Override
     public DataType dataType() {
         return DataTypes.StringType;
     }
 
     @Override
-    public boolean nullable() {
-        return true;
-    }
-
-    @Override
-    public ExprCode doGenCode(CodegenContext ctx, ExprCode ev) {
-        return CodegenFallback.super.doGenCode(ctx, ev);
-    }
-
-    @Override
-    public Expression withNewChildrenInternal(IndexedSeq<Expression> children) {
-        return new JsonExcept(children.head(), paths);
-    }
-
-    @Override
-    public int productArity() {
-        return 2;
-    }
-
-    @Override
-    public Object productElement(int n) {
-        return n == 0 ? child : paths;
-    }
-
-    @Override
-    public boolean canEqual(Object other) {
-        return other instanceof JsonExcept;
-    }
-
-    @Override
-    public boolean equals(Object other) {
-        return other instanceof JsonExcept that && child.equals(that.child)
-            && paths.equals(that.paths);
-    }
-
-    @Override
-    public int hashCode() {
-        return 31 * child.hashCode() + paths.hashCode();
+    protected Expression withChild(Expression child) {
+        return new JsonExcept(child, argument);
     }
 }

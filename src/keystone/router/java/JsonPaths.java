@@ -19,9 +19,6 @@ import org.apache.spark.sql.catalyst.expressions.Expression;
 import org.apache.spark.sql.catalyst.expressions.GenericInternalRow;
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.catalyst.analysis.TypeCheckResult;
-import org.apache.spark.sql.catalyst.expressions.codegen.CodegenContext;
-import org.apache.spark.sql.catalyst.expressions.codegen.CodegenFallback;
-import org.apache.spark.sql.catalyst.expressions.codegen.ExprCode;
 import org.apache.spark.sql.classic.ExpressionUtils;
 import org.apache.spark.sql.types.BinaryType;
 import org.apache.spark.sql.types.DataType;
@@ -29,10 +26,6 @@ import org.apache.spark.sql.types.DataTypes;
 import org.apache.spark.sql.types.StructField;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.unsafe.types.UTF8String;
-
-import scala.collection.immutable.IndexedSeq;
-import scala.collection.immutable.Seq;
-import scala.jdk.javaapi.CollectionConverters;
 
 /**
  * The values at an event's field paths, read in one streaming pass over its JSON bytes.
@@ -48,7 +41,7 @@ import scala.jdk.javaapi.CollectionConverters;
  * repeated name counts once, its last value, as Python's json module reads it. Text after the
  * object is ignored, as Spark's own JSON readers ignore it.
  */
-public final class JsonPaths extends Expression implements CodegenFallback, Serializable {
+public final class JsonPaths extends InterpretedUnaryExpression {
     static final UTF8String STRING = UTF8String.fromString("string");
     static final UTF8String NUMBER = UTF8String.fromString("number");
     static final UTF8String BOOLEAN = UTF8String.fromString("boolean");
@@ -77,9 +70,6 @@ public final class JsonPaths extends Expression implements CodegenFallback, Seri
     // A string read at a path that holds a lone surrogate; fails the event if it is the last.
     private static final GenericInternalRow UNREADABLE = new GenericInternalRow(0);
 
-    private final Expression child;
-    private final Seq<Expression> children;
-    private final String paths;  // dotted, comma-separated: what the plan shows
     private final Node root;
     private final StructType type;
 
@@ -91,10 +81,9 @@ public final class JsonPaths extends Expression implements CodegenFallback, Seri
         final List<Integer> under = new ArrayList<>();  // every leaf at or below this name
     }
 
+    /** `paths`: dotted, comma-separated. */
     public JsonPaths(Expression child, String paths) {
-        this.child = child;
-        this.children = CollectionConverters.asScala(List.of(child)).toSeq();
-        this.paths = paths;
+        super(child, paths);
         this.root = new Node();
         List<StructField> fields = new ArrayList<>();
         for (String path : paths.isEmpty() ? new String[0] : paths.split(",")) {
@@ -237,17 +226,8 @@ public final class JsonPaths extends Expression implements CodegenFallback, Seri
     }
 
     @Override
-    public Seq<Expression> children() {
-        return children;
-    }
-
-    @Override
     public TypeCheckResult checkInputDataTypes() {
-        if (child.dataType() instanceof BinaryType) {
-            return TypeCheckResult.TypeCheckSuccess$.MODULE$;
-        }
-        return new TypeCheckResult.TypeCheckFailure("jsonpaths reads bytes (BINARY), not "
-            + child.dataType().simpleString());
+        return reads(BinaryType.class, "bytes (BINARY)");
     }
 
     @Override
@@ -256,42 +236,7 @@ public final class JsonPaths extends Expression implements CodegenFallback, Seri
     }
 
     @Override
-    public boolean nullable() {
-        return true;
-    }
-
-    @Override
-    public ExprCode doGenCode(CodegenContext ctx, ExprCode ev) {
-        return CodegenFallback.super.doGenCode(ctx, ev);
-    }
-
-    @Override
-    public Expression withNewChildrenInternal(IndexedSeq<Expression> children) {
-        return new JsonPaths(children.head(), paths);
-    }
-
-    @Override
-    public int productArity() {
-        return 2;
-    }
-
-    @Override
-    public Object productElement(int n) {
-        return n == 0 ? child : paths;
-    }
-
-    @Override
-    public boolean canEqual(Object other) {
-        return other instanceof JsonPaths;
-    }
-
-    @Override
-    public boolean equals(Object other) {
-        return other instanceof JsonPaths that && child.equals(that.child) && paths.equals(that.paths);
-    }
-
-    @Override
-    public int hashCode() {
-        return 31 * child.hashCode() + paths.hashCode();
+    protected Expression withChild(Expression child) {
+        return new JsonPaths(child, argument);
     }
 }

@@ -1,23 +1,13 @@
-import java.io.Serializable;
 import java.util.ArrayList;
 import java.util.List;
 
 import org.apache.spark.sql.Column;
 import org.apache.spark.sql.catalyst.InternalRow;
-import org.apache.spark.sql.catalyst.analysis.TypeCheckResult;
 import org.apache.spark.sql.catalyst.expressions.Expression;
-import org.apache.spark.sql.catalyst.expressions.codegen.CodegenContext;
-import org.apache.spark.sql.catalyst.expressions.codegen.CodegenFallback;
-import org.apache.spark.sql.catalyst.expressions.codegen.ExprCode;
 import org.apache.spark.sql.classic.ExpressionUtils;
 import org.apache.spark.sql.types.DataType;
 import org.apache.spark.sql.types.DataTypes;
-import org.apache.spark.sql.types.StringType;
 import org.apache.spark.unsafe.types.UTF8String;
-
-import scala.collection.immutable.IndexedSeq;
-import scala.collection.immutable.Seq;
-import scala.jdk.javaapi.CollectionConverters;
 
 /**
  * A string's `like` a pattern, in O(len(text) * len(pattern)) code point comparisons: the
@@ -31,18 +21,14 @@ import scala.jdk.javaapi.CollectionConverters;
  * character, not half of it. The pattern is split once, where the expression is built, and
  * travels with it to the executors. Null in, null out.
  */
-public final class LikeMatcher extends Expression implements CodegenFallback, Serializable {
+public final class LikeMatcher extends InterpretedUnaryExpression {
     private static final int ANY = -1;  // `_` in a segment
 
-    private final Expression child;
-    private final Seq<Expression> children;
-    private final String pattern;  // as written: what the plan shows
     private final int[][] segments;
 
+    /** `pattern`: as written. */
     public LikeMatcher(Expression child, String pattern) {
-        this.child = child;
-        this.children = CollectionConverters.asScala(List.of(child)).toSeq();
-        this.pattern = pattern;
+        super(child, pattern);
         this.segments = segments(pattern);
     }
 
@@ -127,62 +113,12 @@ public final class LikeMatcher extends Expression implements CodegenFallback, Se
     }
 
     @Override
-    public Seq<Expression> children() {
-        return children;
-    }
-
-    @Override
-    public TypeCheckResult checkInputDataTypes() {
-        if (child.dataType() instanceof StringType) {
-            return TypeCheckResult.TypeCheckSuccess$.MODULE$;
-        }
-        return new TypeCheckResult.TypeCheckFailure("likematcher reads a STRING, not "
-            + child.dataType().simpleString());
-    }
-
-    @Override
     public DataType dataType() {
         return DataTypes.BooleanType;
     }
 
     @Override
-    public boolean nullable() {
-        return true;
-    }
-
-    @Override
-    public ExprCode doGenCode(CodegenContext ctx, ExprCode ev) {
-        return CodegenFallback.super.doGenCode(ctx, ev);
-    }
-
-    @Override
-    public Expression withNewChildrenInternal(IndexedSeq<Expression> children) {
-        return new LikeMatcher(children.head(), pattern);
-    }
-
-    @Override
-    public int productArity() {
-        return 2;
-    }
-
-    @Override
-    public Object productElement(int n) {
-        return n == 0 ? child : pattern;
-    }
-
-    @Override
-    public boolean canEqual(Object other) {
-        return other instanceof LikeMatcher;
-    }
-
-    @Override
-    public boolean equals(Object other) {
-        return other instanceof LikeMatcher that && child.equals(that.child)
-            && pattern.equals(that.pattern);
-    }
-
-    @Override
-    public int hashCode() {
-        return 31 * child.hashCode() + pattern.hashCode();
+    protected Expression withChild(Expression child) {
+        return new LikeMatcher(child, argument);
     }
 }

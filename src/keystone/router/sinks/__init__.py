@@ -1,3 +1,4 @@
-"""Where outputs deliver. A sink type has three parts: its config (`keystone.contracts.sinks`),
-its provisioner (`provision`, no Spark) and its Spark writer (`base.Writer`, one module per
-type), the last two listed in `registry`."""
+"""Where outputs deliver: each sink type's runtime parts in a package of its own (`kafka`,
+`keystone`, `hive`, `elasticsearch`: a provisioner without Spark, a Spark writer, a reader),
+named by its descriptor (`keystone.contracts.sinks`), over the bases here (`provision`,
+`base`, `readback`)."""

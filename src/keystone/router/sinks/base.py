@@ -1,8 +1,8 @@
 """The Spark part of every sink: the writer the router attaches to an output's query.
 
-A writer is a small class over `Writer`: `prepare()` makes ready what the query needs before it
-starts (its provisioner's work, then whatever needs Spark, idempotently), and `attach()` points a
-streaming writer at the sink. Two families:
+A writer is a small class over `Writer`, its live interface: `prepare()` makes ready what the
+query needs before it starts (its provisioner's work, then whatever needs Spark, idempotently),
+and `attach()` points a streaming writer at the sink. Two families:
 
 - `RecordWriter` (kafka, keystone): the routed frame becomes Kafka records written by Spark's
   own Kafka sink, so these can run under Real-time Mode; or, exactly once, each micro-batch in
@@ -10,6 +10,10 @@ streaming writer at the sink. Two families:
   dead-letter topic instead (see `RecordWriter`).
 - `BatchWriter` (hive, elasticsearch): `write_batch()` delivers one micro-batch and says what
   became of it. Spark replays a batch id after a crash, and a replay must leave no duplicates.
+
+Apart from the live query, a writer may take records written again (`Replays`: a backfill's
+slices, a redrive's), take out records of events its output now leaves out (`TakesOut`:
+Elasticsearch), or replace a backfill's range whole (`ReplacesRanges`: Hive).
 
 The routed frame every writer receives has the columns of `ROUTED`: the fronting record's `key`,
 `value` and `headers` (for dead letters and for carrying headers on), its `partition` and
@@ -22,19 +26,21 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from typing import ClassVar, TypeVar
+from typing import TypeVar
 
 from pyspark.sql import Column, DataFrame, DataFrameWriter, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import DataStreamWriter
 
 from keystone.contracts import envelope
+from keystone.contracts.errors import SinkError
 from keystone.contracts.names import dead_letter_topic
 from keystone.contracts.settings import Settings
+from keystone.contracts.sinks import SinkKind
 from keystone.router.counts import Outcome
 from keystone.router.deadletter import dead_letter_headers
 from keystone.router.meter import Meter
-from keystone.router.sinks.registry import SINKS, provisioner_for
+from keystone.router.sinks.provision import provisioner_for
 from keystone.router.sinks.route import Route
 from keystone.router.sinks.transactions import Transactions
 
@@ -53,10 +59,7 @@ ROUTED = (
 
 
 class Writer(ABC):
-    realtime: ClassVar[bool]  # can it run under Spark's Real-time Mode trigger
-    # Does a backfill replace the rows of its range whole (`end_replay`, Hive)? Then the live
-    # output must have passed the range first, or it would write some of them again after.
-    replaces_ranges: ClassVar[bool] = False
+    """The live interface every sink's writer has."""
 
     def __init__(self, route: Route, meter: Meter | None = None) -> None:
         self.route = route
@@ -75,37 +78,55 @@ class Writer(ABC):
         """Points the writer at the sink; `report` receives each batch's outcome when the sink
         knows it (Spark's Kafka sink reports through query progress instead)."""
 
+
+class Replays(Writer):
+    """A writer that also takes records written again apart from the live query (a backfill's,
+    a redrive's), as slices of a frame of `ROUTED` columns, every row a replay. Each returns its
+    outcome, or None where the writer's meter counted it."""
+
     @abstractmethod
-    def write_replay(
-        self, routed: DataFrame, tag: str, left_out: DataFrame | None = None
-    ) -> Outcome | None:
-        """Writes one slice of a backfill (a batch frame of `ROUTED` columns, every row a
-        replay), all of it, before returning; `tag` names the slice, the same if it is written
-        again. `left_out`: the slice's events the output leaves out now (`guid`, `timestamp`),
-        which a sink that can take records out takes out (Elasticsearch). Its outcome, or None
-        where the writer's meter counted it."""
+    def write_replay(self, routed: DataFrame, tag: str) -> Outcome | None:
+        """Writes one slice of a backfill, all of it, before returning; `tag` names the slice,
+        the same if it is written again."""
 
     def write_again(self, routed: DataFrame, tag: str) -> Outcome | None:
-        """Adds these records (a redrive's slice of dead letters, every row a replay) to what
-        the sink holds, replacing whatever an earlier attempt of the same `tag` added; its
-        outcome, or None where the writer's meter counted it."""
+        """Adds these records (a redrive's slice of dead letters) to what the sink holds,
+        replacing whatever an earlier attempt of the same `tag` added."""
         return self.write_replay(routed, tag)
 
+
+class TakesOut(Replays):
+    """A sink that can take records out: a backfill's slice leaves it as the output gives the
+    slice now, without the records of events the output leaves out now."""
+
+    @abstractmethod
+    def write_replay_taking_out(
+        self, routed: DataFrame, left_out: DataFrame, tag: str
+    ) -> Outcome | None:
+        """`write_replay`, and the records of `left_out`'s events (`guid`, `timestamp`) taken
+        out."""
+
+
+class ReplacesRanges(Replays):
+    """A sink that takes a backfill's range whole (Hive): its slices are staged, then replace
+    the range's rows at once. The live output must have passed the range first, or it would
+    write some of them again after."""
+
+    @abstractmethod
     def end_replay(
         self, spark: SparkSession, window: tuple[int, int], tags: list[str], keep: bool
     ) -> None:
         """After the slices (`tags`) of a backfill's hour, `window` its [start, end) in epoch
-        ms: a sink that takes a replayed range whole (Hive) replaces the window's rows with
-        them (`keep`) or discards them (a cancelled backfill). Others wrote them already."""
-        return None  # most sinks have nothing left to do
+        ms: replaces the window's rows with them (`keep`) or discards them (a cancelled
+        backfill)."""
 
-    def settle_replays(self, spark: SparkSession, keep: str | None) -> None:  # noqa: B027 - a hook
-        """Finishes what earlier backfills of the output left halfway in a sink that takes a
-        range whole (Hive), and forgets what they left behind, but the backfill `keep`'s (the
-        one running; None: none is). Others wrote as they went: nothing is left."""
+    @abstractmethod
+    def settle_replays(self, spark: SparkSession, keep: str | None) -> None:
+        """Finishes what earlier backfills of the output left halfway, and forgets what they
+        left behind, but the backfill `keep`'s (the one running; None: none is)."""
 
 
-class RecordWriter(Writer):
+class RecordWriter(Replays):
     """Spark's Kafka sink, or for an exactly-once output (`transactional`) the project's
     transactional writer: `frame()` yields key, value, headers and topic (and the record's
     source partition and offset when transactional).
@@ -116,12 +137,13 @@ class RecordWriter(Writer):
     fronting record with the reason; the route's meter counts it as dead-lettered, the rest as
     delivered (a transactional output counts what its transactions commit instead)."""
 
-    realtime = True
-
     @property
-    @abstractmethod
     def topic(self) -> str:
-        """Where the records go."""
+        """Where the records go: the topic the sink's config names for them."""
+        route = self.route
+        topic = route.output.sink.record_topic(route.stream.name, route.output.name)
+        assert topic is not None, "a record writer's sink writes to a topic"
+        return topic
 
     @abstractmethod
     def carried(self) -> tuple[Column, Column]:
@@ -189,9 +211,7 @@ class RecordWriter(Writer):
 
         writer.foreachBatch(deliver)
 
-    def write_replay(
-        self, routed: DataFrame, tag: str, left_out: DataFrame | None = None
-    ) -> Outcome | None:
+    def write_replay(self, routed: DataFrame, tag: str) -> Outcome | None:
         # Append-only: what the output took before stays there. A backfill's or redrive's
         # slices are written at least once, transactional output or not: each is labelled
         # (`ks_replay`), and its own repeats are told by that label and the guid.
@@ -211,9 +231,7 @@ def to_kafka(writer: W, settings: Settings) -> W:
     )
 
 
-class BatchWriter(Writer):
-    realtime = False
-
+class BatchWriter(Replays):
     @abstractmethod
     def write_batch(self, frame: DataFrame, batch_id: int) -> Outcome:
         """Delivers one batch, all of it, before returning (or raises: Spark retries it)."""
@@ -224,20 +242,25 @@ class BatchWriter(Writer):
 
         writer.foreachBatch(deliver)
 
-    def write_replay(
-        self, routed: DataFrame, tag: str, left_out: DataFrame | None = None
-    ) -> Outcome | None:
+    def write_replay(self, routed: DataFrame, tag: str) -> Outcome | None:
         return self.write_batch(self.frame(routed), -1)
 
 
 def writer_for(route: Route, meter: Meter | None = None) -> Writer:
-    """The output's Spark writer, of the class its sink type names in the registry."""
-    cls = writer_class(route.output.sink.type)
-    return cls(route, meter)
+    """The output's Spark writer, of the class its sink type's descriptor names."""
+    return writer_class(route.output.sink.kind)(route, meter)
 
 
-def writer_class(sink_type: str) -> type[Writer]:
-    cls = SINKS[sink_type].writer_class()
+def replayer_for(route: Route, meter: Meter | None = None) -> Replays:
+    """The output's writer, to write records again apart from its live query."""
+    writer = writer_for(route, meter)
+    if not isinstance(writer, Replays):
+        raise SinkError(f"the {route.output.sink.kind.label} sink takes no records written again")
+    return writer
+
+
+def writer_class(kind: SinkKind) -> type[Writer]:
+    cls = kind.load(kind.writer)
     if not issubclass(cls, Writer):
-        raise TypeError(f"the {sink_type} sink's writer {cls!r} is not a Writer")
+        raise TypeError(f"the {kind.label} sink's writer {cls!r} is not a Writer")
     return cls

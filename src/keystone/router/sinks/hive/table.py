@@ -27,18 +27,13 @@ from typing import Any
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from keystone.contracts.names import HIVE_DATABASE, hive_table
-from keystone.router.counts import Outcome
-from keystone.router.meter import Meter
-from keystone.router.metrics import latency_columns
-from keystone.router.sinks.base import BatchWriter
-from keystone.router.sinks.route import Route
+from keystone.contracts.names import HIVE_DATABASE
 
-# A published file: batch-<query id>-<batch id>-<n>.parquet
 # A backfill's swap of an hour: its plan, then a mark once it is carried out.
 JOURNAL, APPLIED = ".swap.json", ".swap.applied"
-# (a backfill that replaced some of its rows leaves the others as `<that name>.<hex>.parquet`)
-_PUBLISHED = re.compile(r"batch-(.+)-([0-9]{12})-[0-9]{5}(?:\.[0-9a-f]{8})?\.parquet")
+# A published file: batch-<query id>-<batch id>-<n>.parquet (a backfill that replaced some of
+# its rows leaves the others as `<that name>.<hex>.parquet`).
+PUBLISHED = re.compile(r"batch-(.+)-([0-9]{12})-[0-9]{5}(?:\.[0-9a-f]{8})?\.parquet")
 
 
 class HiveTable:
@@ -80,7 +75,7 @@ class HiveTable:
     def staged_hours(self, spark: SparkSession, staging: str) -> list[tuple[int, int]]:
         fs, path = self.fs(spark)
         staged = fs.globStatus(path(f"{staging}/dateint=*/hour=*/*.parquet")) or []
-        return sorted({_hour(s) for s in staged})
+        return sorted({file_hour(s) for s in staged})
 
     def publish(self, spark: SparkSession, staging: str, tag: str) -> list[tuple[int, int]]:
         """Moves the staged files into their partitions as `<tag>-<n>.parquet`, after removing
@@ -96,7 +91,7 @@ class HiveTable:
             hour_dir = status.getPath().getParent()
             target = path(root, f"{hour_dir.getParent().getName()}/{hour_dir.getName()}")
             fs.mkdirs(target)
-            partitions.add(_hour(status))
+            partitions.add(file_hour(status))
             if not fs.rename(status.getPath(), path(target, f"{tag}-{n:05d}.parquet")):
                 raise OSError(f"could not move {status.getPath()} into {target}")
         fs.delete(path(staging), True)
@@ -243,108 +238,13 @@ def hour_columns(timestamp: str = "timestamp") -> list[Column]:
     ]
 
 
-class HiveWriter(BatchWriter):
-    replaces_ranges = True
-
-    def __init__(self, route: Route, meter: Meter | None = None) -> None:
-        super().__init__(route, meter)
-        self.table = HiveTable(hive_table(route.stream.name, route.output.name))
-
-    def prepare(self, spark: SparkSession) -> None:
-        super().prepare(spark)
-        self.table.create(spark, "guid STRING, `timestamp` BIGINT, record STRING")
-        rewind = self.route.rewind
-        if rewind is not None and not rewind.replaying:  # caught up: nothing replaced is left
-            self._remove_replaced(spark, up_to=None)
-
-    def write_batch(self, frame: DataFrame, batch_id: int) -> Outcome:
-        spark = frame.sparkSession
-        rows = frame.select("guid", "timestamp", "record", "replay", *hour_columns()).persist()
-        try:
-            count = rows.count()
-            if count:
-                tag = f"batch-{self._query_id()}-{batch_id:012d}"
-                staging = self.table.stage(rows.drop("replay"), tag)
-                rewind = self.route.rewind
-                staged = self.table.staged_hours(spark, staging)
-                if rewind is not None and rewind.replaying and staged:
-                    self._remove_replaced(spark, up_to=staged[-1])
-                self.table.publish(spark, staging, tag)
-            now_ms = F.lit(int(time.time() * 1000))
-            # A replayed event's latency is the replay's, not delivery's: left out.
-            live = F.when(F.col("replay").isNull(), F.col("timestamp"))
-            latency = rows.agg(*latency_columns(now_ms, live)).first().asDict()
-        finally:
-            rows.unpersist()
-        return Outcome(delivered=count, latency=latency)
-
-    def write_replay(
-        self, routed: DataFrame, tag: str, left_out: DataFrame | None = None
-    ) -> Outcome | None:
-        """Staged only: the hour's rows of the range are replaced whole once all its slices
-        are (`end_replay`), so what the output leaves out now is gone with them."""
-        rows = routed.select("guid", "timestamp", "record", *hour_columns()).persist()
-        try:
-            count = rows.count()
-            self.table.stage(rows, tag)
-        finally:
-            rows.unpersist()
-        return Outcome(delivered=count)
-
-    def write_again(self, routed: DataFrame, tag: str) -> Outcome | None:
-        """Published under the tag's name: an attempt again replaces its own files."""
-        rows = routed.select("guid", "timestamp", "record", *hour_columns()).persist()
-        try:
-            count = rows.count()
-            if count:
-                spark = rows.sparkSession
-                self.table.publish(spark, self.table.stage(rows, tag), tag)
-        finally:
-            rows.unpersist()
-        return Outcome(delivered=count)
-
-    def end_replay(
-        self, spark: SparkSession, window: tuple[int, int], tags: list[str], keep: bool
-    ) -> None:
-        staged = [f"{self.table.location}/_staging/{tag}" for tag in tags]
-        if not keep:
-            self.table.unstage(spark, staged)
-            return
-        self.table.replace_hour(spark, hour_of(window[0]), window, staged, tags[0])
-
-    def settle_replays(self, spark: SparkSession, keep: str | None) -> None:
-        self.table.settle_swaps(spark, keep)
-
-    def _query_id(self) -> str:
-        # Stable across restarts from the checkpoint, new for a new one: batch ids of a
-        # recreated output start again at 0 and must not replace the old output's files.
-        return json.loads((self.route.checkpoint / "metadata").read_text())["id"]
-
-    def _remove_replaced(self, spark: SparkSession, up_to: tuple[int, int] | None) -> None:
-        """Deletes the files of the batches the route's rewind replaces, in the hours up to
-        `up_to` (dateint, hour), or in every hour."""
-        rewind = self.route.rewind
-        if rewind is None or not rewind.replaced:
-            return
-        fs, _ = self.table.fs(spark)
-        for status in self.table.files(spark, "batch-*"):
-            found = _PUBLISHED.fullmatch(status.getPath().getName())
-            if found is None:
-                continue
-            query, batch = found.group(1), int(found.group(2))
-            if not any(r.query == query and batch > r.after for r in rewind.replaced):
-                continue
-            if up_to is None or _hour(status) <= up_to:
-                fs.delete(status.getPath(), False)
-
-
 def hour_of(epoch_ms: int) -> tuple[int, int]:
     """The (dateint, hour) partition of a time, in UTC."""
     when = time.gmtime(epoch_ms / 1000)
     return int(time.strftime("%Y%m%d", when)), when.tm_hour
 
 
-def _hour(status) -> tuple[int, int]:
+def file_hour(status) -> tuple[int, int]:
     """The (dateint, hour) partition a file is in."""
     hour_dir = status.getPath().getParent()
     date_dir = hour_dir.getParent()

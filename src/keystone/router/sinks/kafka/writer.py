@@ -9,9 +9,5 @@ from keystone.router.sinks.base import RecordWriter
 
 
 class KafkaWriter(RecordWriter):
-    @property
-    def topic(self) -> str:
-        return self.route.stream.kafka_topics()[self.route.output.name]
-
     def carried(self) -> tuple[Column, Column]:
         return F.col("guid").cast("binary"), F.col("headers")

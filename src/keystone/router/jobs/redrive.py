@@ -1,6 +1,5 @@
 """A redrive: a stream's dead letters sent again through its current spec, each only to the
-outputs it failed in, as a Spark application of its own (`python -m keystone.router.redrive`,
-started and watched by control's fleet).
+outputs it failed in, as a job's application (`keystone.router.jobs`).
 
 It reads the dead-letter topic up to where it ended when the redrive was asked, keeps the dead
 letters its selection names (reason, output, time) that no other redrive has sent again, and
@@ -21,11 +20,9 @@ of them, so a Hive output does not hold the event twice.
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import math
-import sys
 import threading
 import time
 
@@ -35,7 +32,6 @@ from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from keystone.contracts import envelope as names
-from keystone.contracts.errors import KeystoneError
 from keystone.contracts.names import (
     STREAM_LEVEL,
     dead_letter_topic,
@@ -43,27 +39,19 @@ from keystone.contracts.names import (
     redriven_topic,
 )
 from keystone.contracts.recovery import Redrive, RedriveProgress
-from keystone.contracts.registry import RegistryReader
-from keystone.contracts.schema import parse_schema
 from keystone.contracts.settings import Settings
 from keystone.contracts.spec import StreamSpec
 from keystone.router.deadletter import unreadable
 from keystone.router.job import dead_letter_paths, routed
+from keystone.router.jobs import SLICE_SECONDS, JobRunner
 from keystone.router.meter import Meter
-from keystone.router.sinks.base import to_kafka, writer_for
+from keystone.router.sinks.base import replayer_for, to_kafka
 from keystone.router.sinks.route import Route
 from keystone.router.source import envelope, record_headers
-from keystone.router.spark import (
-    application_logging,
-    end_session,
-    spark_session,
-    stop_on_signals,
-)
 from keystone.router.topics import topic_config
 
 log = logging.getLogger(__name__)
 
-SLICE_SECONDS = 10  # a slice holds at most this many seconds' worth of the rate
 _DEAD_LETTER_HEADERS = (names.DLQ_REASON, names.DLQ_OUTPUT, names.REDRIVES)
 
 
@@ -188,42 +176,33 @@ def redriven(source: DataFrame) -> DataFrame:
     )
 
 
-class Redriver:
+class Redriver(JobRunner[Redrive, RedriveProgress]):
+    kind = Redrive
+
     def __init__(
         self,
         spark: SparkSession,
         settings: Settings,
         spec: StreamSpec,
-        redrive: Redrive,
+        job: Redrive,
         key: bytes | None,
     ) -> None:
-        """`key`: the stream's, for `hash` (`RegistryReader.hashing_key`)."""
-        self.spark = spark
-        self.key = key
-        self.settings = settings
-        self.spec = spec
-        self.redrive = redrive
-        self.path = RedriveProgress.path(settings.state_dir, spec.name, redrive.id)
-        self.progress = RedriveProgress.load(self.path)
+        super().__init__(spark, settings, spec, job, key)
         self.meters = {o.name: Meter(spark, f"redrive.{spec.name}.{o.name}") for o in spec.outputs}
         self.writers = {
-            o.name: writer_for(Route(settings, spec, o), self.meters[o.name]) for o in spec.outputs
+            o.name: replayer_for(Route(settings, spec, o), self.meters[o.name])
+            for o in spec.outputs
         }
-        schema = spec.avro_schema
-        self.schema = parse_schema(schema) if schema is not None else None
 
     def run(self, stop: threading.Event) -> bool:
-        """Goes on from where the progress file says until every slice is done (True) or
-        `stop` is set (False)."""
-        redrive, progress = self.redrive, self.progress
+        redrive, progress = self.job, self.progress
         ensure_redriven_topic(self.settings, self.spec.name)
         for writer in self.writers.values():
             writer.prepare(self.spark)
         found = selected(self.spark, self.settings, self.spec.name, redrive)
         if found is None:
-            progress.total, progress.done = 0, True
-            progress.save(self.path)
-            return True
+            progress.total = 0
+            return self.done("the dead-letter topic held none")
         letters = first_copies(found).persist()
         try:
             if progress.total is None or progress.slices is None:
@@ -235,24 +214,17 @@ class Redriver:
                 if stop.is_set():
                     return False
                 began = time.monotonic()
-                read = self.slice(letters.where(place == n), n)
-                stop.wait(max(0.0, read / redrive.rate - (time.monotonic() - began)))
+                self.paced(stop, self.slice(letters.where(place == n), n), began)
         finally:
             letters.unpersist()
-        progress.done = True
-        progress.save(self.path)
-        log.info(
-            "redrive %s done: %d dead letters, delivered %s, %d dead-lettered again",
-            redrive.id,
-            progress.read,
-            progress.delivered,
-            progress.dead_lettered,
+        return self.done(
+            f"{progress.read} dead letters, delivered {progress.delivered}, "
+            f"{progress.dead_lettered} dead-lettered again"
         )
-        return True
 
     def slice(self, letters: DataFrame, n: int) -> int:
         """Sends one slice again; returns how many dead letters it sent (copies not counted)."""
-        redrive, progress = self.redrive, self.progress
+        redrive, progress = self.job, self.progress
         part = letters.persist()
         try:
             copies = part.where("copy").count()
@@ -296,45 +268,3 @@ class Redriver:
         progress.slices_done = n + 1
         progress.save(self.path)
         return read
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m keystone.router.redrive", description=__doc__)
-    parser.add_argument("--stream", required=True)
-    parser.add_argument("--id", required=True, help="the redrive's id (rd-...)")
-    args = parser.parse_args(argv)
-    application_logging()
-    settings = Settings()
-    registry = RegistryReader.connect(settings)
-    try:
-        spec = registry.get_stream(args.stream)
-        redrive = registry.redrive(args.stream)
-        key = registry.hashing_key(args.stream)
-    except KeystoneError as e:
-        log.error("%s", e.message)
-        return 2
-    finally:
-        registry.close()
-    if redrive is None or redrive.id != args.id:
-        log.error("redrive %s of %s is no longer asked for", args.id, args.stream)
-        return 2
-
-    stop = stop_on_signals()
-    spark = spark_session(settings, f"keystone-redrive-{spec.name}")
-    log.info(
-        "redrive %s of %s: %s at %d events/s",
-        redrive.id,
-        spec.name,
-        redrive.selection,
-        redrive.rate,
-    )
-    try:
-        finished = Redriver(spark, settings, spec, redrive, key).run(stop)
-    finally:
-        end_session(spark)
-    log.info("redrive %s %s", redrive.id, "finished" if finished else "stopped")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -10,15 +10,10 @@ from pyspark.sql import Column
 from pyspark.sql import functions as F
 
 from keystone.contracts import envelope
-from keystone.contracts.names import fronting_topic
 from keystone.router.sinks.base import RecordWriter
 
 
 class KeystoneWriter(RecordWriter):
-    @property
-    def topic(self) -> str:
-        return fronting_topic(self.route.output.sink.stream)
-
     def carried(self) -> tuple[Column, Column]:
         replaced = (envelope.HOPS, envelope.STREAM)
         kept = F.filter("headers", lambda h: ~h["key"].isin(*replaced))

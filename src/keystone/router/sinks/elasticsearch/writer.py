@@ -27,7 +27,7 @@ from keystone.contracts.errors import SinkError
 from keystone.contracts.names import dead_letter_topic, index_prefix
 from keystone.router.counts import Outcome, latency_counts, merge_counts
 from keystone.router.deadletter import DeadLetters
-from keystone.router.sinks.base import BatchWriter
+from keystone.router.sinks.base import BatchWriter, TakesOut
 
 log = logging.getLogger(__name__)
 
@@ -176,7 +176,7 @@ class BulkWriter:
 BULK_COLUMNS = ("key", "value", "headers", "guid", "timestamp", "replay", "record")
 
 
-class ElasticsearchWriter(BatchWriter):
+class ElasticsearchWriter(BatchWriter, TakesOut):
     @property
     def prefix(self) -> str:
         return index_prefix(self.route.stream.name, self.route.output.name)
@@ -184,23 +184,21 @@ class ElasticsearchWriter(BatchWriter):
     def write_batch(self, frame: DataFrame, batch_id: int) -> Outcome:
         return self._bulk(frame.select(*BULK_COLUMNS))
 
-    def write_replay(
-        self, routed: DataFrame, tag: str, left_out: DataFrame | None = None
+    def write_replay_taking_out(
+        self, routed: DataFrame, left_out: DataFrame, tag: str
     ) -> Outcome | None:
         """The slice's documents written again by guid, and those of the events the output
         leaves out now deleted (a fixed filter's backfill leaves the range as the fixed
-        output gives it)."""
+        output gives it), in the same bulk requests."""
+        gone = left_out.select(
+            *(F.lit(None).alias(c) for c in ("key", "value", "headers")),
+            "guid",
+            "timestamp",
+            F.lit(None).cast("string").alias("replay"),
+            F.lit(None).cast("string").alias("record"),
+        )
         rows = self.frame(routed).select(*BULK_COLUMNS)
-        if left_out is not None:
-            gone = left_out.select(
-                *(F.lit(None).alias(c) for c in ("key", "value", "headers")),
-                "guid",
-                "timestamp",
-                F.lit(None).cast("string").alias("replay"),
-                F.lit(None).cast("string").alias("record"),
-            )
-            rows = rows.unionByName(gone, allowMissingColumns=False)
-        return self._bulk(rows)
+        return self._bulk(rows.unionByName(gone, allowMissingColumns=False))
 
     def _bulk(self, rows: DataFrame) -> Outcome:
         route = self.route

@@ -1,0 +1,124 @@
+"""How the router's queries run, decided without Spark: its size (task slots, records per
+micro-batch), and each output's query plan (where it starts reading, how much a trigger reads,
+its trigger) and a rewind's replay bound.
+
+Pure: the facts come in as arguments (what `router.job` read from the output's checkpoints
+and the fronting topic) or from the spec, so every decision here is tested without Spark,
+Kafka or a file. `router.job.Router` applies the plan to Spark as it is.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from keystone.contracts.checkpoints import Offsets
+from keystone.contracts.recovery import Rewind
+from keystone.contracts.spec import OutputSpec, StreamSpec
+
+BATCH_LIMIT = 100_000  # records per micro-batch at least, so catching up comes in bounded steps
+BATCH_SECONDS = 30  # ...and at most this many seconds of the rate the router is sized for
+# Events per second one task of a micro-batch keeps up with, reading, routing and writing to
+# the slowest sink: set from what the backfill and router benchmarks measured of the sinks'
+# pace (docs/benchmarks.md). A router sized for more gives each micro-batch query more tasks
+# at once, up to one per partition.
+EVENTS_PER_TASK = 4_000
+REPLAY_TRIGGER = "1 second"  # a replay reads its rate's worth of events a second
+BACK_TO_BACK = "0 seconds"  # a processing-time trigger that starts each batch as one ends
+
+
+def sized(spec: StreamSpec, sized_for: int | None) -> int:
+    """The events per second the router is sized for: the fleet's figure, within the spec's
+    bounds (its smallest when the fleet gave none)."""
+    bounds = spec.sizing
+    wanted = sized_for if sized_for is not None else bounds.min_events_per_second
+    return max(bounds.min_events_per_second, min(bounds.max_events_per_second, wanted))
+
+
+def runs_realtime(output: OutputSpec) -> bool:
+    """Under Real-time Mode: realtime outputs whose sink Spark writes itself (its descriptor
+    says). Elasticsearch is written from Python, which Real-time Mode feeds only at its
+    checkpoints, so a realtime Elasticsearch output runs micro-batches back to back instead."""
+    assert output.delivery is not None, "set when the spec is read"
+    return output.delivery.mode == "realtime" and output.sink.kind.realtime
+
+
+def router_slots(spec: StreamSpec, sized_for: int | None = None) -> int:
+    """Real-time Mode keeps one task running per topic partition for each realtime query; the
+    router needs that many task slots, and for each micro-batch query (the outputs', the dead
+    letters', the archive's) as many as its batches need at once at the rate it is sized for
+    (one per `EVENTS_PER_TASK`, up to one per partition), so that none waits for a slot while
+    another's batch waits on its sink."""
+    realtime = sum(spec.partitions for o in spec.outputs if runs_realtime(o))
+    queries = sum(1 for o in spec.outputs if not runs_realtime(o)) + 1 + spec.archive.enabled
+    per_query = min(spec.partitions, math.ceil(sized(spec, sized_for) / EVENTS_PER_TASK))
+    return realtime + queries * per_query
+
+
+def batch_limit(spec: StreamSpec, sized_for: int | None = None) -> int:
+    """Records a micro-batch reads at most: `BATCH_SECONDS` of the rate the router is sized
+    for, and never fewer than `BATCH_LIMIT`."""
+    return max(BATCH_LIMIT, BATCH_SECONDS * sized(spec, sized_for))
+
+
+@dataclass(frozen=True)
+class QueryPlan:
+    """How one output's streaming query runs: Spark's Kafka source reads from `starting`
+    (`startingOffsets`: `latest`, `earliest` or offsets as JSON), at most `max_per_trigger`
+    records a trigger (none: no limit), and the query triggers every `trigger`, as Real-time
+    Mode's checkpoint interval when `real_time`, else as a processing time."""
+
+    starting: str
+    max_per_trigger: int | None
+    trigger: str
+    real_time: bool
+
+
+def query_plan(
+    output: OutputSpec, rewind: Rewind | None, *, topic: str, batch_limit: int
+) -> QueryPlan:
+    """The output's query plan, rewound by `rewind` (none: never rewound). `topic`: the
+    fronting topic; `batch_limit`: the router's (`batch_limit`)."""
+    delivery = output.delivery
+    assert delivery is not None and delivery.trigger is not None, "set when the spec is read"
+    starting = output.start
+    if rewind is not None:  # read by a new checkpoint only: a started one goes on from its own
+        offsets = {str(p): o for p, o in sorted(rewind.start.items())}
+        starting = json.dumps({topic: offsets})
+    if rewind is not None and rewind.replaying:
+        # Rate limited, whatever the output's mode, until it has caught up: a second's worth
+        # of events a second.
+        return QueryPlan(starting, min(batch_limit, rewind.rate), REPLAY_TRIGGER, real_time=False)
+    if runs_realtime(output):
+        return QueryPlan(starting, None, delivery.trigger, real_time=True)
+    if delivery.mode == "realtime":  # a sink Real-time Mode cannot feed: back to back
+        return QueryPlan(starting, batch_limit, BACK_TO_BACK, real_time=False)
+    return QueryPlan(starting, batch_limit, delivery.trigger, real_time=False)
+
+
+def replay_bound(
+    output: OutputSpec,
+    rewind: Rewind,
+    *,
+    earlier: bool,
+    planned: Callable[[], Offsets | None],
+    topic_end: Callable[[], Offsets],
+) -> Offsets:
+    """Where the output's earlier generation had got to, bounding what the rewind writes
+    again (`router.job.Router.replay_bound`). `earlier`: whether an earlier generation's
+    checkpoint is there; then, read
+    only when the answer depends on it, `planned`: the end offsets of the newest batch the
+    earlier generation planned (`contracts.checkpoints.planned`), and `topic_end`: where the
+    fronting topic ends now.
+
+    With no earlier generation nothing was written, and the bound is the rewind's start. A
+    micro-batch query wrote nothing past its last planned batch (the start if it planned none);
+    a Real-time Mode query logs an epoch's offsets only as the epoch ends, so its running
+    epoch's are not in the checkpoint: nothing past the topic's end, then."""
+    if not earlier:
+        return dict(rewind.start)
+    if runs_realtime(output):
+        return topic_end()
+    return planned() or dict(rewind.start)

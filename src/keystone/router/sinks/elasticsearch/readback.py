@@ -1,0 +1,70 @@
+"""An Elasticsearch output read back: its daily indices' document ids (the guids)."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+
+import httpx
+
+from keystone.contracts.errors import SinkError
+from keystone.contracts.names import index_prefix
+from keystone.router.sinks.readback import Copy, SinkReader
+
+_PAGE = 5000  # documents per scroll page
+
+
+class ElasticsearchReader(SinkReader):
+    @property
+    def pattern(self) -> str:
+        return f"{index_prefix(self.spec.name, self.output.name)}*"
+
+    @property
+    def where(self) -> str:
+        return f"index {self.pattern}"
+
+    def deliveries(self) -> Counter[Copy]:
+        """Every document id (an id is unique within an index, and an event's index is fixed by
+        its ingest day, so a copy is a duplicate)."""
+        found: Counter[Copy] = Counter()
+        found.update(
+            (doc_id, None)
+            for doc_id, _ in search_documents(self.settings.elasticsearch_url, self.pattern)
+        )
+        return found
+
+
+def search_documents(
+    url: str, pattern: str, source: bool = False, unready_for: float = 30
+) -> list[tuple[str, dict]]:
+    """Every document of the indices `pattern` names, refreshed first, through the scroll API:
+    (id, source) pairs, the source empty unless asked for. An index the router created a moment
+    ago may not be searchable yet (Elasticsearch answers 503 until its shard has started): asked
+    again for `unready_for` seconds. Any other refusal raises with Elasticsearch's answer, never
+    reads as an empty sink (an audit would count every event lost)."""
+    deadline = time.monotonic() + unready_for
+    with httpx.Client(base_url=url, timeout=60) as es:
+        while True:
+            es.post(f"/{pattern}/_refresh", params={"ignore_unavailable": "true"})
+            answer = es.post(
+                f"/{pattern}/_search",
+                params={"scroll": "1m", "ignore_unavailable": "true"},
+                json={"size": _PAGE, "_source": source, "sort": ["_doc"]},
+            )
+            if answer.status_code != 503 or time.monotonic() > deadline:
+                break
+            time.sleep(1)
+        found: list[tuple[str, dict]] = []
+        while True:
+            if answer.status_code != 200:
+                raise SinkError(f"searching {pattern}: {answer.status_code} {answer.text[:500]}")
+            page = answer.json()
+            hits = page["hits"]["hits"]
+            found.extend((hit["_id"], hit.get("_source", {})) for hit in hits)
+            if not hits:
+                if "_scroll_id" in page:  # none when no index matched
+                    es.request("DELETE", "/_search/scroll", json={"scroll_id": page["_scroll_id"]})
+                return found
+            answer = es.post(
+                "/_search/scroll", json={"scroll": "1m", "scroll_id": page["_scroll_id"]}
+            )

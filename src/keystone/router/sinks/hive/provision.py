@@ -1,0 +1,41 @@
+"""The Hive database every stream's tables are in, made through the metastore's Thrift API."""
+
+from __future__ import annotations
+
+from hmsclient.genthrift.hive_metastore.ttypes import (
+    AlreadyExistsException,
+    Database,
+    NoSuchObjectException,
+)
+from hmsclient.hmsclient import HMSClient
+from thrift.Thrift import TException
+
+from keystone.contracts.errors import SinkError
+from keystone.contracts.names import HIVE_DATABASE
+from keystone.contracts.settings import Settings
+from keystone.router.sinks.provision import Provisioner
+
+
+class HiveProvisioner(Provisioner):
+    def provision(self) -> list[str]:
+        return ensure_database(self.route.settings)
+
+
+def ensure_database(settings: Settings) -> list[str]:
+    """Creates the Hive database of every stream's tables through the metastore's Thrift API
+    (no Spark needed), where Spark itself would put it."""
+    host, _, port = settings.metastore_uri.removeprefix("thrift://").partition(":")
+    try:
+        with HMSClient(host=host, port=int(port)) as client:
+            try:
+                client.get_database(HIVE_DATABASE)
+                return []
+            except NoSuchObjectException:
+                location = f"{settings.warehouse_dir.rstrip('/')}/{HIVE_DATABASE}.db"
+                try:
+                    client.create_database(Database(name=HIVE_DATABASE, locationUri=location))
+                except AlreadyExistsException:
+                    return []  # made meanwhile by another writer
+                return [f"Hive database {HIVE_DATABASE}"]
+    except (TException, OSError) as e:
+        raise SinkError(f"the Hive metastore at {settings.metastore_uri} failed: {e}") from e

@@ -1,0 +1,166 @@
+"""The router's supervisor: keeps its named streaming queries running until told to stop.
+
+Every second it reads the queries' plans (`Plans`: for the router, the outputs' rewinds), then
+looks at each query in turn:
+
+- one that stopped by itself failed: it is logged and started again after a backoff
+  (`contracts.backoff.Backoff`: 1 s doubling to 60 s), from the first delay again when it had
+  run longer than the longest wait (a start alone does not count as running well);
+- one whose plan changed (a rewind started, or caught up), or that is held, is stopped at once
+  and, unless held, started again a second later in its new plan;
+- one that is not running is started when its wait is over; one that cannot start (a sink's
+  `prepare` refused, Kafka away...) backs off as a failed one does.
+
+The others go on meanwhile. Then it reports which are running (`report`). When told to stop,
+it stops every query running. No Spark here: a query is anything that can say whether it is
+active, why it stopped, and be stopped.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+from keystone.contracts.backoff import Backoff
+
+log = logging.getLogger(__name__)
+
+BACKOFF = Backoff(first=1.0, factor=2.0, most=60.0)
+TICK_SECONDS = 1.0  # how often plans are read and queries looked at
+
+
+class Query(Protocol):
+    """What the supervisor needs of a running query (a `pyspark` `StreamingQuery`)."""
+
+    @property
+    def isActive(self) -> bool: ...  # Spark's name
+
+    def exception(self) -> object | None: ...
+
+    def stop(self) -> None: ...
+
+
+class Plans(Protocol):
+    """Where the queries' plans come from, read once a tick (the router's `RewindWatch`)."""
+
+    @property
+    def ready(self) -> bool:
+        """Read at least once: no query starts before, or it could start in the wrong plan."""
+        ...
+
+    @property
+    def held(self) -> set[str]:
+        """Queries that must not run."""
+        ...
+
+    def read(self) -> None: ...
+
+    def plan(self, name: str) -> object:
+        """What the query runs as; a change starts it again."""
+        ...
+
+
+@dataclass
+class _Supervised:
+    """One query's state between ticks."""
+
+    start: Callable[[], Query]
+    query: Query | None = None  # while it runs
+    started: float = 0.0  # when it last started
+    plan: object = None  # the plan it started in
+    failures: int = 0  # in a row, counted since it last ran longer than the longest backoff
+    retry_at: float = 0.0  # not started again before
+
+
+class Supervisor:
+    """Runs named queries, each started again when it fails (after a backoff) or its plan
+    changes, until told to stop."""
+
+    def __init__(
+        self,
+        starts: Mapping[str, Callable[[], Query]],
+        plans: Plans,
+        report: Callable[[dict[str, bool]], None],
+        *,
+        backoff: Backoff = BACKOFF,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """`starts`: each query by name, and how to start it (looked at in this order);
+        `report`: told each tick which of them are running."""
+        self.plans = plans
+        self.report = report
+        self.backoff = backoff
+        self.clock = clock
+        self.queries = {name: _Supervised(start) for name, start in starts.items()}
+
+    def run(self, stop: threading.Event) -> None:
+        """Starts every query and keeps them running until `stop` is set, then stops them."""
+        while not self.plans.ready and not stop.is_set():  # where each one is, before any starts
+            stop.wait(TICK_SECONDS)
+            self.plans.read()
+        while not stop.is_set():
+            self.tick()
+            stop.wait(TICK_SECONDS)
+        self.stop_all()
+
+    def tick(self) -> None:
+        """Reads the plans, looks at every query once, and reports which are running."""
+        self.plans.read()
+        now = self.clock()
+        for name, supervised in self.queries.items():
+            query = supervised.query
+            if query is None:
+                self._start_when_due(name, supervised, now)
+            elif not query.isActive:
+                self._failed(name, supervised, query, now)
+            elif supervised.plan != self.plans.plan(name) or name in self.plans.held:
+                self._stop_for_new_plan(name, supervised, query, now)
+        self.report({name: s.query is not None for name, s in self.queries.items()})
+
+    def stop_all(self) -> None:
+        """Stops every query running, in the order they started."""
+        running = [(s.started, n, s.query) for n, s in self.queries.items() if s.query is not None]
+        for _, name, query in sorted(running, key=lambda item: item[0]):
+            log.info("stopping query %s", name)
+            query.stop()
+
+    def _start_when_due(self, name: str, supervised: _Supervised, now: float) -> None:
+        if now < supervised.retry_at or name in self.plans.held:
+            return
+        try:
+            supervised.query = supervised.start()
+        except Exception as e:  # the supervisor's boundary: log, back off, try again
+            log.error("query %s could not start: %s: %s", name, type(e).__name__, e)
+            self._back_off(supervised, now)
+            return
+        supervised.started, supervised.plan = now, self.plans.plan(name)
+        log.info("query %s running", name)
+
+    def _failed(self, name: str, supervised: _Supervised, query: Query, now: float) -> None:
+        error = query.exception()
+        why = str(error).strip().splitlines()[0] if error else "no error"
+        log.error("query %s stopped: %s", name, why)
+        supervised.query = None
+        if now - supervised.started > self.backoff.most:
+            supervised.failures = 0  # it had been running well: retry soon
+        self._back_off(supervised, now)
+
+    def _stop_for_new_plan(
+        self, name: str, supervised: _Supervised, query: Query, now: float
+    ) -> None:
+        """Rewound, caught up or held: stopped at once, started again from the next tick."""
+        log.info("query %s stopping for its rewind: %s", name, self.plans.plan(name))
+        supervised.query = None
+        try:
+            query.stop()
+        except Exception as e:  # it is stopped, or will be: go on
+            log.error("query %s did not stop cleanly: %s", name, e)
+        supervised.retry_at = now
+
+    def _back_off(self, supervised: _Supervised, now: float) -> None:
+        supervised.failures += 1
+        supervised.retry_at = now + self.backoff.delay(supervised.failures)
