@@ -17,6 +17,8 @@ What each page reads:
 - Alerts: the rules `keystone.dashboards.rules` generates for a sample stream.
 - Functions: the routing language's functions (`keystone.router.lang.ast.FUNCTIONS`) and the
   rules every one of them follows (`keystone.router.lang.functions`).
+- Sink types: each registered type's config module (`keystone.contracts.sinks.<type>`): what
+  its docstring says, its config's fields, and its descriptor's answers.
 
 Defaults are the code's own: the KEYSTONE_* variables and `.env` file of the machine that builds
 the site are set aside while the pages are made.
@@ -44,6 +46,7 @@ PAGES: dict[str, str] = {
     "reference/metrics.md": "metrics_reference",
     "reference/alerts.md": "alerts_reference",
     "reference/functions.md": "functions_reference",
+    "reference/sinks.md": "sinks_reference",
 }
 GENERATED = (
     "<!-- Generated from the code by docs/gen_reference.py at build time; not a file in the "
@@ -912,6 +915,60 @@ def functions_reference() -> str:
             "it negative; before anything else, write `0 - x`.\n",
         ]
     )
+
+
+def sinks_reference() -> str:
+    from keystone.contracts import sinks
+
+    sections = []
+    for config in sinks.SINKS:
+        kind = config.kind
+        name = config.model_fields["type"].default
+        fields = [
+            [code(f), cell(type_name(field.annotation)), cell(field.description or "")]
+            for f, field in config.model_fields.items()
+            if f != "type"
+        ]
+        facts = [
+            ["delivery modes", ", ".join(code(m) for m in kind.modes) + " (the first by default)"],
+            ["under Real-time Mode", "yes" if kind.realtime else "no: micro-batches"],
+            ["records written again", code(kind.replay.value)],
+            [
+                "after a crash",
+                "exactly once"
+                if kind.exact
+                else "at least once, or exactly once "
+                "in Kafka transactions (`delivery.guarantee: exactly_once`)",
+            ],
+            ["writes to", cell(config.model_construct(**_sample(config)).target("plays", "out"))],
+        ]
+        module = importlib.import_module(config.__module__)
+        sections.append(
+            f"## {kind.label} (`{name}`)\n\n"
+            + prose(inspect.cleandoc(module.__doc__ or ""))
+            + "\n\n"
+            + table(["", name], facts)
+            + ("\n\nIts fields:\n\n" + table(["field", "type", ""], fields) if fields else "")
+            + "\n"
+        )
+    return "".join(
+        [
+            GENERATED,
+            "# Sink types\n\n",
+            "Where an output delivers: `outputs[].sink` in the [stream spec]"
+            "(../concepts/stream-spec.md), its `type` one of those below, each with its fields. "
+            "Each type is one unit ([the router](../concepts/router.md#sinks)); `writes to` shows "
+            "an output `out` of a stream `plays` (into a stream `other`).\n\n",
+            prose(inspect.cleandoc(sinks.__doc__ or "")),
+            "\n\n",
+            *sections,
+        ]
+    )
+
+
+def _sample(config: type) -> dict[str, Any]:
+    """Values for a config's required fields, to show where it writes."""
+    return {f: "other" for f, field in config.model_fields.items() if field.is_required()}
 
 
 if __name__ == "__main__":

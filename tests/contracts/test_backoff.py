@@ -17,8 +17,8 @@ def test_the_wait_doubles_from_the_first_up_to_the_most() -> None:
 
 
 def test_it_takes_control_fleets_and_jobs_shapes() -> None:
-    # The fleet's `min(MAX_BACKOFF, 2.0 ** (failures - 1))` and the jobs'
-    # `min(300.0, 2.0**attempts)` (attempts made before this failure).
+    # What control.fleet and control.jobs used before they took it (RESTARTS in each): the
+    # fleet's `min(300.0, 2.0 ** (failures - 1))`, the jobs' `min(300.0, 2.0**attempts)`.
     control = Backoff(first=1.0, factor=2.0, most=300.0)
     for n in range(1, 40):
         assert control.delay(n) == min(300.0, 2.0 ** (n - 1))  # n failures

@@ -19,15 +19,23 @@ from keystone.contracts.checkpoints import (
     query_id,
     remove_generations,
 )
-from keystone.contracts.errors import InvalidSpec
+from keystone.contracts.errors import Conflict, InvalidSpec
 from keystone.contracts.recovery import (
     DENSE_SECONDS,
+    OPERATIONS,
     SPARSE_SECONDS,
+    Backfill,
+    BackfillProgress,
+    HourDone,
+    JobPhase,
+    Redrive,
     RestorePoint,
     Rewind,
     RewindPhase,
+    check_free,
     thin,
 )
+from keystone.contracts.registry import slot
 from keystone.contracts.settings import Settings
 from keystone.contracts.spec import load_spec
 
@@ -187,3 +195,51 @@ def test_thinning_keeps_a_point_of_every_generation() -> None:
 def test_the_newest_point_outlives_retention() -> None:
     idle = [point(90000, 1), point(90600, 0)]  # an output idle for a day and more
     assert thin(idle, NOW, keep_seconds=86400) == [idle[1]]
+
+
+def backfill_of(output: str = "clicks", **fields: object) -> Backfill:
+    values = {"id": Backfill.new_id(), "output": output, "start": 0, "end": 1, "rate": 10}
+    return Backfill(**{**values, "requested_at": NOW, "by": "x", **fields})  # type: ignore[arg-type]
+
+
+def test_each_kind_s_id_is_its_own_and_where_its_records_go() -> None:
+    assert Rewind.new_id().startswith("rw-") and Redrive.new_id().startswith("rd-")
+    with pytest.raises(ValidationError, match="a backfill id is 'bf-'"):
+        backfill_of(id="rw-0123456789ab")
+    assert slot(Rewind, "plays", "clicks") == ("keystone:rewinds:plays", "clicks")
+    assert slot(Backfill, "plays", "clicks") == ("keystone:backfills:plays", "clicks")
+    assert slot(Redrive, "plays", None) == ("keystone:redrives", "plays")  # the stream's
+    assert set(OPERATIONS) == {"rewinds", "backfills", "redrives"}
+
+
+def test_one_of_a_kind_at_a_time_and_a_rewind_and_a_backfill_exclude_each_other() -> None:
+    running = backfill_of()
+    replaying = rewind()
+    check_free(Backfill, "plays", "clicks", [None, None])  # nothing under way
+    with pytest.raises(Conflict) as same:
+        check_free(Backfill, "plays", "clicks", [running])
+    assert same.value.message == (
+        f"output plays.clicks is being backfilled ({running.id}): one backfill per output at a "
+        "time; cancel it first"
+    )
+    assert same.value.details == {"backfill": running.id}
+    with pytest.raises(Conflict) as other:
+        check_free(Backfill, "plays", "clicks", [None, replaying])
+    assert other.value.message == (
+        f"output plays.clicks is replaying rewind {replaying.id}: a backfill waits until it has "
+        "caught up"
+    )
+    with pytest.raises(Conflict, match=r"one rewind per output at a time$"):
+        check_free(Rewind, "plays", "clicks", [replaying])
+    # Ended, neither holds anything back.
+    done = running.model_copy(update={"phase": JobPhase.DONE})
+    caught_up = replaying.model_copy(update={"phase": RewindPhase.CAUGHT_UP})
+    check_free(Rewind, "plays", "clicks", [caught_up, done])
+
+
+def test_a_job_s_time_left_is_at_its_rate_while_it_runs() -> None:
+    job = backfill_of(rate=100)
+    progress = BackfillProgress(total=1000, hours={"2027011506": HourDone(read=400)})
+    assert progress.eta_seconds(job) == 6.0  # 600 events left at 100 a second
+    assert BackfillProgress().eta_seconds(job) is None  # not counted yet
+    assert progress.eta_seconds(job.model_copy(update={"phase": JobPhase.CANCELLED})) is None

@@ -31,6 +31,7 @@ import uuid
 from collections.abc import Callable
 from typing import Protocol
 
+from keystone.contracts.backoff import Backoff
 from keystone.contracts.errors import KeystoneError
 from keystone.contracts.names import valid_name
 from keystone.contracts.registry import RouterPhase, RouterState
@@ -50,6 +51,8 @@ PASS_SECONDS = 1.0
 HEALTHY_AFTER = 60.0  # a router up this long has recovered: its failure count starts again
 FAILED_AFTER = 3  # deaths in a row that make a router "failed" (still retried, slowly)
 MAX_BACKOFF = 300.0
+# A router that died starts again after 1, 2, 4 ... s, at most MAX_BACKOFF.
+RESTARTS = Backoff(first=1.0, factor=2.0, most=MAX_BACKOFF)
 
 
 def fingerprint(spec: StreamSpec, sized_for: int = 0) -> str:
@@ -209,7 +212,7 @@ class Fleet:
         error = self.launcher.last_error(deployed.stream)
         why = f"exited with {code}" if code is not None else "its process ended"
         state.last_error = f"{why}: {error}" if error else why
-        delay = min(MAX_BACKOFF, 2.0 ** (state.failures - 1))
+        delay = RESTARTS.delay(state.failures)
         state.retry_at = now + delay
         _enter(
             state,
