@@ -13,6 +13,8 @@ import pytest
 from tests.support.api import Api
 from tests.support.stack import Stack, checked, private_state_dir, stack_env
 
+pytest_plugins = ["tests.support.budget"]
+
 
 @pytest.fixture(scope="session")
 def stack() -> Iterator[Stack]:

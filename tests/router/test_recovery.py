@@ -29,6 +29,7 @@ import pytest
 
 from keystone.contracts import envelope
 from keystone.contracts.processes import PidFile, stop
+from keystone.contracts.recovery import Backfill
 from keystone.control.launcher import Deployment
 from keystone.ingest_proxy.client import DirectProducer
 from keystone.router.lang.evaluate import project
@@ -461,7 +462,7 @@ def _archived(rewound: Rewound) -> bool:
 
 def _application(rewound: Rewound, output: str) -> int | None:
     """The pid of the output's backfill application while it runs."""
-    record = rewound.stack.settings.backfills_run_dir / f"{STREAM}.{output}.json"
+    record = rewound.stack.settings.job_run_dir(Backfill.kind) / f"{STREAM}.{output}.json"
     return PidFile(record).running_pid()
 
 

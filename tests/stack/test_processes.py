@@ -15,6 +15,8 @@ from keystone.contracts.processes import (
     spawn,
     stop,
 )
+from keystone.contracts.settings import Settings
+from keystone.stack.services import Control
 
 
 def test_a_pid_file_of_a_finished_process_is_stale(tmp_path: Path) -> None:
@@ -102,3 +104,22 @@ def test_port_in_use_tells_a_listening_port_from_a_free_one() -> None:
         port = listener.getsockname()[1]
         assert port_in_use("127.0.0.1", port)
     assert not port_in_use("127.0.0.1", port)  # closed: free again at once
+
+
+def test_control_stopping_stops_every_router_and_job_application_it_recorded(
+    tmp_path: Path,
+) -> None:
+    """`stack down` stops control, whose `after_stop` stops what its fleet started: a router,
+    and each kind of job's application, by their pid files."""
+    settings = Settings(state_dir=tmp_path)
+    folders = [settings.routers_run_dir, settings.job_run_dir("backfills")]
+    folders.append(settings.job_run_dir("redrives"))
+    pids = []
+    for n, folder in enumerate(folders):
+        record = PidFile(folder / f"s{n}.json")
+        pid = spawn(["sleep", "60"], tmp_path / f"{n}.log", record, cwd=tmp_path)
+        pids.append(pid)
+    Control(settings).after_stop()
+    for pid in pids:
+        reap(pid, timeout=5)
+        assert exited(pid), f"{pid} still runs"

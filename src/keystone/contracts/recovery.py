@@ -258,6 +258,8 @@ class Job(Operation):
 
     progress: ClassVar[type[JobProgress]]
 
+    ends = "finished or been cancelled"
+
     phase: JobPhase = JobPhase.RUNNING
     attempts: int = Field(0, ge=0, description="Times its application was started.")
     error: str = ""
@@ -336,7 +338,6 @@ class Backfill(Job):
     excludes = ("rewinds",)
     doing = "is being backfilled ({id})"
     never = "has not been backfilled"
-    ends = "finished or been cancelled"
     progress = BackfillProgress
 
     output: str

@@ -257,15 +257,19 @@ class OperationPublic(BaseModel):
 
     @staticmethod
     def fields_of(stream: str, operation: Operation) -> dict[str, Any]:
-        finished = operation.finished_at
         return {
             "id": operation.id,
             "stream": stream,
             "rate": operation.rate,
             "requested_at": datetime.fromtimestamp(operation.requested_at, UTC),
             "by": operation.by,
-            "finished_at": datetime.fromtimestamp(finished, UTC) if finished else None,
         }
+
+    @staticmethod
+    def finished(operation: Operation) -> dict[str, Any]:
+        """When it ended, for a view of it (a plan says none: `finished_at` unset)."""
+        ended = operation.finished_at
+        return {"finished_at": datetime.fromtimestamp(ended, UTC) if ended else None}
 
 
 class JobPublic(OperationPublic):
@@ -305,6 +309,7 @@ class JobPublic(OperationPublic):
         job: Job = view.job
         progress = view.progress
         return {
+            **OperationPublic.finished(job),
             "state": job.phase,
             "events": progress.total,
             "read": progress.handled(),
@@ -362,6 +367,7 @@ class RewindPublic(OperationPublic):
             committed=progress.position.offsets if progress.position is not None else None,
             replayed=progress.replayed,
             eta_seconds=eta,
+            **OperationPublic.finished(rewind),
             sink=SinkReplayPublic(kind=progress.replay),
         )
 

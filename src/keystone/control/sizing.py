@@ -1,7 +1,7 @@
 """Routers sized from their traffic: the fleet samples each stream's input (the end offsets of
 its fronting topic) every `SAMPLE_SECONDS`, keeps an hour of samples in Redis, and sizes the
 router for the events per second its traffic calls for (`decide`); the router's task slots and
-its micro-batches' size follow from that figure (`router.job.router_slots`,
+its micro-batches' size follow from that figure (`router.plan.router_slots`,
 `router.plan.batch_limit`).
 
 The rule, with hysteresis so a router is not redeployed back and forth:

@@ -49,7 +49,7 @@ from keystone.loadtest.bench import (
 from keystone.loadtest.router_bench import handwritten_records, spec
 from keystone.router.job import paths_read_by, routed
 from keystone.router.meter import Meter
-from keystone.router.sinks.kafka import KafkaWriter
+from keystone.router.sinks.kafka.writer import KafkaWriter
 from keystone.router.sinks.route import Route
 from keystone.router.source import envelope as source_columns
 from keystone.router.spark import spark_session

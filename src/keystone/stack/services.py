@@ -31,6 +31,7 @@ from confluent_kafka.admin import AdminClient
 
 from keystone.contracts.errors import StackError
 from keystone.contracts.processes import PidFile, stop, tcp_accepts
+from keystone.contracts.recovery import OPERATIONS, Job
 from keystone.contracts.settings import Settings, stored_secret
 from keystone.dashboards import targets
 from keystone.router import jvm
@@ -771,11 +772,8 @@ class Control(UvicornService):
             return
         timeout = self.settings.router_stop_timeout_seconds
         settings = self.settings
-        for folder in (
-            settings.routers_run_dir,
-            settings.backfills_run_dir,
-            settings.redrives_run_dir,
-        ):
+        jobs = [settings.job_run_dir(k.kind) for k in OPERATIONS.values() if issubclass(k, Job)]
+        for folder in (settings.routers_run_dir, *jobs):
             for record in sorted(folder.glob("*.json")):
                 stop(PidFile(record), signal.SIGTERM, timeout, group=False)
 

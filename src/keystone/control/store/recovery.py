@@ -75,9 +75,9 @@ class RecoveryRecords(Repository):
                     raise NotFound(f"stream {stream!r} has no output {planned.output.name!r}")
                 if now != planned.output:
                     raise Conflict(f"output {planned.output.name!r} changed meanwhile: ask again")
-            current = _record_or_none(kind, tx.hget(hash_name, field))
+            current = _record_or_none(kind, tx.hget(hash_name, field), output)
             others = [
-                _record_or_none(OPERATIONS[k], tx.hget(h, f))
+                _record_or_none(OPERATIONS[k], tx.hget(h, f), output)
                 for k, (h, f) in zip(kind.excludes, excluded, strict=True)
             ]
             check_free(kind, stream, output, [current, *others])
@@ -108,7 +108,7 @@ class RecoveryRecords(Repository):
         hash_name, field = slot(kind, stream, _output_of(record))
 
         def write(tx: redis.client.Pipeline) -> bool:
-            current = _record_or_none(kind, tx.hget(hash_name, field))
+            current = _record_or_none(kind, tx.hget(hash_name, field), _output_of(record))
             if current is None or current.id != record.id or not holds(current):
                 return False
             tx.multi()
@@ -138,7 +138,7 @@ class RecoveryRecords(Repository):
         rewinds, _ = slot(Rewind, stream, output)
 
         def write(tx: redis.client.Pipeline) -> bool:
-            now = _record_or_none(Rewind, tx.hget(rewinds, output))
+            now = _record_or_none(Rewind, tx.hget(rewinds, output), output)
             if (now.generation if now is not None else 0) != mark[0]:
                 return False
             tx.multi()
@@ -190,14 +190,18 @@ def _output_of(record: Operation) -> str | None:
     return getattr(record, "output", None) if record.per_output else None
 
 
-def _record_or_none(model: type[Op], raw: bytes | None) -> Op | None:
-    """A stored operation, or None when there is none or it does not read (a stranger's
-    write: it is replaced)."""
+def _record_or_none(model: type[Op], raw: bytes | None, output: str | None = None) -> Op | None:
+    """A stored operation, or None when there is none or it does not read as the readers read
+    it (`RegistryReader.read_operations`: of the output where it is kept): a stranger's write,
+    which is replaced."""
     try:
-        return model.model_validate_json(raw) if raw is not None else None
+        record = model.model_validate_json(raw) if raw is not None else None
     except ValidationError:
+        record = None
+    if raw is not None and (record is None or _output_of(record) != output):
         log.warning("replacing a %s record that does not read", model.noun())
         return None
+    return record
 
 
 def _kept(member: bytes, keeps: Callable[[RestorePoint], bool]) -> bool:
