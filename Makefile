@@ -10,8 +10,11 @@ demo: bootstrap
 	.venv/bin/keystone stack up
 	.venv/bin/keystone demo
 
+# The cluster tests first, on their own stack; then the rest in two workers beside one stack
+# (tests/support/parallel.py: a module to a worker, the modules that restart a service alone).
 test: bootstrap lint docs
-	.venv/bin/pytest
+	.venv/bin/pytest tests/cluster
+	.venv/bin/pytest -n 2 --ignore=tests/cluster
 
 check: bootstrap lint
 	.venv/bin/pytest -q -m "not stack and not spark and not wheel"

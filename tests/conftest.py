@@ -1,31 +1,25 @@
 """The test stack: the suite starts its own embedded stack on its own ports and state
 directory (never touching a running demo) through the real `keystone` command, finds it
-through `keystone stack status --json`, and tears it down at the end."""
+through `keystone stack status --json`, and tears it down at the end; one stack for all the
+workers of a parallel run (`tests.support.parallel`)."""
 
 from __future__ import annotations
 
-import shutil
 import uuid
-from collections.abc import Iterator
 
 import pytest
 
 from tests.support.api import Api
-from tests.support.stack import Stack, checked, private_state_dir, stack_env
+from tests.support.parallel import shared_stack
+from tests.support.stack import Stack
 
-pytest_plugins = ["tests.support.budget"]
+pytest_plugins = ["tests.support.budget", "tests.support.parallel"]
 
 
 @pytest.fixture(scope="session")
-def stack() -> Iterator[Stack]:
-    state_dir = private_state_dir()
-    handle = Stack(env=stack_env(state_dir, port_offset=10000), state_dir=state_dir)
-    try:
-        checked(handle.keystone("stack", "up", timeout=900))
-        yield handle
-    finally:
-        handle.keystone("stack", "down", "--purge")
-        shutil.rmtree(state_dir, ignore_errors=True)
+def stack(request: pytest.FixtureRequest) -> Stack:
+    """Started by the first test that asks (in any worker), down when the run ends."""
+    return shared_stack(request.config)
 
 
 @pytest.fixture(scope="session")
@@ -50,11 +44,3 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.stack)
         elif "spark" in needs:
             item.add_marker(pytest.mark.spark)
-
-
-@pytest.hookimpl(trylast=True)  # after pytest-randomly's shuffle
-def pytest_collection_finish(session: pytest.Session) -> None:
-    """Puts the cluster tests first, together: their stack comes and goes before the suite's
-    is started (one stack at a time on this machine), so neither is started twice."""
-    on_cluster = {id(i) for i in session.items if "cluster" in getattr(i, "fixturenames", ())}
-    session.items.sort(key=lambda i: id(i) not in on_cluster)  # stable: the shuffled order else

@@ -31,6 +31,9 @@ from tests.support.processes import processes_mentioning
 from tests.support.stack import Stack, checked
 from tests.support.waiting import eventually
 
+# It restarts control, which every module using the stack uses: no other runs meanwhile.
+pytestmark = pytest.mark.exclusive
+
 STREAM, REDEPLOYED, OWNER, APP = "fleet_main", "fleet_redeploy", "team-fleet", "fleet-app"
 PICKED = {
     "name": "picked",

@@ -27,6 +27,9 @@ from tests.support.processes import processes_mentioning
 from tests.support.stack import Stack, checked
 from tests.support.waiting import eventually
 
+# It stops control, which every module using the stack uses: no other runs meanwhile.
+pytestmark = pytest.mark.exclusive
+
 STREAM, OWNER, APP = "dash_main", "team-dash", "dash-app"
 OUTPUTS = [
     {

@@ -31,6 +31,9 @@ from keystone.router.topics import read_topic
 from tests.support.stack import Stack, checked
 from tests.support.waiting import eventually
 
+# It stops Kafka, which every module using the stack uses: no other runs meanwhile.
+pytestmark = pytest.mark.exclusive
+
 SCHEMA = {
     "type": "record",
     "name": "play",

@@ -11,10 +11,14 @@ from collections import Counter
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.support.processes import alive
 from tests.support.stack import Stack, checked, run_module
 from tests.support.waiting import eventually
+
+# It kills the proxy's server, which every module using the stack uses: no other runs meanwhile.
+pytestmark = pytest.mark.exclusive
 
 LISTEN, ESTABLISHED = "0A", "01"
 

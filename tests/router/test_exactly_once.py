@@ -35,6 +35,9 @@ from tests.support.api import Api, owner
 from tests.support.stack import Stack, checked
 from tests.support.waiting import eventually
 
+# It restarts the broker, which every module using the stack uses: no other runs meanwhile.
+pytestmark = pytest.mark.exclusive
+
 STREAM, TARGET, OWNER, APP = "eo_main", "eo_next", "team-eo", "eo_app"
 EXACTLY_ONCE = {"mode": "microbatch", "trigger": "2 seconds", "guarantee": "exactly_once"}
 RATE = 200  # events per second while loaded

@@ -41,6 +41,9 @@ from tests.support.stack import Stack, checked
 from tests.support.tables import Tables
 from tests.support.waiting import eventually
 
+# It restarts control, which every module using the stack uses: no other runs meanwhile.
+pytestmark = pytest.mark.exclusive
+
 STREAM, TARGET, OWNER, APP = "rw_main", "rw_copy", "team-rewind", "rw_app"
 GOOD = ["n", "kind", "user.id as uid"]
 BAD = ["n", "kind as wrong"]  # the bad deploy's projection

@@ -42,6 +42,9 @@ from tests.support.processes import alive, groups_alive
 from tests.support.stack import Stack, checked
 from tests.support.tables import Tables
 
+# It stops Elasticsearch, which every module using the stack uses: no other runs meanwhile.
+pytestmark = pytest.mark.exclusive
+
 STREAM, TARGET = "rt_main", "rt_copy"
 CHECKPOINT_SECONDS = 5  # the Kafka output's Real-time Mode checkpoint interval
 SPEC = {

@@ -8,10 +8,15 @@ import socket
 import time
 import uuid
 
+import pytest
+
 from keystone.contracts.processes import PidFile
 from tests.support.kafka import consume_all, produce
 from tests.support.processes import alive, groups_alive, processes_mentioning
 from tests.support.stack import Stack, checked, private_state_dir, stack_env
+
+# It takes the stack down and up, under every module using it: no other runs meanwhile.
+pytestmark = pytest.mark.exclusive
 
 
 def test_down_stops_everything_and_up_keeps_the_data(stack: Stack) -> None:

@@ -1,0 +1,175 @@
+"""The suite in two workers (`pytest -n 2`, pytest-xdist) beside one shared stack.
+
+- **One stack for every worker.** The first test that needs the stack starts it, under a file
+  lock the workers share; the others find it started (`shared_stack`). The run's controlling
+  process stops it at the very end (`pytest_sessionfinish`), after every worker is done. Without
+  xdist the one process does both.
+- **A module to a worker.** Tests are sent to workers a module at a time (a package at a time
+  for the packages whose fixtures a whole package shares: `GROUPED`), so a module's shared
+  router starts once, in one worker (`ModuleScheduling`). The longest modules go first (their
+  budgets, `tests.support.budget`), so neither worker is left with a long one at the end.
+- **Modules that disturb the stack run alone.** A module marked `exclusive` stops or restarts a
+  service every test uses (Kafka, Elasticsearch, control, the proxy, the stack itself); while it
+  runs, no other module that uses the stack does (`turn`: a readers-writer lock of two files,
+  a turnstile and a room, the writer holding the turnstile while it waits, so it is not starved).
+  Modules without the stack run beside anything.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.budget import BUDGETS, DEFAULT_SECONDS
+from tests.support.stack import Stack, checked, private_state_dir, stack_env
+
+SHARED = "keystone_shared_dir"  # the workers' common folder, passed to each worker
+STACK_PORT_OFFSET = 10000
+GROUPED = ("tests/security/",)  # packages whose session fixtures the package shares
+
+
+def shared_dir(config: pytest.Config) -> Path:
+    """The folder the run's processes share (the controller's, made when it started)."""
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is not None:
+        return Path(workerinput[SHARED])
+    return Path(config.stash[_SHARED_KEY])
+
+
+_SHARED_KEY = pytest.StashKey[str]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "exclusive: the module stops or restarts a service others use: no other module using "
+        "the stack runs meanwhile (tests/support/parallel.py)",
+    )
+    if getattr(config, "workerinput", None) is None:
+        config.stash[_SHARED_KEY] = tempfile.mkdtemp(prefix="keystone-run-")
+
+
+def pytest_configure_node(node: Any) -> None:
+    """xdist's hook, in the controller: each worker learns the shared folder."""
+    node.workerinput[SHARED] = node.config.stash[_SHARED_KEY]
+
+
+@contextmanager
+def _flock(path: Path, mode: int) -> Iterator[None]:
+    with path.open("a") as held:
+        fcntl.flock(held, mode)
+        try:
+            yield
+        finally:
+            fcntl.flock(held, fcntl.LOCK_UN)
+
+
+def shared_stack(config: pytest.Config) -> Stack:
+    """The run's stack: started by the first process to ask, found by the others."""
+    folder = shared_dir(config)
+    record = folder / "stack.json"
+    with _flock(folder / "stack.lock", fcntl.LOCK_EX):
+        if record.exists():
+            return _stack(json.loads(record.read_text())["state_dir"])
+        state_dir = private_state_dir()
+        handle = _stack(str(state_dir))
+        record.write_text(json.dumps({"state_dir": str(state_dir)}))  # down at the end, whatever
+        checked(handle.keystone("stack", "up", timeout=900))
+        return handle
+
+
+def _stack(state_dir: str) -> Stack:
+    path = Path(state_dir)
+    return Stack(env=stack_env(path, port_offset=STACK_PORT_OFFSET), state_dir=path)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """In the controlling process, after every worker: the shared stack down and gone."""
+    if getattr(session.config, "workerinput", None) is not None:
+        return
+    folder = shared_dir(session.config)
+    record = folder / "stack.json"
+    if record.exists():
+        handle = _stack(json.loads(record.read_text())["state_dir"])
+        handle.keystone("stack", "down", "--purge")
+        shutil.rmtree(handle.state_dir, ignore_errors=True)
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+@contextmanager
+def turn(folder: Path, exclusive: bool) -> Iterator[None]:
+    """A turn with the stack: shared with other modules, or alone."""
+    turnstile, room = folder / "turnstile.lock", folder / "room.lock"
+    if exclusive:
+        with _flock(turnstile, fcntl.LOCK_EX), _flock(room, fcntl.LOCK_EX):
+            yield
+        return
+    with _flock(turnstile, fcntl.LOCK_EX):
+        pass  # through the turnstile: a writer waiting holds it
+    with _flock(room, fcntl.LOCK_SH):
+        yield
+
+
+def uses_stack(module: pytest.Module) -> bool:
+    return any(
+        "stack" in getattr(item, "fixturenames", ())
+        for item in module.session.items
+        if item.module is module.obj  # type: ignore[attr-defined]
+    )
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _turn(request: pytest.FixtureRequest) -> Iterator[None]:
+    module = request.node
+    if not uses_stack(module):
+        yield
+        return
+    exclusive = module.get_closest_marker("exclusive") is not None
+    with turn(shared_dir(request.config), exclusive):
+        yield
+
+
+def scope_of(nodeid: str) -> str:
+    """The unit a worker is given: a grouped package, else a module."""
+    path = nodeid.split("::", 1)[0]
+    return next((g for g in GROUPED if path.startswith(g)), path)
+
+
+def expected_seconds(scope: str) -> float:
+    return BUDGETS.get(
+        scope, sum(s for m, s in BUDGETS.items() if m.startswith(scope)) or DEFAULT_SECONDS
+    )
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModuleScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return scope_of(nodeid)
+
+    config.option.loadscopereorder = False  # the collection's order: the longest first
+    return ModuleScheduling(config, log)
+
+
+@pytest.hookimpl(trylast=True)  # after pytest-randomly's shuffle (tryfirst)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The cluster tests first, together: their stack comes and goes before the suite's is
+    started (one stack at a time on this machine), so neither is started twice. In workers,
+    then the longest modules first (each module's tests in their shuffled order)."""
+    workers = getattr(config, "workerinput", None) is not None
+
+    def order(item: pytest.Item) -> tuple[bool, float]:
+        cluster = "cluster" in getattr(item, "fixturenames", ())
+        return not cluster, -expected_seconds(scope_of(item.nodeid)) if workers else 0.0
+
+    items.sort(key=order)  # stable: the shuffled order else
