@@ -31,9 +31,6 @@ from tests.support.processes import processes_mentioning
 from tests.support.stack import Stack, checked
 from tests.support.waiting import eventually
 
-# It restarts control, which every module using the stack uses: no other runs meanwhile.
-pytestmark = pytest.mark.exclusive
-
 STREAM, REDEPLOYED, OWNER, APP = "fleet_main", "fleet_redeploy", "team-fleet", "fleet-app"
 PICKED = {
     "name": "picked",
@@ -192,6 +189,7 @@ def test_changing_an_output_filter_redeploys_the_router_and_takes_effect(
     assert fleet.router(redeployed)["restarts"] == 0  # a redeploy is not a failure
 
 
+@pytest.mark.exclusive  # it stops or restarts a service every test uses
 def test_a_restarted_control_service_adopts_the_running_router(
     fleet: Fleet, redeployed: str
 ) -> None:

@@ -27,9 +27,6 @@ from tests.support.processes import processes_mentioning
 from tests.support.stack import Stack, checked
 from tests.support.waiting import eventually
 
-# It stops control, which every module using the stack uses: no other runs meanwhile.
-pytestmark = pytest.mark.exclusive
-
 STREAM, OWNER, APP = "dash_main", "team-dash", "dash-app"
 OUTPUTS = [
     {
@@ -196,6 +193,7 @@ def test_keystone_dashboard_prints_the_page_and_draws_it_into_a_png(dash: Dash) 
     assert data.startswith(b"\x89PNG\r\n\x1a\n") and len(data) > 50_000
 
 
+@pytest.mark.exclusive  # it stops or restarts a service every test uses
 def test_the_router_down_alert_fires_when_its_router_is_stopped(dash: Dash) -> None:
     """Control stopped first (else its fleet starts the router again at once), then the
     router; the rule waits the stream's `router_down_for` (15 s) before it fires. Control back,

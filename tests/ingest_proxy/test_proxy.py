@@ -31,9 +31,6 @@ from keystone.router.topics import read_topic
 from tests.support.stack import Stack, checked
 from tests.support.waiting import eventually
 
-# It stops Kafka, which every module using the stack uses: no other runs meanwhile.
-pytestmark = pytest.mark.exclusive
-
 SCHEMA = {
     "type": "record",
     "name": "play",
@@ -393,6 +390,7 @@ def test_health_readiness_and_metrics(tenant: Tenant) -> None:
     assert up, "Prometheus does not scrape the proxy"
 
 
+@pytest.mark.exclusive  # it stops or restarts a service every test uses
 def test_a_kafka_outage_gives_503s_and_loses_no_acknowledged_event(tenant: Tenant) -> None:
     accepted: list[str] = []
     unavailable: list[httpx.Response] = []

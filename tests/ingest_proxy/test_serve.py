@@ -17,9 +17,6 @@ from tests.support.processes import alive
 from tests.support.stack import Stack, checked, run_module
 from tests.support.waiting import eventually
 
-# It kills the proxy's server, which every module using the stack uses: no other runs meanwhile.
-pytestmark = pytest.mark.exclusive
-
 LISTEN, ESTABLISHED = "0A", "01"
 
 
@@ -119,6 +116,7 @@ def test_each_server_stays_with_its_threads_on_its_own_cpu(stack: Stack) -> None
     assert on == sorted(cpus[i % len(cpus)] for i in range(settings.proxy_workers))
 
 
+@pytest.mark.exclusive  # it stops or restarts a service every test uses
 def test_a_server_that_dies_is_replaced(stack: Stack) -> None:
     settings = stack.settings
     # Every server first (a proxy restarted before this test may still be starting some),
@@ -143,6 +141,7 @@ def test_a_server_that_dies_is_replaced(stack: Stack) -> None:
     eventually("the proxy answers ready", lambda: _ready(settings.proxy_url))
 
 
+@pytest.mark.exclusive  # it stops or restarts a service every test uses
 def test_servers_end_with_their_supervisor(stack: Stack) -> None:
     settings = stack.settings
     servers = _servers(settings.proxy_port)

@@ -35,9 +35,6 @@ from tests.support.api import Api, owner
 from tests.support.stack import Stack, checked
 from tests.support.waiting import eventually
 
-# It restarts the broker, which every module using the stack uses: no other runs meanwhile.
-pytestmark = pytest.mark.exclusive
-
 STREAM, TARGET, OWNER, APP = "eo_main", "eo_next", "team-eo", "eo_app"
 EXACTLY_ONCE = {"mode": "microbatch", "trigger": "2 seconds", "guarantee": "exactly_once"}
 RATE = 200  # events per second while loaded
@@ -183,6 +180,7 @@ def loaded(stack: Stack, admin: Api) -> Iterator[Loaded]:
         team.call("DELETE", f"/v1/streams/{TARGET}")
 
 
+@pytest.mark.exclusive  # it stops or restarts a service every test uses
 def test_kills_and_a_broker_restart_under_load_repeat_nothing_and_lose_nothing(
     loaded: Loaded,
 ) -> None:

@@ -41,9 +41,6 @@ from tests.support.stack import Stack, checked
 from tests.support.tables import Tables
 from tests.support.waiting import eventually
 
-# It restarts control, which every module using the stack uses: no other runs meanwhile.
-pytestmark = pytest.mark.exclusive
-
 STREAM, TARGET, OWNER, APP = "rw_main", "rw_copy", "team-rewind", "rw_app"
 GOOD = ["n", "kind", "user.id as uid"]
 BAD = ["n", "kind as wrong"]  # the bad deploy's projection
@@ -572,6 +569,7 @@ def test_backfilling_the_bad_hour_from_the_archive_leaves_each_sink_right_even_i
     assert set(ids.values()) <= logged
 
 
+@pytest.mark.exclusive  # it stops or restarts a service every test uses
 def test_a_backfill_is_cancelled_and_requests_that_cannot_be_carried_out_start_nothing(
     rewound: Rewound, admin: Api
 ) -> None:

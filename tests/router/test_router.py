@@ -42,9 +42,6 @@ from tests.support.processes import alive, groups_alive
 from tests.support.stack import Stack, checked
 from tests.support.tables import Tables
 
-# It stops Elasticsearch, which every module using the stack uses: no other runs meanwhile.
-pytestmark = pytest.mark.exclusive
-
 STREAM, TARGET = "rt_main", "rt_copy"
 CHECKPOINT_SECONDS = 5  # the Kafka output's Real-time Mode checkpoint interval
 SPEC = {
@@ -506,6 +503,7 @@ def test_sigkill_mid_stream_then_restart_loses_nothing_and_duplicates_only_in_ka
     print(f"kafka duplicates after SIGKILL: {duplicates} of {len(copies)}")
 
 
+@pytest.mark.exclusive  # it stops or restarts a service every test uses
 def test_elasticsearch_outage_stalls_only_its_output_then_it_catches_up(routed: Routed) -> None:
     pidfile = PidFile(routed.stack.state_dir / "run" / "elasticsearch.pid")
     routed.refresh()

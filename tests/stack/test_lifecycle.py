@@ -15,10 +15,8 @@ from tests.support.kafka import consume_all, produce
 from tests.support.processes import alive, groups_alive, processes_mentioning
 from tests.support.stack import Stack, checked, private_state_dir, stack_env
 
-# It takes the stack down and up, under every module using it: no other runs meanwhile.
-pytestmark = pytest.mark.exclusive
 
-
+@pytest.mark.exclusive  # it stops or restarts a service every test uses
 def test_down_stops_everything_and_up_keeps_the_data(stack: Stack) -> None:
     bootstrap, topic = stack.address("kafka"), f"durable-{uuid.uuid4().hex[:8]}"
     produce(bootstrap, topic, [(b'{"kept": true}', {"ks_guid": "g-kept"})])

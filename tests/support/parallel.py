@@ -8,11 +8,12 @@
   for the packages whose fixtures a whole package shares: `GROUPED`), so a module's shared
   router starts once, in one worker (`ModuleScheduling`). The longest modules go first (their
   budgets, `tests.support.budget`), so neither worker is left with a long one at the end.
-- **Modules that disturb the stack run alone.** A module marked `exclusive` stops or restarts a
+- **Tests that disturb the stack run alone.** A test marked `exclusive` stops or restarts a
   service every test uses (Kafka, Elasticsearch, control, the proxy, the stack itself); while it
-  runs, no other module that uses the stack does (`turn`: a readers-writer lock of two files,
-  a turnstile and a room, the writer holding the turnstile while it waits, so it is not starved).
-  Modules without the stack run beside anything.
+  runs, no other test that uses the stack does, nor a module's shared fixture starts or ends
+  (`turn`, around each test's setup, call and teardown: a readers-writer lock of two files, a
+  turnstile and a room, the writer holding the turnstile while it waits, so it is not starved).
+  Tests without the stack run beside anything.
 """
 
 from __future__ import annotations
@@ -50,8 +51,8 @@ _SHARED_KEY = pytest.StashKey[str]()
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
-        "exclusive: the module stops or restarts a service others use: no other module using "
-        "the stack runs meanwhile (tests/support/parallel.py)",
+        "exclusive: the test stops or restarts a service others use: no other test using the "
+        "stack runs meanwhile (tests/support/parallel.py)",
     )
     if getattr(config, "workerinput", None) is None:
         config.stash[_SHARED_KEY] = tempfile.mkdtemp(prefix="keystone-run-")
@@ -119,22 +120,15 @@ def turn(folder: Path, exclusive: bool) -> Iterator[None]:
         yield
 
 
-def uses_stack(module: pytest.Module) -> bool:
-    return any(
-        "stack" in getattr(item, "fixturenames", ())
-        for item in module.session.items
-        if item.module is module.obj  # type: ignore[attr-defined]
-    )
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _turn(request: pytest.FixtureRequest) -> Iterator[None]:
-    module = request.node
-    if not uses_stack(module):
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """Each test that uses the stack takes its turn around the whole of its run: its setup,
+    where a module's shared fixtures start (its shared router, say), its call, and its
+    teardown, where they end. A test marked `exclusive` takes it alone."""
+    if "stack" not in getattr(item, "fixturenames", ()):
         yield
         return
-    exclusive = module.get_closest_marker("exclusive") is not None
-    with turn(shared_dir(request.config), exclusive):
+    with turn(shared_dir(item.config), item.get_closest_marker("exclusive") is not None):
         yield
 
 
