@@ -27,10 +27,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from tests.support.budget import BUDGETS, DEFAULT_SECONDS
 from tests.support.stack import Stack, checked, private_state_dir, stack_env
+from tests.support.waiting import eventually
 
 SHARED = "keystone_shared_dir"  # the workers' common folder, passed to each worker
 STACK_PORT_OFFSET = 10000
@@ -128,8 +130,26 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     if "stack" not in getattr(item, "fixturenames", ()):
         yield
         return
-    with turn(shared_dir(item.config), item.get_closest_marker("exclusive") is not None):
+    exclusive = item.get_closest_marker("exclusive") is not None
+    with turn(shared_dir(item.config), exclusive):
         yield
+        if exclusive:  # the stack as it found it before another test takes its turn
+            settled(shared_stack(item.config))
+
+
+def settled(stack: Stack) -> None:
+    """Until the proxy is ready again (the registry read, Kafka answering: `/readyz`) and
+    control answers, after a test that stopped or restarted a service."""
+
+    def ready() -> bool:
+        try:
+            proxy = httpx.get(f"{stack.settings.proxy_url}/readyz", timeout=5)
+            control = httpx.get(f"{stack.settings.control_urls[0]}/healthz", timeout=5)
+        except httpx.HTTPError:
+            return False
+        return proxy.status_code == 200 and control.status_code == 200
+
+    eventually("the stack ready again after an exclusive test", ready, timeout=180)
 
 
 def scope_of(nodeid: str) -> str:
