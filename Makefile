@@ -17,7 +17,7 @@ test: bootstrap lint docs
 	.venv/bin/pytest -n 2 --ignore=tests/cluster
 
 check: bootstrap lint
-	.venv/bin/pytest -q -m "not stack and not spark and not wheel"
+	.venv/bin/pytest -q -n 2 -m "not stack and not spark and not wheel"
 
 # Style, and the packages' one direction of imports (the contracts in pyproject.toml).
 lint:

@@ -10,16 +10,10 @@ import uuid
 import pytest
 
 from tests.support.api import Api
-from tests.support.parallel import shared_stack
 from tests.support.stack import Stack
 
+# `stack`, the session's fixture every stack test asks for, is the parallel plugin's.
 pytest_plugins = ["tests.support.budget", "tests.support.parallel"]
-
-
-@pytest.fixture(scope="session")
-def stack(request: pytest.FixtureRequest) -> Stack:
-    """Started by the first test that asks (in any worker), down when the run ends."""
-    return shared_stack(request.config)
 
 
 @pytest.fixture(scope="session")

@@ -21,6 +21,7 @@ import httpx
 import pytest
 from confluent_kafka.admin import AdminClient, ConfigResource
 
+from keystone.contracts import http
 from keystone.contracts.names import fronting_topic
 from keystone.contracts.processes import PidFile
 from keystone.control.fleet import LEASE_SECONDS, PASS_SECONDS
@@ -63,7 +64,7 @@ def streams(cluster: Stack, cluster_admin: Api) -> Iterator[None]:
 def master_state(cluster: Stack) -> dict:
     settings = cluster.settings
     url = f"http://{settings.bind_host}:{settings.spark_master_ui_port}/json/"
-    return httpx.get(url, timeout=10).json()
+    return http.client().get(url, timeout=10).json()
 
 
 def test_every_node_is_listed_healthy_and_topics_live_on_three_brokers(
@@ -131,7 +132,7 @@ def test_the_fleet_fails_over_to_the_other_control_process_and_keeps_its_routers
     def leader() -> int | None:
         for index, url in enumerate(urls):
             try:
-                if httpx.get(f"{url}/readyz", timeout=2).json()["fleet_leader"]:
+                if http.client().get(f"{url}/readyz", timeout=2).json()["fleet_leader"]:
                     return index
             except (httpx.HTTPError, ValueError):
                 continue

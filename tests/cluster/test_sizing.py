@@ -12,9 +12,9 @@ import threading
 import time
 from collections.abc import Iterator
 
-import httpx
 import pytest
 
+from keystone.contracts import http
 from keystone.control.launcher import Deployment
 from keystone.ingest_proxy.client import DirectProducer
 from tests.support.api import Api
@@ -92,9 +92,11 @@ def router(api: Api) -> dict:
 def cores(cluster: Stack) -> int:
     """Cores the cluster's master gave the stream's router."""
     settings = cluster.settings
-    state = httpx.get(
-        f"http://{settings.bind_host}:{settings.spark_master_ui_port}/json/", timeout=10
-    ).json()
+    state = (
+        http.client()
+        .get(f"http://{settings.bind_host}:{settings.spark_master_ui_port}/json/", timeout=10)
+        .json()
+    )
     return sum(a["cores"] for a in state["activeapps"] if a["name"] == f"keystone-router-{STREAM}")
 
 

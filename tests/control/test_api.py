@@ -9,13 +9,13 @@ from __future__ import annotations
 import json
 from collections import Counter
 
-import httpx
 import pytest
 import schemathesis
 from confluent_kafka.admin import AdminClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis.errors import Unsatisfiable
 
+from keystone.contracts import http
 from keystone.contracts.names import fronting_topic
 from keystone.contracts.registry import TOPICS, RegistryReader
 from keystone.control.store import Store
@@ -97,7 +97,7 @@ def test_a_filter_error_says_where_and_bodies_that_are_not_json_are_422(admin: A
     )
     [problem] = answer.json()["problems"]
     assert problem["column"] == 10 and "\n  a = 1 and\n           ^" in problem["message"]
-    raw = httpx.post(
+    raw = http.client().post(
         f"{admin.url}/v1/streams",
         content=b"{not json",
         headers={"Authorization": f"Bearer {admin.token}", "Content-Type": "application/json"},
@@ -230,12 +230,16 @@ def test_app_keys_and_grants_take_effect_at_the_proxy(
     admin.ok("POST", "/v1/streams", spec(stream))
 
     def post(with_key: str) -> int:
-        return httpx.post(
-            f"{proxy}/v1/streams/{stream}/events",
-            json={"n": 1},
-            headers={"Authorization": f"Bearer {with_key}"},
-            timeout=30,
-        ).status_code
+        return (
+            http.client()
+            .post(
+                f"{proxy}/v1/streams/{stream}/events",
+                json={"n": 1},
+                headers={"Authorization": f"Bearer {with_key}"},
+                timeout=30,
+            )
+            .status_code
+        )
 
     eventually("the proxy sees the stream", lambda: post(key) == 403)
     admin.ok("PUT", f"/v1/streams/{stream}/producers/{app}")
@@ -438,9 +442,9 @@ def test_a_schema_change_is_checked_against_the_fields_outputs_read(
 
 
 def test_the_service_reports_its_health_and_metrics(admin: Api) -> None:
-    ready = httpx.get(f"{admin.url}/readyz", timeout=10).json()
+    ready = http.client().get(f"{admin.url}/readyz", timeout=10).json()
     assert ready == {"ready": True, "registry": True, "fleet_leader": True}
-    text = httpx.get(f"{admin.url}/metrics", timeout=10).text
+    text = http.client().get(f"{admin.url}/metrics", timeout=10).text
     assert 'keystone_control_routers{state="running"}' in text
     assert 'keystone_control_requests_total{method="GET",route="/readyz",status="200"}' in text
 

@@ -15,10 +15,10 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-import httpx
 import pytest
 from hmsclient.hmsclient import HMSClient
 
+from keystone.contracts import http
 from keystone.contracts.names import HIVE_DATABASE
 from keystone.contracts.processes import PidFile, stop
 from keystone.control.launcher import Deployment
@@ -143,7 +143,7 @@ def test_a_stream_created_through_the_api_is_provisioned_deployed_and_delivers(
         f"index template {STREAM}-search",
     } <= set(created["provisioned"])
     es = fleet.stack.address("elasticsearch")
-    template = httpx.get(f"{es}/_template/{STREAM}-search", timeout=10).json()
+    template = http.client().get(f"{es}/_template/{STREAM}-search", timeout=10).json()
     assert template[f"{STREAM}-search"]["index_patterns"] == [f"{STREAM}-search-*"]
     host, port = fleet.stack.address("metastore").removeprefix("thrift://").split(":")
     with HMSClient(host=host, port=int(port)) as metastore:
@@ -157,8 +157,10 @@ def test_a_stream_created_through_the_api_is_provisioned_deployed_and_delivers(
     assert {g: copies[0] for g, copies in fleet.picked().items()} == wanted
 
     def searchable() -> int:
-        httpx.post(f"{es}/{STREAM}-search-*/_refresh", timeout=30)
-        return httpx.get(f"{es}/{STREAM}-search-*/_count", timeout=30).json().get("count", 0)
+        http.client().post(f"{es}/{STREAM}-search-*/_refresh", timeout=30)
+        return (
+            http.client().get(f"{es}/{STREAM}-search-*/_count", timeout=30).json().get("count", 0)
+        )
 
     eventually("the Elasticsearch output", lambda: searchable() == 300, timeout=90)
 

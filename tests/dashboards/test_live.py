@@ -13,10 +13,10 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-import httpx
 import pytest
 from playwright.sync_api import expect
 
+from keystone.contracts import http
 from keystone.contracts.names import fronting_topic
 from keystone.contracts.processes import PidFile, stop
 from keystone.ingest_proxy.client import ProxyClient
@@ -66,7 +66,7 @@ class Dash:
 
     def query(self, promql: str, minutes: int = 10) -> list[dict]:
         now = time.time()
-        answer = httpx.get(
+        answer = http.client().get(
             f"{self.prometheus}/api/v1/query_range",
             params={"query": promql, "start": now - minutes * 60, "end": now, "step": 5},
             timeout=30,
@@ -81,7 +81,11 @@ class Dash:
         return [title for expr, title in targets.items() if not self.query(expr)]
 
     def alert_state(self, name: str, stream: str = STREAM) -> str:
-        groups = httpx.get(f"{self.prometheus}/api/v1/rules", timeout=10).json()["data"]["groups"]
+        groups = (
+            http.client()
+            .get(f"{self.prometheus}/api/v1/rules", timeout=10)
+            .json()["data"]["groups"]
+        )
         rules = [
             r
             for g in groups
@@ -111,7 +115,7 @@ def dash(stack: Stack, admin: Api) -> Iterator[Dash]:
     with ProxyClient(proxy_url, key) as proxy:
         for second in range(12):  # traffic for a while: rates need two scrapes or more
             proxy.send(STREAM, [{"n": second * 50 + i} for i in range(50)])
-            httpx.post(
+            http.client().post(
                 f"{proxy_url}/v1/streams/{STREAM}/events",
                 content=b"{broken",
                 headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"},

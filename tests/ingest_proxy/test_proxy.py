@@ -21,7 +21,7 @@ import schemathesis
 from hypothesis import HealthCheck, given, settings
 from hypothesis.errors import Unsatisfiable
 
-from keystone.contracts import envelope
+from keystone.contracts import envelope, http
 from keystone.contracts.errors import PayloadTooLarge
 from keystone.contracts.names import fronting_topic
 from keystone.contracts.processes import PidFile, stop
@@ -70,7 +70,7 @@ class Tenant:
         headers = {"Content-Type": content_type}
         if app:
             headers["Authorization"] = f"Bearer {self.keys[app]}"
-        return httpx.post(
+        return http.client().post(
             f"{self.url}/v1/streams/{self.stream(stream)}/events",
             content=body,
             headers=headers,
@@ -85,7 +85,7 @@ class Tenant:
 def _ready(url: str) -> bool:
     """The proxy server this connection reaches answers ready (registry loaded, Kafka up)."""
     try:
-        return httpx.get(f"{url}/readyz", timeout=5).status_code == 200
+        return http.client().get(f"{url}/readyz", timeout=5).status_code == 200
     except httpx.HTTPError:
         return False
 
@@ -228,7 +228,7 @@ def _refuse(tenant: Tenant, case: str) -> httpx.Response:
     many = b"[" + b",".join([b'{"pad": "' + b"x" * 1000 + b'"}'] * 11000) + b"]"
     post = {
         "no key": lambda: tenant.post("refused", event, app=""),
-        "wrong key": lambda: httpx.post(
+        "wrong key": lambda: http.client().post(
             f"{tenant.url}/v1/streams/{tenant.stream('refused')}/events",
             content=event,
             headers={"Authorization": "Bearer ks_not-a-key", "Content-Type": "application/json"},
@@ -369,13 +369,13 @@ def test_direct_producer_stamps_the_same_metadata(tenant: Tenant) -> None:
 def test_health_readiness_and_metrics(tenant: Tenant) -> None:
     # A post of its own: the request series of a stream appear with its first post.
     assert tenant.post("open", b'{"health": 1}').status_code == 202
-    assert httpx.get(f"{tenant.url}/healthz").json() == {"status": "ok"}
-    assert httpx.get(f"{tenant.url}/readyz").json() == {
+    assert http.client().get(f"{tenant.url}/healthz").json() == {"status": "ok"}
+    assert http.client().get(f"{tenant.url}/readyz").json() == {
         "ready": True,
         "registry": True,
         "kafka": True,
     }
-    text = httpx.get(f"{tenant.url}/metrics").text
+    text = http.client().get(f"{tenant.url}/metrics").text
     stream, app = tenant.stream("open"), tenant.app("player")
     accepted = f'keystone_ingest_events_total{{app="{app}",result="accepted",stream="{stream}"}}'
     assert accepted in text
@@ -383,9 +383,13 @@ def test_health_readiness_and_metrics(tenant: Tenant) -> None:
     prometheus = tenant.stack.address("prometheus")
     deadline, up = time.monotonic() + 30, []
     while not up and time.monotonic() < deadline:
-        up = httpx.get(
-            f"{prometheus}/api/v1/query", params={"query": 'up{component="ingest_proxy"} == 1'}
-        ).json()["data"]["result"]
+        up = (
+            http.client()
+            .get(
+                f"{prometheus}/api/v1/query", params={"query": 'up{component="ingest_proxy"} == 1'}
+            )
+            .json()["data"]["result"]
+        )
         time.sleep(1)
     assert up, "Prometheus does not scrape the proxy"
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from keystone.contracts import http
 from tests.support.processes import alive
 from tests.support.stack import Stack, checked, run_module
 from tests.support.waiting import eventually
@@ -50,7 +51,7 @@ def _servers(port: int) -> set[int]:
 
 def _ready(url: str) -> bool:
     try:
-        return httpx.get(f"{url}/readyz", timeout=5).status_code == 200
+        return http.client().get(f"{url}/readyz", timeout=5).status_code == 200
     except httpx.HTTPError:
         return False
 

@@ -18,11 +18,10 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-import httpx
 import pytest
 from confluent_kafka.admin import AdminClient, NewPartitions
 
-from keystone.contracts import envelope
+from keystone.contracts import envelope, http
 from keystone.contracts.checkpoints import checkpoint_dir, generations
 from keystone.contracts.errors import KeystoneError
 from keystone.contracts.metrics import ROUTER_TRANSACTIONS as TRANSACTIONS
@@ -150,7 +149,9 @@ class Loaded:
         """The router's count of its outputs' transactions, as Prometheus has it."""
         query = f'sum({TRANSACTIONS}{{stream="{STREAM}",outcome="{outcome}"}})'
         prometheus = self.stack.address("prometheus")
-        answer = httpx.get(f"{prometheus}/api/v1/query", params={"query": query}, timeout=30)
+        answer = http.client().get(
+            f"{prometheus}/api/v1/query", params={"query": query}, timeout=30
+        )
         result = answer.json()["data"]["result"]
         return float(result[0]["value"][1]) if result else 0.0
 

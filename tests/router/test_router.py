@@ -24,10 +24,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import httpx
 import pytest
 
-from keystone.contracts import envelope
+from keystone.contracts import envelope, http
 from keystone.contracts.processes import PidFile, stop
 from keystone.contracts.registry import RegistryReader
 from keystone.contracts.settings import MAX_EVENT_BYTES
@@ -292,7 +291,7 @@ class Routed:
     def metrics(self) -> str:
         target = self.stack.state_dir / "prometheus" / "targets" / f"router-{STREAM}.json"
         address = json.loads(target.read_text())[0]["targets"][0]
-        return httpx.get(f"http://{address}/metrics", timeout=10).text
+        return http.client().get(f"http://{address}/metrics", timeout=10).text
 
 
 def wait_for(what: str, done: Callable[[], bool], timeout: float) -> None:
@@ -330,7 +329,7 @@ def routed(stack: Stack) -> Iterator[Routed]:
     today = datetime.now(UTC)
     for day in (today, today + timedelta(days=1)):  # the daily index, midnight included
         index = f"{STREAM}-search-{day:%Y.%m.%d}"
-        assert httpx.put(f"{es}/{index}", json=MAPPING, timeout=30).status_code == 200
+        assert http.client().put(f"{es}/{index}", json=MAPPING, timeout=30).status_code == 200
     registry = RegistryReader.connect(stack.settings)
     key = registry.hashing_key(STREAM)
     registry.close()

@@ -17,6 +17,7 @@ import httpx
 import pytest
 from confluent_kafka.admin import AdminClient
 
+from keystone.contracts import http
 from keystone.contracts.errors import Unavailable
 from keystone.contracts.limits import MAX_OBJECTIVE_LAG_RECORDS, Limits
 from keystone.contracts.registry import PREFIX, RETIRED, VERSION
@@ -40,7 +41,7 @@ def spec(name: str, owner_name: str, **extra: object) -> dict:
 def post_body(admin: Api, body: Any) -> httpx.Response:
     """A stream's creation with these very bytes (or chunks) as its body."""
     headers = {"Authorization": f"Bearer {admin.token}", "Content-Type": "application/json"}
-    return httpx.post(f"{admin.url}/v1/streams", content=body, headers=headers, timeout=30)
+    return http.client().post(f"{admin.url}/v1/streams", content=body, headers=headers, timeout=30)
 
 
 def test_a_body_is_refused_by_its_size_and_token_before_it_is_read(admin: Api, good: Good) -> None:
@@ -256,8 +257,8 @@ def test_an_owner_sees_only_what_was_theirs(admin: Api, good: Good, unique: str)
 
 def test_prometheus_has_no_lifecycle_api(stack: Stack, good: Good) -> None:
     prometheus = stack.address("prometheus")
-    assert httpx.post(f"{prometheus}/-/quit", timeout=10).status_code >= 400
-    assert httpx.get(f"{prometheus}/-/ready", timeout=10).status_code == 200
+    assert http.client().post(f"{prometheus}/-/quit", timeout=10).status_code >= 400
+    assert http.client().get(f"{prometheus}/-/ready", timeout=10).status_code == 200
     good.works()  # its rules, written after Prometheus started, were loaded (by SIGHUP)
 
 
@@ -277,6 +278,7 @@ def test_a_web_session_ends_on_the_server(admin: Api, good: Good, unique: str) -
         browser.post("/ui/login", data={"token": new})
         kept = browser.cookies["keystone_session"]
         browser.post("/ui/logout")
+        # A client of its own: the process's shared one keeps no cookie and sends none.
         replayed = httpx.get(f"{admin.url}/ui/", cookies={"keystone_session": kept}, timeout=30)
         assert replayed.status_code == 303  # signed out: the old cookie opens nothing
     good.works()

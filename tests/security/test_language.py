@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import uuid
 
-import httpx
 import pytest
 
+from keystone.contracts import http
 from keystone.contracts.limits import Limits
 from keystone.ingest_proxy.client import ProxyClient
 from tests.support.api import Api, owner
@@ -38,7 +38,9 @@ def hostile(stack: Stack, admin: Api) -> tuple[Api, str]:
     headers = {"Authorization": f"Bearer {key}", "Content-Type": "text/plain"}
     eventually(  # 415: the key and the stream known, the body not even read
         "the proxy knows the stream",
-        lambda: httpx.post(url, content=b"", headers=headers, timeout=10).status_code == 415,
+        lambda: (
+            http.client().post(url, content=b"", headers=headers, timeout=10).status_code == 415
+        ),
     )
     return team, key
 

@@ -10,6 +10,7 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
+from keystone.contracts import http
 from keystone.contracts.limits import Limits
 from keystone.contracts.names import fronting_topic
 from keystone.ingest_proxy.client import ProxyClient
@@ -48,7 +49,7 @@ class Hostile:
     typed: str
 
     def post(self, stream: str, body: bytes, content_type: str) -> httpx.Response:
-        return httpx.post(
+        return http.client().post(
             f"{self.stack.address('ingest_proxy')}/v1/streams/{stream}/events",
             content=body,
             headers={"Authorization": f"Bearer {self.key}", "Content-Type": content_type},
@@ -154,12 +155,14 @@ def test_an_app_over_its_quota_gets_429_before_its_body_is_read(
     eventually(  # the proxy knows the app, and its second's quota is spent
         "the quota spent",
         lambda: (
-            httpx.post(
+            http.client()
+            .post(
                 f"{url}/v1/streams/{hostile.stream}/events",
                 content=b"{}",
                 headers=spent,
                 timeout=10,
-            ).status_code
+            )
+            .status_code
             == 429
         ),
     )
@@ -182,7 +185,9 @@ def test_a_new_grant_s_series_start_at_zero(hostile: Hostile, good: Good) -> Non
     labels = (f'app="{app}"', f'stream="{hostile.stream}"', 'result="accepted"')
 
     def announced() -> bool:
-        text = httpx.get(f"{hostile.stack.address('ingest_proxy')}/metrics", timeout=10).text
+        text = (
+            http.client().get(f"{hostile.stack.address('ingest_proxy')}/metrics", timeout=10).text
+        )
         return any(
             line.startswith("keystone_ingest_events_total{")
             and all(label in line for label in labels)

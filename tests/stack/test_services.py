@@ -6,12 +6,12 @@ import json
 import time
 import uuid
 
-import httpx
 import pytest
 import redis
 from confluent_kafka import Producer
 from prometheus_client import CollectorRegistry, Counter, start_http_server
 
+from keystone.contracts import http
 from keystone.contracts.errors import StackError
 from keystone.contracts.settings import Settings
 from keystone.dashboards import targets
@@ -81,14 +81,16 @@ def test_elasticsearch_indexes_and_finds_a_document(stack: Stack) -> None:
         + json.dumps({"title": "keystone routes events"})
         + "\n"
     )
-    response = httpx.post(
+    response = http.client().post(
         f"{url}/_bulk?refresh=true",
         content=bulk,
         headers={"Content-Type": "application/x-ndjson"},
         timeout=30,
     )
     assert response.status_code == 200 and response.json()["errors"] is False
-    hits = httpx.get(f"{url}/{index}/_search", params={"q": "title:routes"}, timeout=30).json()
+    hits = (
+        http.client().get(f"{url}/{index}/_search", params={"q": "title:routes"}, timeout=30).json()
+    )
     assert [h["_id"] for h in hits["hits"]["hits"]] == ["guid-1"]
 
 
@@ -103,17 +105,21 @@ def test_prometheus_scrapes_a_registered_target(stack: Stack) -> None:
         query = f'keystone_test_ticks_total{{component="{name}"}}'
         deadline, result = time.monotonic() + 60, []
         while not result and time.monotonic() < deadline:
-            answer = httpx.get(
+            answer = http.client().get(
                 f"{stack.address('prometheus')}/api/v1/query", params={"query": query}
             )
             result = answer.json()["data"]["result"]
             time.sleep(1)
         assert result, f"Prometheus never scraped {address}"
         assert float(result[0]["value"][1]) == 7.0
-        up = httpx.get(
-            f"{stack.address('prometheus')}/api/v1/query",
-            params={"query": f'up{{component="{name}"}}'},
-        ).json()["data"]["result"]
+        up = (
+            http.client()
+            .get(
+                f"{stack.address('prometheus')}/api/v1/query",
+                params={"query": f'up{{component="{name}"}}'},
+            )
+            .json()["data"]["result"]
+        )
         assert up[0]["value"][1] == "1"
     finally:
         targets.remove_target(stack.settings, name)

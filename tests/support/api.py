@@ -7,6 +7,8 @@ from typing import Any
 
 import httpx
 
+from keystone.contracts import http
+
 
 @dataclass(frozen=True)
 class Api:
@@ -15,7 +17,7 @@ class Api:
 
     def call(self, method: str, path: str, body: Any = None, **params: Any) -> httpx.Response:
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
-        return httpx.request(
+        return http.client().request(
             method, f"{self.url}{path}", json=body, params=params, headers=headers, timeout=60
         )
 

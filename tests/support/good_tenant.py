@@ -12,6 +12,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from keystone.contracts import http
 from keystone.router.topics import read_topic
 from tests.support.api import Api
 from tests.support.stack import Stack
@@ -35,7 +36,7 @@ class Good:
     key: str
 
     def post(self, event: dict, key: str | None = None) -> httpx.Response:
-        return httpx.post(
+        return http.client().post(
             f"{self.stack.address('ingest_proxy')}/v1/streams/{GOOD_STREAM}/events",
             json=event,
             headers={"Authorization": f"Bearer {key or self.key}"},
@@ -47,7 +48,7 @@ class Good:
         return guid in {m.key().decode() for m in read_topic(self.stack.address("kafka"), topic)}
 
     def rules_loaded(self) -> bool:
-        answer = httpx.get(f"{self.stack.address('prometheus')}/api/v1/rules", timeout=10)
+        answer = http.client().get(f"{self.stack.address('prometheus')}/api/v1/rules", timeout=10)
         groups = answer.json()["data"]["groups"]
         return f"keystone-stream-{GOOD_STREAM}" in {g["name"] for g in groups}
 

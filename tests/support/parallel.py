@@ -30,6 +30,7 @@ from typing import Any
 import httpx
 import pytest
 
+from keystone.contracts import http
 from tests.support.budget import BUDGETS, DEFAULT_SECONDS
 from tests.support.stack import Stack, checked, private_state_dir, stack_env
 from tests.support.waiting import eventually
@@ -89,6 +90,12 @@ def shared_stack(config: pytest.Config) -> Stack:
         return handle
 
 
+@pytest.fixture(scope="session")
+def stack(request: pytest.FixtureRequest) -> Stack:
+    """Started by the first test that asks (in any worker), down when the run ends."""
+    return shared_stack(request.config)
+
+
 def _stack(state_dir: str) -> Stack:
     path = Path(state_dir)
     return Stack(env=stack_env(path, port_offset=STACK_PORT_OFFSET), state_dir=path)
@@ -143,8 +150,8 @@ def settled(stack: Stack) -> None:
 
     def ready() -> bool:
         try:
-            proxy = httpx.get(f"{stack.settings.proxy_url}/readyz", timeout=5)
-            control = httpx.get(f"{stack.settings.control_urls[0]}/healthz", timeout=5)
+            proxy = http.client().get(f"{stack.settings.proxy_url}/readyz", timeout=5)
+            control = http.client().get(f"{stack.settings.control_urls[0]}/healthz", timeout=5)
         except httpx.HTTPError:
             return False
         return proxy.status_code == 200 and control.status_code == 200

@@ -8,7 +8,7 @@ import os
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
@@ -34,9 +34,9 @@ def stack_env(state_dir: Path, port_offset: int) -> dict[str, str]:
     # tests is down longer than that (Spark's start), so the broker has aborted them by then.
     env["KEYSTONE_KAFKA_TRANSACTION_TIMEOUT_MS"] = "10000"
     env["KEYSTONE_FAULT_SWITCHES"] = "true"  # tests/router/test_exactly_once.py
-    for name, field in Settings.model_fields.items():
+    for name, model_field in Settings.model_fields.items():
         if name.endswith("_port"):
-            env[f"KEYSTONE_{name.upper()}"] = str(field.default + port_offset)
+            env[f"KEYSTONE_{name.upper()}"] = str(model_field.default + port_offset)
     return env
 
 
@@ -51,6 +51,7 @@ def private_state_dir() -> Path:
 class Stack:
     env: dict[str, str]
     state_dir: Path
+    _addresses: dict[str, str] = field(default_factory=dict, repr=False)
 
     def keystone(
         self, *args: str, timeout: float = 300, stdin: str | None = None
@@ -75,7 +76,11 @@ class Stack:
         return json.loads(result.stdout)
 
     def address(self, service: str) -> str:
-        return self.status()["services"][service]["address"]
+        """Where a service listens: its ports are the stack's, fixed while it runs, so asked of
+        `stack status` once (each time a command, and a health check of every service)."""
+        if not self._addresses:
+            self._addresses = {n: s["address"] for n, s in self.status()["services"].items()}
+        return self._addresses[service]
 
     @property
     def settings(self) -> Settings:

@@ -7,6 +7,7 @@ from typing import Any
 
 import httpx
 
+from keystone.contracts import http
 from keystone.contracts.settings import Settings
 
 
@@ -16,7 +17,7 @@ class PrometheusError(Exception):
 
 def _get(settings: Settings, path: str, **params: Any) -> Any:
     try:
-        answer = httpx.get(f"{settings.prometheus_url}{path}", params=params, timeout=10)
+        answer = http.client().get(f"{settings.prometheus_url}{path}", params=params, timeout=10)
         body = answer.json()
     except (httpx.HTTPError, ValueError) as e:
         raise PrometheusError(f"Prometheus at {settings.prometheus_url} did not answer: {e}") from e

@@ -29,6 +29,7 @@ import httpx
 import redis
 from confluent_kafka.admin import AdminClient
 
+from keystone.contracts import http
 from keystone.contracts.errors import StackError
 from keystone.contracts.processes import PidFile, stop, tcp_accepts
 from keystone.contracts.recovery import OPERATIONS, Job
@@ -125,7 +126,7 @@ def _host_port(url: str) -> tuple[str, int]:
 def _get(url: str) -> httpx.Response | None:
     """The answer to a GET when it is a 200, else None (refused, timed out, or not ready)."""
     try:
-        answer = httpx.get(url, timeout=2)
+        answer = http.client().get(url, timeout=2)
     except httpx.HTTPError:
         return None
     return answer if answer.status_code == 200 else None

@@ -23,6 +23,7 @@ import orjson
 from pyspark.sql import DataFrame, Row
 from pyspark.sql import functions as F
 
+from keystone.contracts import http
 from keystone.contracts.errors import SinkError
 from keystone.contracts.names import dead_letter_topic, index_prefix
 from keystone.router.counts import Outcome, latency_counts, merge_counts
@@ -100,9 +101,10 @@ class BulkWriter:
 
     def __call__(self, rows: Iterable[Row]) -> Iterator[dict]:
         summary: dict = {"delivered": 0, "dead_lettered": 0, "removed": 0}
-        with httpx.Client(base_url=self.url, timeout=60) as client:
-            for chunk in self._chunks(rows):
-                merge_counts(summary, self.write(client, chunk))
+        # The Python worker's one client, kept from task to task (Spark reuses its workers).
+        client = http.client()
+        for chunk in self._chunks(rows):
+            merge_counts(summary, self.write(client, chunk))
         yield summary
 
     def _chunks(self, rows: Iterable[Row]) -> Iterator[list[Doc]]:
@@ -125,9 +127,10 @@ class BulkWriter:
         while pending:
             try:
                 response = client.post(
-                    "/_bulk",
+                    f"{self.url}/_bulk",
                     content=b"".join(d.lines for d in pending),
                     headers={"Content-Type": "application/x-ndjson"},
+                    timeout=60,
                 )
             except httpx.TransportError as e:
                 self._wait(delays, f"Elasticsearch unreachable ({e})")
