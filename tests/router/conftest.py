@@ -21,6 +21,10 @@ def spark() -> Iterator[SparkSession]:
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.sql.shuffle.partitions", "1")
+        # Code that does not compile is an error here, not a quiet fall back to interpreting
+        # the stage (as a router would, slower): the language's Java expressions generate
+        # code, and a literal `-1.0D` once made theirs fail.
+        .config("spark.sql.codegen.fallback", "false")
         .config("spark.jars", ",".join(str(jvm.class_jar(Settings(), n)) for n in jvm.SHIPPED))
         .config("spark.executor.heartbeatInterval", "1s")
         .getOrCreate()

@@ -312,6 +312,30 @@ def realtime_outputs_caught_up(routed: Routed) -> bool:
     )
 
 
+def counted(metrics: str, output: str, stage: str) -> float:
+    """The router's count of the output's events at `stage`, from its metrics' text."""
+    labels = f'output="{output}",stage="{stage}",stream="{STREAM}"'
+    prefix = f"keystone_router_events_total{{{labels}}} "
+    lines = metrics.splitlines()
+    return sum(float(line.split()[-1]) for line in lines if line.startswith(prefix))
+
+
+def counts_caught_up(routed: Routed) -> bool:
+    """Each output's count of what it delivered or dead-lettered has reached its first load."""
+    text, expected = routed.metrics(), routed.loaded.expected
+
+    def handled(output: str) -> float:
+        return counted(text, output, "delivered") + counted(text, output, "dead_letter")
+
+    return (
+        handled("clicks") >= len(expected("clicks"))
+        and handled("search") >= len(expected("search"))
+        and handled("warehouse") >= 1500
+        and handled("errors") >= len(expected("errors"))
+        and counted(text, "_stream", "dead_letter") >= len(MALFORMED)
+    )
+
+
 def _text_amount(routed: Routed, guid: str) -> bool:
     return isinstance(routed.fronting.events[guid][0]["amount"], str)
 
@@ -348,7 +372,9 @@ def routed(stack: Stack) -> Iterator[Routed]:
     wait_for("realtime outputs", lambda: realtime_outputs_caught_up(handle), timeout=240)
     wait_for("hive", lambda: len(handle.hive_output()) >= 1500, timeout=120)
     wait_for("dead letters", lambda: len(handle.dead_letters()) >= letters, timeout=60)
-    time.sleep(5)  # the router counts what its outputs did each second, a batch's as it ends
+    # The router counts what its outputs did each second, a batch's as it ends: the counts
+    # are read once each output's have come as far as its sink (the test checks they stop there).
+    wait_for("the router's counts", lambda: counts_caught_up(handle), timeout=60)
     handle.at_load = Outputs(
         kafka=handle.kafka_output(),
         keystone=handle.keystone_output(),
@@ -426,9 +452,7 @@ def test_metrics_count_every_stage_of_every_output(routed: Routed) -> None:
     expected = routed.loaded.expected
 
     def value(output: str, stage: str) -> float:
-        labels = f'output="{output}",stage="{stage}",stream="{STREAM}"'
-        prefix = f"keystone_router_events_total{{{labels}}} "
-        return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith(prefix))
+        return counted(text, output, stage)
 
     search_refused = sum(1 for g in expected("search") if _text_amount(routed, g))
     assert value("clicks", "delivered") == len(expected("clicks"))

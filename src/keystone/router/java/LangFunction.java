@@ -377,8 +377,10 @@ public final class LangFunction extends Expression implements Serializable {
             + "boolean " + ev.isNull() + " = " + argument.isNull() + ";\n"
             + type + " " + ev.value() + " = " + gen.defaultValue(dataType(), true) + ";\n"
             + "if (!" + ev.isNull() + ") {\n"
-            + "  Object result = " + self + ".apply((" + gen.boxedType(child.dataType()) + ") "
-            + argument.value() + ");\n"
+            // The value in parentheses: a literal's is `-1.0D`, and `(Double) -1.0D` reads as
+            // a subtraction (the stage's code then fails to compile and runs interpreted).
+            + "  Object result = " + self + ".apply((" + gen.boxedType(child.dataType()) + ") ("
+            + argument.value() + "));\n"
             + "  if (result == null) { " + ev.isNull() + " = true; }\n"
             + "  else { " + ev.value() + " = (" + gen.boxedType(dataType()) + ") result; }\n"
             + "}\n";
