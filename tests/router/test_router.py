@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from keystone.contracts import envelope, http
-from keystone.contracts.processes import PidFile, stop
+from keystone.contracts.processes import PidFile, stat_fields, stop
 from keystone.contracts.registry import RegistryReader
 from keystone.contracts.settings import MAX_EVENT_BYTES
 from keystone.control.launcher import Deployment
@@ -235,9 +235,10 @@ class Routed:
         control restarted meanwhile (another module's exclusive test) adopted it and could say
         only that its process ended. Such a router is killed once first, and the fleet starts
         one of its own."""
-        control = PidFile(self.stack.state_dir / "run" / "control.pid").running_pid()
+        control = PidFile(self.stack.settings.run_dir / "control.pid").running_pid()
         pid = self.router_pid()
-        if pid is None or control is None or _parent(pid) == control:
+        fields = stat_fields(pid) if pid is not None else None
+        if fields is None or control is None or int(fields[1]) == control:  # [1]: its parent
             return
         os.killpg(pid, signal.SIGKILL)
         wait_for(
@@ -308,14 +309,6 @@ class Routed:
         target = self.stack.state_dir / "prometheus" / "targets" / f"router-{STREAM}.json"
         address = json.loads(target.read_text())[0]["targets"][0]
         return http.client().get(f"http://{address}/metrics", timeout=10).text
-
-
-def _parent(pid: int) -> int | None:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return int(stat[stat.rindex(")") + 2 :].split()[1])
 
 
 def wait_for(what: str, done: Callable[[], bool], timeout: float) -> None:

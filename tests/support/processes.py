@@ -4,19 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-
-def _stat(pid: int | str) -> list[str] | None:
-    """The fields of /proc/<pid>/stat after the command name (state, ppid, pgrp, ...)."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return text[text.rindex(")") + 2 :].split()
+from keystone.contracts.processes import stat_fields
 
 
 def alive(pid: int) -> bool:
     """Running, not merely a zombie left for its parent to reap (it has ended)."""
-    fields = _stat(pid)
+    fields = stat_fields(pid)
     return fields is not None and fields[0] != "Z"
 
 
@@ -25,7 +18,7 @@ def groups_alive(leaders: list[int]) -> list[int]:
     workers or a router's JVM included, whose command lines may mention nothing of the stack)."""
     found = []
     for entry in Path("/proc").glob("[0-9]*"):
-        fields = _stat(entry.name)
+        fields = stat_fields(entry.name)
         if fields is not None and fields[0] != "Z" and int(fields[2]) in leaders:
             found.append(int(entry.name))
     return found
