@@ -156,12 +156,12 @@ def test_owners_see_and_change_only_their_own_streams_and_apps(admin: Api, uniqu
     assert for_alice.status_code == 403
     assert bob.call("POST", "/v1/owners", {"name": f"eve-{unique}"}).status_code == 403
     assert app not in [a["name"] for a in bob.ok("GET", "/v1/apps")]
-    assert not [e for e in bob.ok("GET", "/v1/audit") if e["target"] in (mine, app)]
+    assert not [e for e in bob.audit() if e["target"] in (mine, app)]
 
     # Nothing of Bob's attempts changed Alice's stream; she and the admin see it whole.
     assert alice.ok("GET", f"/v1/streams/{mine}")["spec"]["producers"] == [app]
     assert mine in [s["spec"]["name"] for s in admin.ok("GET", "/v1/streams")]
-    actions = [(e["who"], e["action"]) for e in alice.ok("GET", "/v1/audit")]
+    actions = [(e["who"], e["action"]) for e in alice.audit()]
     assert actions == [(f"alice-{unique}", "stream.create"), (f"alice-{unique}", "app.create")]
     alice.ok("DELETE", f"/v1/streams/{mine}")
 
@@ -252,9 +252,7 @@ def test_app_keys_and_grants_take_effect_at_the_proxy(
     admin.ok("DELETE", f"/v1/apps/{app}")
     eventually("the app's removal", lambda: post(new_key) == 401)
     assert admin.ok("GET", f"/v1/streams/{stream}")["spec"]["producers"] == []
-    actions = [
-        e["action"] for e in admin.ok("GET", "/v1/audit", limit=20) if e["target"] in (stream, app)
-    ]
+    actions = [e["action"] for e in admin.audit() if e["target"] in (stream, app)]
     assert actions == [
         "app.delete",
         "producer.grant",
@@ -436,7 +434,7 @@ def test_a_schema_change_is_checked_against_the_fields_outputs_read(
     assert said.returncode != 0 and "output search reads country" in said.stdout + said.stderr
     forced = checked(stack.keystone("stream", "apply", "-f", str(spec_file), "--force", "--json"))
     assert json.loads(forced.stdout)["spec"]["schema"] == breaking
-    entries = [e for e in admin.ok("GET", "/v1/audit", limit=50) if e["target"] == name]
+    entries = [e for e in admin.audit() if e["target"] == name]
     assert next(e["detail"].get("force") for e in entries if e["action"] == "stream.put") == "true"
     admin.ok("DELETE", f"/v1/streams/{name}")
 

@@ -100,7 +100,7 @@ def test_an_owner_rewinds_an_output_from_its_page_once_shown_the_plan(
             )
             expect(box.locator("[data-rewind-button]")).to_be_enabled()
             page.screenshot(path=artifact("ui-rewind-done.png"), full_page=True)
-        entries = team.ok("GET", "/v1/audit")
+        entries = team.audit()
         assert any(e["action"] == "output.rewind" and e["who"] == OWNER for e in entries)
     finally:
         team.call("DELETE", f"/v1/streams/{STREAM}")

@@ -349,7 +349,7 @@ def test_rewinding_each_output_past_a_bad_deploy_leaves_each_sink_right(
         assert all(r == rewound.good(g) for g, r in replays), output
         firsts = [(g, r) for g, r, h in records if envelope.REPLAY not in h]
         assert {g for g, _ in firsts} == sent, output  # delivered before, without the flag
-    audit = rewound.api.ok("GET", "/v1/audit", limit=50)
+    audit = rewound.api.audit()
     logged = {e["detail"]["rewind"]: e["detail"] for e in audit if e["action"] == "output.rewind"}
     assert set(started.values()) <= set(logged)
     for output, rewind_id in started.items():  # from where to where
@@ -564,7 +564,7 @@ def test_backfilling_the_bad_hour_from_the_archive_leaves_each_sink_right_even_i
     letters = read_topic(rewound.stack.address("kafka"), f"keystone.{STREAM}.dlq")
     assert not {_headers(m)[envelope.GUID] for m in letters} & rewound.unreadable
     assert rewound.unreadable <= {r["guid"] for r in rewound.archive()}
-    audit = rewound.api.ok("GET", "/v1/audit", limit=100)
+    audit = rewound.api.audit()
     logged = {e["detail"]["backfill"] for e in audit if e["action"] == "output.backfill"}
     assert set(ids.values()) <= logged
 
@@ -622,7 +622,7 @@ def test_a_backfill_is_cancelled_and_requests_that_cannot_be_carried_out_start_n
     )
     assert _application(rewound, "bf_search") is None
     assert rewound.api.call("DELETE", path).status_code == 409  # nothing left to cancel
-    audit = rewound.api.ok("GET", "/v1/audit", limit=100)
+    audit = rewound.api.audit()
     assert any(
         e["action"] == "output.backfill.cancel" and e["detail"]["backfill"] == first["id"]
         for e in audit

@@ -267,7 +267,7 @@ def test_dead_letters_fail_again_until_fixed_then_reach_only_where_they_failed(
     third = json.loads(checked(again).stdout)
     assert (third["state"], third["events"]) == ("done", 0)
     assert sorted(g for g, _, _ in redriven.kafka()) == sorted(live | strict)
-    audit = redriven.api.ok("GET", "/v1/audit", limit=50)
+    audit = redriven.api.audit()
     logged = {e["detail"]["redrive"] for e in audit if e["action"] == "stream.redrive"}
     assert {first["id"], second["id"], third["id"]} <= logged
 

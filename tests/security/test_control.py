@@ -230,7 +230,7 @@ def test_an_owner_sees_only_what_was_theirs(admin: Api, good: Good, unique: str)
     alice.ok("POST", "/v1/apps", {"name": alices_app})
     bob.ok("PUT", f"/v1/streams/{bobs}/producers/{alices_app}")
 
-    audit = alice.ok("GET", "/v1/audit", limit=1000)
+    audit = alice.audit()
     assert audit and {e["owner"] for e in audit} == {f"alice-{unique}"}
     assert not [e for e in audit if e["target"] == bobs]
     [app] = [a for a in alice.ok("GET", "/v1/apps") if a["name"] == alices_app]
