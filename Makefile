@@ -31,8 +31,11 @@ lint:
 docs:
 	NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict -d build/site
 
+# The router as deployed beside Flink first (it installs PyFlink into a virtualenv of its own
+# in the cache, once: loadtest/flink.py), then each part on its own.
 bench: bootstrap
 	.venv/bin/keystone stack up
+	.venv/bin/python -m keystone.loadtest.deployed_bench --write-docs
 	.venv/bin/python -m keystone.loadtest.proxy_bench --write-docs
 	.venv/bin/python -m keystone.loadtest.router_bench --write-docs
 	.venv/bin/python -m keystone.loadtest.router_plan_bench --write-docs

@@ -271,3 +271,17 @@ def test_the_idle_benchmark_smoke(stack: Stack) -> None:
     assert figures["threads"], "where its JVM spends its CPU"
     assert set(figures["busy_again_s"]) == {"kafka", "elasticsearch"}  # woke within 120 s
     assert len(figures["topics"]) == 5  # fronting, dead letters, its three Kafka outputs
+
+
+@pytest.mark.timeout(300)
+def test_the_deployed_router_benchmark_smoke(stack: Stack) -> None:
+    figures = _smoke(stack, "deployed_bench", "deployed.json", timeout=240, per_event=False)
+    [phase] = figures["phases"]  # the smoke's router alone, at one rate
+    assert phase["target"] == "router" and phase["events"] > 0, phase
+    assert phase["delivered"] > 0 and phase["missing"] == 0, phase  # every measured event read back
+    assert phase["cores"] > 0 and phase["cpu_s_per_m_events"] > 0, phase
+    assert 0 <= phase["p50_ms"] <= phase["p99_ms"] <= phase["p999_ms"] <= phase["max_ms"], phase
+    [idle] = figures["idle"]
+    assert idle["target"] == "router" and idle["cores"] > 0 and idle["rss_mb"] > 100, idle
+    assert figures["ratios"] == {}  # no Flink in a smoke run
+    assert len(figures["topics"]) == 3  # its stream's fronting, dead-letter and output topics

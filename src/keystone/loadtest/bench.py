@@ -11,11 +11,15 @@ import platform
 import re
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
+from confluent_kafka import Producer
+
+from keystone.contracts import envelope
 from keystone.contracts.names import dead_letter_topic, fronting_topic
 from keystone.contracts.processes import PidFile, stat_fields
 from keystone.contracts.settings import Settings
@@ -52,6 +56,9 @@ def save_figures(settings: Settings, name: str, figures: object) -> Path:
     return out
 
 
+POOL = 10_000  # distinct events `produce` sends (an even number: a filter on `variant` keeps half)
+
+
 def make_event(seq: int, object_fields: int = 0) -> bytes:
     """A realistic 1 KB event: nested fields, varied types, and a text payload. With
     `object_fields`, its `device` and `user` objects hold that many more fields each (the event
@@ -75,6 +82,36 @@ def make_event(seq: int, object_fields: int = 0) -> bytes:
     pad = 1024 - len(json.dumps(event, separators=(",", ":"))) - len(',"notes":""')
     event["notes"] = "x" * max(0, pad)
     return json.dumps(event, separators=(",", ":")).encode()
+
+
+def produce(settings: Settings, topic: str, count: int, rate: float | None = None) -> None:
+    """`count` 1 KB events with the proxy's headers, each stamped as it is sent, to `topic`; at
+    `rate` per second when given. The events come from a pool made first (`make_event` of
+    `POOL` sequence numbers, over and over): making each costs more than sending it, and a
+    producer that cannot keep its rate would measure itself."""
+    pool = [make_event(seq) for seq in range(min(count, POOL))]
+    producer = Producer(
+        {"bootstrap.servers": settings.kafka_bootstrap, "linger.ms": 5, "acks": "all"}
+    )
+    tick, host = 0.01, platform.node()
+    producer.list_topics(topic, timeout=30)  # connected before the first ks_ts is stamped
+    started = time.monotonic()
+    for seq in range(count):
+        if rate is not None and seq % max(1, int(rate * tick)) == 0:
+            due = started + seq / rate
+            time.sleep(max(0.0, due - time.monotonic()))
+        guid = str(uuid.uuid4()).encode()
+        common = envelope.common_headers(int(time.time() * 1000), host, "bench", topic)
+        while True:
+            try:
+                producer.produce(
+                    topic, pool[seq % POOL], guid, headers=envelope.event_headers(guid, common)
+                )
+                break
+            except BufferError:
+                producer.poll(0.01)
+        producer.poll(0)
+    assert producer.flush(60) == 0, "events not acknowledged"
 
 
 def machine() -> str:
@@ -256,6 +293,19 @@ def proxy_processes(settings: Settings) -> Callable[[], list[int]] | None:
     processes it started; None when the proxy is not the embedded stack's."""
     pid = PidFile(settings.run_dir / "ingest_proxy.pid").running_pid()
     return None if pid is None else (lambda: process_tree(pid))
+
+
+def resident_mb(pids: Iterable[int]) -> float:
+    """The resident memory of the processes, MB."""
+    total = 0
+    for pid in pids:
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+        except OSError:
+            continue
+        found = re.search(r"^VmRSS:\s+(\d+) kB", status, re.M)
+        total += int(found.group(1)) if found else 0
+    return total / 1024
 
 
 def per_million(cpu_seconds: float | None, events: int | float) -> float | None:

@@ -39,7 +39,7 @@ from pyspark.sql import SparkSession
 from rich.console import Console
 from rich.progress import Progress
 
-from keystone.contracts.names import output_topic
+from keystone.contracts.names import fronting_topic, output_topic
 from keystone.contracts.settings import Settings
 from keystone.contracts.spec import StreamSpec, load_spec
 from keystone.control.provisioner import ensure_topics
@@ -49,6 +49,7 @@ from keystone.loadtest.bench import (
     machine,
     parse_arguments,
     per_million,
+    produce,
     save_figures,
     spark_processes,
     stream_topics,
@@ -60,7 +61,6 @@ from keystone.loadtest.router_bench import (
     PROJECTION,
     Leftovers,
     cell,
-    produce,
     rate_of,
     results_table,
 )
@@ -127,7 +127,7 @@ def throughput(
     leftovers.topics += stream_topics(specs["at_least_once"])
     ensure_topics(settings, specs["at_least_once"])
     with console.status(f"producing {events:,} events of 1 KB…"):
-        produce(settings, name, events)
+        produce(settings, fronting_topic(name), events)
     rates: dict[str, list[float]] = {g: [] for g in GUARANTEES}
     cpu: dict[str, list[float]] = {g: [] for g in GUARANTEES}
     processes = spark_processes(spark)
@@ -219,7 +219,8 @@ def latency(
             time.sleep(0.5)
 
     def load(events: int) -> None:
-        producer = spawn.Process(target=produce, args=(settings, name, events, rate))
+        topic = fronting_topic(name)
+        producer = spawn.Process(target=produce, args=(settings, topic, events, rate))
         producer.start()
         producer.join()
         assert producer.exitcode == 0, "the producer failed"

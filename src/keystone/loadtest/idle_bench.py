@@ -50,6 +50,7 @@ from keystone.loadtest.bench import (
     machine,
     parse_arguments,
     process_tree,
+    resident_mb,
     save_figures,
     spark_processes,
     stream_topics,
@@ -109,18 +110,6 @@ class Idle:
     @property
     def median(self) -> float:
         return statistics.median(self.cpu_percent)
-
-
-def resident_mb(pids: list[int]) -> float:
-    total = 0
-    for pid in pids:
-        try:
-            status = Path(f"/proc/{pid}/status").read_text()
-        except OSError:
-            continue
-        found = re.search(r"^VmRSS:\s+(\d+) kB", status, re.M)
-        total += int(found.group(1)) if found else 0
-    return total / 1024
 
 
 def thread_cpu(pid: int) -> dict[tuple[str, str], float]:

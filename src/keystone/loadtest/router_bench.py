@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing
-import platform
 import shutil
 import statistics
 import time
@@ -43,7 +42,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Producer
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
@@ -60,9 +58,9 @@ from keystone.loadtest.bench import (
     CPU_COLUMN,
     CpuMeter,
     machine,
-    make_event,
     parse_arguments,
     per_million,
+    produce,
     save_figures,
     spark_processes,
     stream_topics,
@@ -137,32 +135,6 @@ def spec(name: str, mode: str, trigger: str) -> StreamSpec:
             ],
         }
     )
-
-
-def produce(settings: Settings, stream: str, count: int, rate: float | None = None) -> None:
-    """`count` 1 KB events with the proxy's headers; at `rate` per second when given."""
-    producer = Producer(
-        {"bootstrap.servers": settings.kafka_bootstrap, "linger.ms": 5, "acks": "all"}
-    )
-    topic, tick = fronting_topic(stream), 0.01
-    producer.list_topics(topic, timeout=30)  # connected before the first ks_ts is stamped
-    started = time.monotonic()
-    for seq in range(count):
-        if rate is not None and seq % max(1, int(rate * tick)) == 0:
-            due = started + seq / rate
-            time.sleep(max(0.0, due - time.monotonic()))
-        guid = str(uuid.uuid4()).encode()
-        common = envelope.common_headers(int(time.time() * 1000), platform.node(), "bench", stream)
-        while True:
-            try:
-                producer.produce(
-                    topic, make_event(seq), guid, headers=envelope.event_headers(guid, common)
-                )
-                break
-            except BufferError:
-                producer.poll(0.01)
-        producer.poll(0)
-    assert producer.flush(60) == 0, "events not acknowledged"
 
 
 def handwritten(
@@ -250,7 +222,7 @@ def throughput(
     # The broker creates no topic on its own: the router's is made as it starts, this one here.
     create_topics(settings, {handwritten_topic(name): PARTITIONS})
     with console.status(f"producing {events:,} events of 1 KB…"):
-        produce(settings, name, events)
+        produce(settings, fronting_topic(name), events)
     rates: dict[str, list[float]] = {"router": [], "hand-written": []}
     cpu: dict[str, list[float]] = {"router": [], "hand-written": []}
     processes = spark_processes(spark)
@@ -320,7 +292,7 @@ def latency(
     def load(events: int) -> None:
         # Its own process: in this one, it would share the GIL with Spark's callbacks.
         producer = multiprocessing.get_context("spawn").Process(
-            target=produce, args=(settings, name, events, rate)
+            target=produce, args=(settings, fronting_topic(name), events, rate)
         )
         producer.start()
         producer.join()

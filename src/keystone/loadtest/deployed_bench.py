@@ -1,0 +1,459 @@
+"""The router as control deploys it, beside the Flink SQL job a team would run instead, in one
+run on the running stack (issue 43).
+
+    python -m keystone.loadtest.deployed_bench [--rates 1000,5000,20000] [--warm-up 20]
+        [--seconds 130] [--rounds 1] [--idle 300] [--without-flink] [--smoke] [--write-docs]
+
+The router: a stream made through control (`keystone stream create` does the same), one
+realtime Kafka output with a filter keeping half and a projection of five fields (the router
+benchmark's), 4 partitions, archive off, its sizing pinned to the highest rate so the fleet
+does not resize it during the run. Flink: the same routing as a Flink SQL job
+(`loadtest/flink_job.py`: PyFlink 2.2 in a local mini-cluster, parallelism 1, checkpoints every
+60 s as the router's output's Real-time Mode checkpoint interval, at least once), from a topic
+of its own. Both run for the whole benchmark; each is fed in its turn.
+
+For each round and each rate (the two take turns going first): 1 KB events with the proxy's
+headers, written straight to the target's input topic at the rate for `--warm-up` seconds, then
+for `--seconds` (by default over two checkpoint intervals, so that two checkpoints fall in
+it) while its whole process tree is metered (for the router, its Python driver and its Spark
+JVM; for Flink, PyFlink's launcher and the mini-cluster's JVM). Then every record the target
+wrote of the measured events is read back: latency is the record's Kafka append time (the
+output topics keep `LogAppendTime`: the broker's clock, whoever wrote the record) minus the
+event's ingest time (`ks_ts`), p50, p99, p99.9; a measured event the output lacks is counted
+as missing. Last, both idle together for `--idle` seconds: CPU as a share of a core, and
+resident memory at the end.
+
+Every stream, topic and folder the benchmark makes is deleted when it ends, whether it ended
+well or not. `--smoke` runs the router alone at 500 events/s for a few seconds: it checks that
+the benchmark runs, its figures mean nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import shutil
+import statistics
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import asdict, dataclass
+
+from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ResourceType,
+)
+from rich.console import Console
+from rich.table import Table
+
+from keystone.contracts.names import fronting_topic, output_topic
+from keystone.contracts.settings import Settings
+from keystone.contracts.spec import DEFAULT_TRIGGERS, Delivery, load_spec
+from keystone.control.client import ControlClient
+from keystone.control.launcher import Deployment
+from keystone.loadtest import flink
+from keystone.loadtest.bench import (
+    CPU_COLUMN,
+    CpuMeter,
+    delete_streams,
+    machine,
+    parse_arguments,
+    per_million,
+    process_tree,
+    produce,
+    resident_mb,
+    save_figures,
+    stream_topics,
+    write_section,
+)
+from keystone.loadtest.router_bench import FILTER, PROJECTION
+from keystone.loadtest.run import await_routers
+from keystone.router.topics import create_topics, delete_topics, watermarks
+
+console = Console()
+COMMAND = "python -m keystone.loadtest.deployed_bench --write-docs"
+OWNER, PARTITIONS, OUTPUT = "bench-deployed", 4, "out"
+CHECKPOINT = Delivery(mode="realtime").seconds  # the router output's default, and Flink's
+READ_BACK_SECONDS = CHECKPOINT + 60.0  # for the last measured records to reach the output
+TARGETS = ("router", "flink")
+
+
+def spec(name: str, rate: int) -> dict:
+    """The stream: one realtime Kafka output of the router benchmark's routing, its size
+    pinned to `rate`."""
+    return {
+        "name": name,
+        "owner": OWNER,
+        "partitions": PARTITIONS,
+        "archive": {"enabled": False},
+        "sizing": {"min_events_per_second": rate, "max_events_per_second": rate},
+        "outputs": [
+            {
+                "name": OUTPUT,
+                "filter": FILTER,
+                "projection": PROJECTION,
+                "sink": {"type": "kafka"},
+                "delivery": {"mode": "realtime", "trigger": DEFAULT_TRIGGERS["realtime"]},
+            }
+        ],
+    }
+
+
+@dataclass(frozen=True)
+class Target:
+    """One of the two routers: the topic it reads and the one it writes, and its processes."""
+
+    name: str
+    source: str
+    sink: str
+    pids: Callable[[], list[int]]
+    check: Callable[[], None]  # raises if it no longer runs
+
+
+@dataclass
+class Phase:
+    """One target at one rate, one round."""
+
+    target: str
+    rate: int
+    round: int
+    seconds: float
+    events: int  # sent while measured
+    cores: float  # CPU seconds over the measured seconds
+    cpu_s_per_m_events: float | None
+    p50_ms: float
+    p99_ms: float
+    p999_ms: float
+    max_ms: float
+    delivered: int  # records of measured events read back
+    missing: int  # measured events the filter keeps that the output lacks
+
+
+@dataclass
+class Idle:
+    target: str
+    seconds: float
+    cores: float
+    rss_mb: float
+
+
+def log_append_time(settings: Settings, topics: list[str]) -> None:
+    """The topics' records stamped by the broker as it appends them."""
+    admin = AdminClient({"bootstrap.servers": settings.kafka_bootstrap})
+    entry = ConfigEntry(
+        "message.timestamp.type",
+        "LogAppendTime",
+        incremental_operation=AlterConfigOpType.SET,
+    )
+    resources = [ConfigResource(ResourceType.TOPIC, t, incremental_configs=[entry]) for t in topics]
+    for future in admin.incremental_alter_configs(resources).values():
+        future.result(timeout=30)
+
+
+def send(settings: Settings, topic: str, count: int, rate: int) -> None:
+    """`count` events at `rate` to `topic`, from a process of its own: here, the producer would
+    share this one's GIL with the read-back and the meter."""
+    producer = multiprocessing.get_context("spawn").Process(
+        target=produce, args=(settings, topic, count, rate)
+    )
+    producer.start()
+    producer.join()
+    if producer.exitcode != 0:
+        raise RuntimeError(f"the producer to {topic} failed ({producer.exitcode})")
+
+
+def read_back(
+    settings: Settings,
+    topic: str,
+    start: dict[int, int],
+    since_ms: int,
+    expected: int,
+    timeout: float = READ_BACK_SECONDS,
+) -> list[int]:
+    """Latencies (ms) of the records from `start` on whose event was ingested at or after
+    `since_ms`, read until there are `expected` of them or `timeout` seconds pass."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": settings.kafka_bootstrap,
+            "group.id": f"deployed-bench-{uuid.uuid4().hex[:8]}",
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.assign([TopicPartition(topic, p, o) for p, o in start.items()])
+    latencies: list[int] = []
+    deadline = time.monotonic() + timeout
+    try:
+        while len(latencies) < expected and time.monotonic() < deadline:
+            for message in consumer.consume(10_000, timeout=1.0):
+                if message.error() is not None:
+                    continue
+                ingested = json.loads(message.value())["timestamp"]
+                if ingested >= since_ms:
+                    latencies.append(message.timestamp()[1] - ingested)
+    finally:
+        consumer.close()
+    return latencies
+
+
+def percentile(ordered: list[int], share: float) -> float:
+    return float(ordered[min(len(ordered) - 1, int(len(ordered) * share))]) if ordered else 0.0
+
+
+def phase(
+    settings: Settings, target: Target, rate: int, round_: int, warm_up: int, seconds: int
+) -> Phase:
+    with console.status(f"{target.name}: warming up at {rate:,} events/s for {warm_up} s…"):
+        send(settings, target.source, rate * warm_up, rate)
+    target.check()
+    start = {p: end for p, (_, end) in watermarks(settings, target.sink).items()}
+    since_ms, events = int(time.time() * 1000), rate * seconds
+    status = console.status(f"{target.name}: {rate:,} events/s for {seconds} s…")
+    with status, CpuMeter(target.pids) as meter:
+        began = time.monotonic()
+        send(settings, target.source, events, rate)
+        took = time.monotonic() - began
+    expected = (events + 1) // 2  # the pool alternates `variant`, from a even sequence number
+    with console.status(f"{target.name}: reading back {expected:,} records…"):
+        latencies = sorted(read_back(settings, target.sink, start, since_ms, expected))
+    target.check()
+    return Phase(
+        target.name,
+        rate,
+        round_,
+        round(took, 1),
+        events,
+        meter.seconds / took,
+        per_million(meter.seconds, events),
+        percentile(latencies, 0.5),
+        percentile(latencies, 0.99),
+        percentile(latencies, 0.999),
+        float(latencies[-1]) if latencies else 0.0,
+        len(latencies),
+        max(0, expected - len(latencies)),
+    )
+
+
+def idle(targets: list[Target], seconds: int) -> list[Idle]:
+    with console.status(f"both idle for {seconds} s…"), ExitStack() as running:
+        meters = [running.enter_context(CpuMeter(t.pids)) for t in targets]
+        time.sleep(seconds)
+    return [
+        Idle(t.name, seconds, m.seconds / seconds, resident_mb(t.pids()))
+        for t, m in zip(targets, meters, strict=True)
+    ]
+
+
+@contextmanager
+def router_target(settings: Settings, rate: int, topics: list[str]) -> Iterator[Target]:
+    """The stream, made through control, until the block ends (then deleted with its topics,
+    which are added to `topics`)."""
+    name = f"bench_deployed_{uuid.uuid4().hex[:6]}"
+    made = spec(name, rate)
+    sink = output_topic(name, OUTPUT)
+    topics += stream_topics(load_spec(made))
+    with ControlClient.from_settings(settings) as control:
+        try:
+            create_topics(settings, {sink: PARTITIONS})
+            log_append_time(settings, [sink])
+            control.put_stream(made)
+            await_routers(control, [name], console)
+
+            def pids() -> list[int]:
+                deployed = Deployment.load(settings, name)
+                return process_tree(deployed.pid) if deployed and deployed.alive() else []
+
+            def check() -> None:
+                if not pids():
+                    raise RuntimeError(f"the router of {name} is not running")
+
+            yield Target("router", fronting_topic(name), sink, pids, check)
+        finally:
+            delete_streams(settings, control, [name])
+            delete_topics(settings, stream_topics(load_spec(made)))
+
+
+@contextmanager
+def flink_target(settings: Settings, topics: list[str]) -> Iterator[Target]:
+    """The Flink SQL job on topics of its own, until the block ends (then stopped, its topics,
+    which are added to `topics`, and its state deleted)."""
+    python = flink.install(settings, console)
+    name = f"bench_flink_{uuid.uuid4().hex[:6]}"
+    source, sink = f"{name}.in", f"{name}.out"
+    topics += [source, sink]
+    state = settings.state_dir / "bench" / name
+    try:
+        create_topics(settings, {source: PARTITIONS, sink: PARTITIONS})
+        log_append_time(settings, [sink])
+        with flink.FlinkJob(
+            settings, python, source=source, sink=sink, state=state, checkpoint_seconds=CHECKPOINT
+        ) as job:
+            await_flink(settings, job, source, sink)
+            yield Target("flink", source, sink, job.pids, job.check)
+    finally:
+        delete_topics(settings, [source, sink])
+        shutil.rmtree(state, ignore_errors=True)
+
+
+def await_flink(settings: Settings, job: flink.FlinkJob, source: str, sink: str) -> None:
+    """Until the job routes: one event at a time until one of them comes out (it reads from
+    the latest offsets once it runs, so earlier ones are not read)."""
+    deadline = time.monotonic() + 180
+    with console.status("waiting for the Flink job to route…"):
+        while time.monotonic() < deadline:
+            job.check()
+            since = int(time.time() * 1000)
+            start = {p: end for p, (_, end) in watermarks(settings, sink).items()}
+            produce(settings, source, 2)  # the first keeps `variant` a
+            if read_back(settings, sink, start, since, 1, timeout=5):
+                return
+        raise RuntimeError(f"the Flink job did not route within 180 s; see {job.log}")
+
+
+def ratios(phases: list[Phase]) -> dict[int, dict[str, float]]:
+    """Per rate, router over Flink: CPU per event, p99 (the medians of the rounds)."""
+    found: dict[int, dict[str, float]] = {}
+    for rate in sorted({p.rate for p in phases}):
+
+        def median(target: str, field: str, rate: int = rate) -> float:
+            values = [getattr(p, field) for p in phases if p.rate == rate and p.target == target]
+            return statistics.median(values) if values else 0.0
+
+        if median("flink", "cores") and median("flink", "p99_ms"):
+            found[rate] = {
+                "cpu": median("router", "cores") / median("flink", "cores"),
+                "p99": median("router", "p99_ms") / median("flink", "p99_ms"),
+            }
+    return found
+
+
+def phases_table(phases: list[Phase]) -> Table:
+    table = Table("target", "rate", "round", "cores", CPU_COLUMN, "p50 ms", "p99 ms", "p99.9 ms")
+    for p in phases:
+        table.add_row(
+            p.target,
+            f"{p.rate:,}",
+            str(p.round),
+            f"{p.cores:.3f}",
+            f"{p.cpu_s_per_m_events or 0:.0f}",
+            f"{p.p50_ms:.0f}",
+            f"{p.p99_ms:.0f}",
+            f"{p.p999_ms:.0f}",
+        )
+    return table
+
+
+def markdown(phases: list[Phase], idles: list[Idle], args: argparse.Namespace) -> str:
+    """The section of docs/benchmarks.md: per rate, each target's medians and the ratios."""
+
+    def median(target: str, rate: int, field: str) -> float:
+        return statistics.median(
+            getattr(p, field) for p in phases if p.target == target and p.rate == rate
+        )
+
+    rows = []
+    for rate, ratio in ratios(phases).items():
+        cells = [f"{rate:,} events/s"]
+        for field, form in (("cores", ".3f"), ("cpu_s_per_m_events", ".0f")):
+            cells += [format(median(t, rate, field), form) for t in TARGETS]
+        cells.append(f"{ratio['cpu']:.2f}")
+        for t in TARGETS:
+            cells.append(
+                " / ".join(f"{median(t, rate, f):.0f}" for f in ("p50_ms", "p99_ms", "p999_ms"))
+            )
+        cells.append(f"{ratio['p99']:.1f}")
+        rows.append("| " + " | ".join(cells) + " |")
+    missing = sum(p.missing for p in phases)
+    idle_rows = "\n".join(
+        f"| {i.target} | {100 * i.cores:.1f}% | {i.rss_mb:,.0f} MB |" for i in idles
+    )
+    spread = "; ".join(
+        f"{p.target} at {p.rate:,}/s round {p.round}: {p.cores:.3f} cores, p99 {p.p99_ms:.0f} ms"
+        for p in phases
+    )
+    return (
+        f"Command: `{COMMAND}` (rates {args.rates}, {args.warm_up} s of warm-up, "
+        f"{args.seconds} s measured, {args.rounds} round(s), idle {args.idle} s), "
+        f"{time.strftime('%Y-%m-%d')}; Kafka, both targets and the producer on the same "
+        f"machine.\nMachine: {machine()}.\n\n"
+        "The router as control deploys it (one realtime Kafka output: a filter keeping half, "
+        "five fields projected; its whole process tree metered) beside a Flink SQL job doing "
+        f"the same routing ({flink.REQUIREMENT}, parallelism 1, checkpoints every "
+        f"{CHECKPOINT:.0f} s, at least once). Cores: CPU seconds over the measured seconds. "
+        "Latency: the output record's broker append time minus the event's `ks_ts`, "
+        "p50 / p99 / p99.9 ms. Medians of the rounds.\n\n"
+        f"| load | router cores | Flink cores | router {CPU_COLUMN} | Flink {CPU_COLUMN} | "
+        "CPU router / Flink | router latency ms | Flink latency ms | p99 router / Flink |\n"
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n"
+        + "\n".join(rows)
+        + f"\n\nMeasured events missing from an output: {missing}.\n\n"
+        f"Idle, both together for {args.idle} s after the loads:\n\n"
+        "| target | CPU | resident memory |\n| --- | ---: | ---: |\n"
+        f"{idle_rows}\n\nEach phase: {spread}.\n"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--rates", default="1000,5000,20000", help="steady loads, events/s, comma-separated"
+    )
+    parser.add_argument("--warm-up", type=int, default=20, help="seconds of load not measured")
+    parser.add_argument(
+        "--seconds", type=int, default=int(2 * CHECKPOINT + 10), help="seconds measured"
+    )
+    parser.add_argument("--rounds", type=int, default=1, help="measured phases of each target")
+    parser.add_argument("--idle", type=int, default=300, help="seconds both are measured idle")
+    parser.add_argument("--without-flink", action="store_true", help="the router alone (no ratios)")
+    args = parse_arguments(parser)
+    if args.smoke:
+        args.rates, args.warm_up, args.seconds, args.rounds, args.idle = "500", 2, 3, 1, 2
+        args.without_flink = True
+    if args.write_docs and args.without_flink:
+        parser.error("--write-docs: the page gives ratios to Flink, which --without-flink skips")
+    rates = [int(r) for r in args.rates.split(",")]
+    settings = Settings()
+    phases: list[Phase] = []
+    topics: list[str] = []  # made, and deleted
+    with ExitStack() as running:
+        targets = [running.enter_context(router_target(settings, max(rates), topics))]
+        if not args.without_flink:
+            targets.append(running.enter_context(flink_target(settings, topics)))
+        turn = 0
+        for round_ in range(1, args.rounds + 1):
+            for rate in rates:
+                for target in targets[turn % 2 :] + targets[: turn % 2]:
+                    phases.append(phase(settings, target, rate, round_, args.warm_up, args.seconds))
+                    console.print(phases_table(phases[-1:]))
+                turn += 1
+        idles = idle(targets, args.idle)
+    console.print(phases_table(phases))
+    for i in idles:
+        console.print(f"idle {i.target}: {100 * i.cores:.1f}% of a core, {i.rss_mb:,.0f} MB")
+    for rate, ratio in ratios(phases).items():
+        console.print(
+            f"{rate:,} events/s: router over Flink {ratio['cpu']:.2f} times the CPU, "
+            f"{ratio['p99']:.1f} times the p99"
+        )
+    figures = {
+        "smoke": args.smoke,
+        "topics": topics,
+        "phases": [asdict(p) for p in phases],
+        "idle": [asdict(i) for i in idles],
+        "ratios": ratios(phases),
+    }
+    save_figures(settings, "deployed", figures)
+    if args.write_docs:
+        write_section(
+            "deployed-bench", "The router as deployed, beside Flink", markdown(phases, idles, args)
+        )
+        console.print("wrote docs/benchmarks.md")
+
+
+if __name__ == "__main__":
+    main()
