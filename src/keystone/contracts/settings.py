@@ -233,6 +233,16 @@ class Settings(BaseSettings, Limits):
         le=900_000,  # librdkafka's own range
         description="How long the proxy's producer waits to fill a batch: latency vs. load.",
     )
+    # The router's Kafka sinks (Spark's, kafka-clients 3.9: 0 by default, 5 from Kafka 4.0):
+    # at 0, a router at 5,000 events/s sent a request per handful of records and its producer
+    # thread spent twice the CPU (docs/decisions/0034).
+    router_kafka_linger_ms: int = Field(
+        5,
+        ge=0,
+        le=900_000,
+        description="How long a router's Kafka sinks (outputs, dead letters) wait to fill a "
+        "batch: latency vs. CPU.",
+    )
     kafka_queue_max_messages: int = Field(
         100_000, ge=1, description="Events a proxy process holds for Kafka before it answers 503."
     )

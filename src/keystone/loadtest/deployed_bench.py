@@ -1,8 +1,9 @@
 """The router as control deploys it, beside the Flink SQL job a team would run instead, in one
 run on the running stack (issue 43).
 
-    python -m keystone.loadtest.deployed_bench [--rates 1000,5000,20000] [--warm-up 20]
-        [--seconds 130] [--rounds 1] [--idle 300] [--without-flink] [--smoke] [--write-docs]
+    python -m keystone.loadtest.deployed_bench [--rates 1000,5000,20000] [--settle 120]
+        [--warm-up 20] [--seconds 130] [--rounds 1] [--idle 300] [--without-flink] [--smoke]
+        [--write-docs]
 
 The router: a stream made through control (`keystone stream create` does the same), one
 realtime Kafka output with a filter keeping half and a projection of five fields (the router
@@ -12,16 +13,17 @@ does not resize it during the run. Flink: the same routing as a Flink SQL job
 60 s as the router's output's Real-time Mode checkpoint interval, at least once), from a topic
 of its own. Both run for the whole benchmark; each is fed in its turn.
 
-For each round and each rate (the two take turns going first): 1 KB events with the proxy's
-headers, written straight to the target's input topic at the rate for `--warm-up` seconds, then
-for `--seconds` (by default over two checkpoint intervals, so that two checkpoints fall in
-it) while its whole process tree is metered (for the router, its Python driver and its Spark
-JVM; for Flink, PyFlink's launcher and the mini-cluster's JVM). Then every record the target
-wrote of the measured events is read back: latency is the record's Kafka append time (the
-output topics keep `LogAppendTime`: the broker's clock, whoever wrote the record) minus the
-event's ingest time (`ks_ts`), p50, p99, p99.9; a measured event the output lacks is counted
-as missing. Last, both idle together for `--idle` seconds: CPU as a share of a core, and
-resident memory at the end.
+First each target settles: `--settle` seconds of the lowest rate, not measured (a JVM compiles its
+hot code for minutes after it starts; what a router costs is what it costs once running). Then, for
+each round and each rate (the two take turns going first): 1 KB events with the proxy's headers,
+written straight to the target's input topic at the rate for `--warm-up` seconds, then for
+`--seconds` (by default over two checkpoint intervals, so that two checkpoints fall in it) while its
+whole process tree is metered (for the router, its Python driver and its Spark JVM; for Flink,
+PyFlink's launcher and the mini-cluster's JVM). Then every record the target wrote of the measured
+events is read back: latency is the record's Kafka append time (the output topics keep
+`LogAppendTime`: the broker's clock, whoever wrote the record) minus the event's ingest time
+(`ks_ts`), p50, p99, p99.9; a measured event the output lacks is counted as missing. Last, both idle
+together for `--idle` seconds: CPU as a share of a core, and resident memory at the end.
 
 Every stream, topic and folder the benchmark makes is deleted when it ends, whether it ended
 well or not. `--smoke` runs the router alone at 500 events/s for a few seconds: it checks that
@@ -34,7 +36,9 @@ import argparse
 import json
 import multiprocessing
 import shutil
+import signal
 import statistics
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -377,7 +381,8 @@ def markdown(phases: list[Phase], idles: list[Idle], args: argparse.Namespace) -
         for p in phases
     )
     return (
-        f"Command: `{COMMAND}` (rates {args.rates}, {args.warm_up} s of warm-up, "
+        f"Command: `{COMMAND}` (rates {args.rates}, each target settled {args.settle} s, "
+        f"{args.warm_up} s of warm-up, "
         f"{args.seconds} s measured, {args.rounds} round(s), idle {args.idle} s), "
         f"{time.strftime('%Y-%m-%d')}; Kafka, both targets and the producer on the same "
         f"machine.\nMachine: {machine()}.\n\n"
@@ -403,7 +408,12 @@ def main() -> None:
     parser.add_argument(
         "--rates", default="1000,5000,20000", help="steady loads, events/s, comma-separated"
     )
-    parser.add_argument("--warm-up", type=int, default=20, help="seconds of load not measured")
+    parser.add_argument(
+        "--settle", type=int, default=120, help="seconds of the lowest rate each target first gets"
+    )
+    parser.add_argument(
+        "--warm-up", type=int, default=20, help="seconds of load before each measured phase"
+    )
     parser.add_argument(
         "--seconds", type=int, default=int(2 * CHECKPOINT + 10), help="seconds measured"
     )
@@ -412,18 +422,25 @@ def main() -> None:
     parser.add_argument("--without-flink", action="store_true", help="the router alone (no ratios)")
     args = parse_arguments(parser)
     if args.smoke:
-        args.rates, args.warm_up, args.seconds, args.rounds, args.idle = "500", 2, 3, 1, 2
+        args.rates, args.settle, args.warm_up, args.seconds = "500", 0, 2, 3
+        args.rounds, args.idle = 1, 2
         args.without_flink = True
     if args.write_docs and args.without_flink:
         parser.error("--write-docs: the page gives ratios to Flink, which --without-flink skips")
     rates = [int(r) for r in args.rates.split(",")]
     settings = Settings()
+    # Stopped (SIGTERM) as when interrupted: the streams, topics and the Flink job it made go.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
     phases: list[Phase] = []
     topics: list[str] = []  # made, and deleted
     with ExitStack() as running:
         targets = [running.enter_context(router_target(settings, max(rates), topics))]
         if not args.without_flink:
             targets.append(running.enter_context(flink_target(settings, topics)))
+        for target in targets:
+            settling = f"{target.name}: settling, {min(rates):,}/s for {args.settle} s…"
+            with console.status(settling):
+                send(settings, target.source, min(rates) * args.settle, min(rates))
         turn = 0
         for round_ in range(1, args.rounds + 1):
             for rate in rates:

@@ -220,7 +220,6 @@ class RecordWriter(Replays):
 
 
 W = TypeVar("W", DataStreamWriter, DataFrameWriter)
-KAFKA_LINGER_MS = 5
 
 
 def to_kafka(writer: W, settings: Settings) -> W:
@@ -229,10 +228,7 @@ def to_kafka(writer: W, settings: Settings) -> W:
         writer.format("kafka")
         .option("kafka.bootstrap.servers", settings.kafka_bootstrap)
         .option("kafka.max.request.size", settings.max_record_bytes)
-        # Records wait up to 5 ms to share a request: without it (the client's default
-        # before Kafka 4.0) a router at 5,000 events/s sent a request per handful of records,
-        # and its producer thread spent twice the CPU (and the broker with it).
-        .option("kafka.linger.ms", str(KAFKA_LINGER_MS))
+        .option("kafka.linger.ms", settings.router_kafka_linger_ms)
     )
 
 
