@@ -32,6 +32,11 @@ def test_records_become_routable_events_or_dead_letters_with_reasons(stack: Stac
     ):
         raw.produce(fronting_topic(stream), value, headers={**stamped, **extra})
     raw.produce(fronting_topic(stream), b'{"x": 1}')  # no headers at all
+    # Kafka keeps a repeated header: the first is the event's (the proxy's), later ones are not;
+    # a header without a value is none.
+    repeated = [("ks_guid", b"g-first"), ("ks_ts", b"1700000000001"), ("ks_guid", b"g-later")]
+    repeated += [("ks_ts", b"1"), ("ks_app", None), ("ks_app", b"later")]
+    raw.produce(fronting_topic(stream), b'{"twice": 1}', headers=repeated)
     assert raw.flush(30) == 0
 
     job = stack.python("-m", "tests.router.spark_jobs", "read-fronting", stream, "a")
@@ -46,6 +51,9 @@ def test_records_become_routable_events_or_dead_letters_with_reasons(stack: Stac
     assert first["app"] == "player" and first["host"] and first["timestamp"] > 1700000000000
     assert first["hops"] == 0 and by_text['{"ok": 1}']["hops"] == 2
     assert by_text['{"ok": 1}']["problem"] is None
+    twice = by_text['{"twice": 1}']
+    assert (twice["guid"], twice["timestamp"], twice["app"]) == ("g-first", 1700000000001, None)
+    assert twice["problem"] is None
     assert {text: row["problem"] for text, row in by_text.items() if row["problem"]} == {
         "[1]": "not a JSON object",
         "nope": "not JSON",

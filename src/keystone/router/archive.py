@@ -34,7 +34,7 @@ from keystone.contracts.spec import StreamSpec
 from keystone.router.counts import Outcome
 from keystone.router.metrics import latency_columns
 from keystone.router.sinks.hive.table import HiveTable, hour_columns, hour_of
-from keystone.router.source import record_headers
+from keystone.router.source import first_headers
 
 log = logging.getLogger(__name__)
 
@@ -47,8 +47,9 @@ EXPIRE_EVERY = 3600.0  # seconds between two looks for hours past retention
 
 def archived(records: DataFrame) -> DataFrame:
     """The archive's rows (with `dateint` and `hour`) from the Kafka source's records."""
-    entries = record_headers()
-    meta = F.map_from_entries(F.reverse(entries))  # the first of a repeated header wins
+    meta = first_headers(
+        records.sparkSession, (envelope.GUID, envelope.TIMESTAMP, envelope.HOST, envelope.APP)
+    )
 
     def header(name: str):
         return meta[name].cast("string")

@@ -1,7 +1,7 @@
 """The JVM pieces a Spark application of the project runs with, where `keystone stack fetch`
 puts them in the cache: Spark's Kafka connector (a Maven bundle) and the project's own classes
-(the router's are in router/java: its meter, payload reader, like matcher, transactional Kafka
-writer, and Spark's local file system without forks).
+(the router's are in router/java: its meter, payload reader, header reader, like matcher,
+transactional Kafka writer, and Spark's local file system without forks).
 
     <cache>/jars/<bundle>/*.jar         a bundle's jars, fetched from Maven Central
     <cache>/classes/<Class>/, .jar      a class (and the base class it extends, if it is one of
@@ -31,6 +31,7 @@ CLASSES = (
     "LikeMatcher",
     "LangFunction",
     "JsonExcept",
+    "FirstHeaders",
 )
 # The router's classes compiled against Spark's Kafka connector too (its Kafka client).
 KAFKA_CLASSES = ("TransactionalKafkaWriter",)
@@ -40,6 +41,7 @@ BASES = {
     "JsonPaths": ("InterpretedUnaryExpression",),
     "LikeMatcher": ("InterpretedUnaryExpression",),
     "JsonExcept": ("InterpretedUnaryExpression",),
+    "FirstHeaders": ("InterpretedUnaryExpression",),
 }
 # Classes that Spark ships to its executors (by `spark.jars`).
 SHIPPED = (
@@ -48,6 +50,7 @@ SHIPPED = (
     "LikeMatcher",
     "LangFunction",
     "JsonExcept",
+    "FirstHeaders",
     "TransactionalKafkaWriter",
 )
 

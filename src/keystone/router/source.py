@@ -24,11 +24,21 @@ from keystone.router.avro import schema_problem
 from keystone.router.lang.ast import dotted
 
 HEADERS = "array<struct<key:string,value:binary>>"  # a Kafka record's, as Spark reads them
+# The headers an event's metadata comes from.
+META = (headers.GUID, headers.TIMESTAMP, headers.HOST, headers.APP, headers.HOPS)
 
 
 def record_headers() -> Column:
     """The record's `headers`, an empty array where it has none."""
     return F.coalesce("headers", F.array().cast(HEADERS))
+
+
+def first_headers(spark: SparkSession, names: Collection[str]) -> Column:
+    """The record's first value of each named header, as bytes (a struct with a field per name,
+    null where it has none), in one pass over its headers (router/java/FirstHeaders.java):
+    Kafka keeps a repeated header, and the first is the one the proxy wrote."""
+    jvm = spark.sparkContext._jvm
+    return Column(jvm.FirstHeaders.column(record_headers()._jc, ",".join(names)))
 
 
 def fronting(
@@ -109,9 +119,6 @@ def envelope(
     # paths, so two fields of the payload, which Spark by default resolves regardless of case
     # (and so calls ambiguous). Set here, for every reader of a payload.
     frame.sparkSession.conf.set("spark.sql.caseSensitive", "true")
-    # One pass over the headers into a map (reversed, so that with the session's LAST_WIN
-    # policy the first of a repeated header wins).
-    entries = record_headers()
     text = F.col("value").cast("string")
     whole = [] if schema is None else [F.try_parse_json(text).alias("whole")]
     read = frame.select(
@@ -123,7 +130,7 @@ def envelope(
         "offset",
         read_paths(frame.sparkSession, F.col("value"), paths).alias("payload"),
         *whole,
-        F.map_from_entries(F.reverse(entries)).alias("meta"),
+        first_headers(frame.sparkSession, META).alias("meta"),
     )
 
     def meta(name: str) -> Column:

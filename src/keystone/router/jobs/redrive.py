@@ -47,7 +47,7 @@ from keystone.router.jobs import SLICE_SECONDS, JobRunner
 from keystone.router.meter import Meter
 from keystone.router.sinks.base import replayer_for, to_kafka
 from keystone.router.sinks.route import Route
-from keystone.router.source import envelope, record_headers
+from keystone.router.source import envelope, first_headers, record_headers
 from keystone.router.topics import topic_config
 
 log = logging.getLogger(__name__)
@@ -73,8 +73,8 @@ def ensure_redriven_topic(settings: Settings, stream: str) -> None:
 
 
 def _header(name: str) -> Column:
-    entries = record_headers()
-    return F.map_from_entries(F.reverse(entries))[name].cast("string")
+    """A dead letter's first header of `name`, as text (the session's: this job's)."""
+    return first_headers(SparkSession.active(), [name])[name].cast("string")
 
 
 def selected(
