@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -14,6 +15,7 @@ import pytest
 from confluent_kafka.admin import AdminClient
 
 from keystone.contracts.spec import load_spec
+from keystone.loadtest import flink_job
 from keystone.loadtest.bench import (
     CpuMeter,
     Steadiness,
@@ -23,6 +25,7 @@ from keystone.loadtest.bench import (
     process_tree,
     stream_topics,
 )
+from keystone.loadtest.router_bench import FILTER, PROJECTION
 from tests.support.stack import Stack, checked, run_module
 
 
@@ -285,3 +288,12 @@ def test_the_deployed_router_benchmark_smoke(stack: Stack) -> None:
     assert idle["target"] == "router" and idle["cores"] > 0 and idle["rss_mb"] > 100, idle
     assert figures["ratios"] == {}  # no Flink in a smoke run
     assert len(figures["topics"]) == 3  # its stream's fronting, dead-letter and output topics
+
+
+def test_the_flink_job_routes_as_the_router_benchmarks_output() -> None:
+    # Its SQL is written by hand, as a Flink user would: held here to the router's routing.
+    assert FILTER == "variant = 'a'" and "WHERE `variant` = 'a'" in flink_job.ROUTE
+    fields = [p.split(" as ")[-1] for p in PROJECTION]
+    assert fields == ["guid", "timestamp", "user_id", "device", "title"]
+    assert re.findall(r"^  `(\w+)` ", flink_job.SINK, re.M) == [*fields, "headers"]
+    assert "'key.fields' = 'guid'" in flink_job.SINK  # the router's Kafka key

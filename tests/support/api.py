@@ -27,8 +27,9 @@ class Api:
         return answer.json() if answer.content else None
 
     def audit(self) -> list[dict[str, Any]]:
-        """The whole audit log this caller may read, newest first: never only the newest few,
-        which the other worker's tests, writing to the same log, can push out."""
+        """The audit log this caller may read, newest first, as far back as the API gives
+        (its `limit` at most): never only the newest few, which the other worker's tests,
+        writing to the same log, can push out."""
         return self.ok("GET", "/v1/audit", limit=10000)
 
     def as_(self, token: str | None) -> Api:

@@ -84,11 +84,18 @@ def make_event(seq: int, object_fields: int = 0) -> bytes:
     return json.dumps(event, separators=(",", ":")).encode()
 
 
-def produce(settings: Settings, topic: str, count: int, rate: float | None = None) -> None:
+def produce(
+    settings: Settings,
+    topic: str,
+    count: int,
+    rate: float | None = None,
+    stream: str | None = None,
+) -> None:
     """`count` 1 KB events with the proxy's headers, each stamped as it is sent, to `topic`; at
-    `rate` per second when given. The events come from a pool made first (`make_event` of
-    `POOL` sequence numbers, over and over): making each costs more than sending it, and a
-    producer that cannot keep its rate would measure itself."""
+    `rate` per second when given; `stream`: the one the headers name (default: the topic). The
+    events come from a pool made first (`make_event` of `POOL` sequence numbers, over and over):
+    making each costs more than sending it, and a producer that cannot keep its rate would
+    measure itself."""
     pool = [make_event(seq) for seq in range(min(count, POOL))]
     producer = Producer(
         {"bootstrap.servers": settings.kafka_bootstrap, "linger.ms": 5, "acks": "all"}
@@ -101,7 +108,7 @@ def produce(settings: Settings, topic: str, count: int, rate: float | None = Non
             due = started + seq / rate
             time.sleep(max(0.0, due - time.monotonic()))
         guid = str(uuid.uuid4()).encode()
-        common = envelope.common_headers(int(time.time() * 1000), host, "bench", topic)
+        common = envelope.common_headers(int(time.time() * 1000), host, "bench", stream or topic)
         while True:
             try:
                 producer.produce(

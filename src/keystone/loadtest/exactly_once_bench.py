@@ -127,7 +127,7 @@ def throughput(
     leftovers.topics += stream_topics(specs["at_least_once"])
     ensure_topics(settings, specs["at_least_once"])
     with console.status(f"producing {events:,} events of 1 KB…"):
-        produce(settings, fronting_topic(name), events)
+        produce(settings, fronting_topic(name), events, stream=name)
     rates: dict[str, list[float]] = {g: [] for g in GUARANTEES}
     cpu: dict[str, list[float]] = {g: [] for g in GUARANTEES}
     processes = spark_processes(spark)
@@ -220,7 +220,7 @@ def latency(
 
     def load(events: int) -> None:
         topic = fronting_topic(name)
-        producer = spawn.Process(target=produce, args=(settings, topic, events, rate))
+        producer = spawn.Process(target=produce, args=(settings, topic, events, rate, name))
         producer.start()
         producer.join()
         assert producer.exitcode == 0, "the producer failed"

@@ -52,9 +52,9 @@ def install(settings: Settings, console: Console) -> Path:
 
 
 class FlinkJob:
-    """The Flink SQL job (`flink_job.py`) routing `source` to `sink`, running while the `with`
-    block does, in a process group of its own (its Python launcher and the mini-cluster's JVM),
-    its output in `log`."""
+    """The Flink SQL job (`flink_job.py`) routing `source` to `sink` from its latest offsets,
+    running while the `with` block does, in a process group of its own (its Python launcher
+    and the mini-cluster's JVM), its output in `log`."""
 
     def __init__(
         self,
@@ -66,7 +66,6 @@ class FlinkJob:
         state: Path,
         parallelism: int = 1,
         checkpoint_seconds: int = 60,
-        starting: str = "latest",
     ) -> None:
         self.log = state / "flink.log"
         self.command = [
@@ -79,7 +78,8 @@ class FlinkJob:
             f"--state={state}",
             f"--parallelism={parallelism}",
             f"--checkpoint-seconds={checkpoint_seconds}",
-            f"--starting={starting}",
+            # Its Kafka sink batches as the router's do (KEYSTONE_ROUTER_KAFKA_LINGER_MS).
+            f"--linger-ms={settings.router_kafka_linger_ms}",
         ]
         self.state = state
         self._process: subprocess.Popen[bytes] | None = None
@@ -100,12 +100,15 @@ class FlinkJob:
         assert self._process is not None, "started by the with block"
         return process_tree(self._process.pid)
 
+    def tail(self) -> str:
+        """The end of its log (which goes with its state folder)."""
+        return self.log.read_text(errors="replace")[-2000:] if self.log.exists() else ""
+
     def check(self) -> None:
         """Raises if the job has ended (it runs until stopped)."""
         assert self._process is not None, "started by the with block"
         if self._process.poll() is not None:
-            tail = self.log.read_text(errors="replace")[-2000:]
-            raise RuntimeError(f"the Flink job ended ({self._process.returncode}):\n{tail}")
+            raise RuntimeError(f"the Flink job ended ({self._process.returncode}):\n{self.tail()}")
 
     def __exit__(
         self,
@@ -114,11 +117,14 @@ class FlinkJob:
         _traceback: TracebackType | None,
     ) -> None:
         process = self._process
-        if process is None or process.poll() is not None:
+        if process is None:
             return
-        os.killpg(process.pid, signal.SIGTERM)
+        # The whole group, even when its launcher has ended: the JVM may outlive it.
         try:
+            os.killpg(process.pid, signal.SIGTERM)
             process.wait(30)
+        except ProcessLookupError:
+            return
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()

@@ -4,7 +4,7 @@ the fronting headers carried on), as a team that picked Flink instead would writ
 
     <flink virtualenv>/bin/python flink_job.py --bootstrap HOST:PORT --source TOPIC
         --sink TOPIC --jar flink-sql-connector-kafka.jar --state DIR [--parallelism 1]
-        [--checkpoint-seconds 60] [--starting latest|earliest]
+        [--checkpoint-seconds 60] [--linger-ms 5]
 
 Run by PyFlink's own interpreter (`keystone.loadtest.flink`): it imports PyFlink and the
 standard library only, never the project (PyFlink pins a py4j that pyspark does not take). It
@@ -17,7 +17,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-# The router's filter and projection (keystone.loadtest.deployed_bench), in Flink SQL. Flink's
+# The router's filter and projection (keystone.loadtest.router_bench's FILTER and PROJECTION,
+# which tests/loadtest/test_bench.py holds these to), in Flink SQL. Flink's
 # JSON format reads only the fields the table declares, as the router reads only the paths its
 # outputs read. `headers` is the Kafka record's, `ks_guid` and `ks_ts` the proxy's.
 SOURCE = """
@@ -32,7 +33,7 @@ CREATE TABLE events (
   'topic' = '{source}',
   'properties.bootstrap.servers' = '{bootstrap}',
   'properties.group.id' = 'flink-{source}',
-  'scan.startup.mode' = '{starting}-offset',
+  'scan.startup.mode' = 'latest-offset',
   'format' = 'json',
   'json.ignore-parse-errors' = 'true'
 )"""
@@ -49,6 +50,7 @@ CREATE TABLE routed (
   'topic' = '{sink}',
   'properties.bootstrap.servers' = '{bootstrap}',
   'sink.delivery-guarantee' = 'at-least-once',
+  'properties.linger.ms' = '{linger_ms}',
   'key.format' = 'raw',
   'key.fields' = 'guid',
   'value.format' = 'json',
@@ -78,7 +80,7 @@ def main() -> None:
     parser.add_argument("--state", type=Path, required=True)
     parser.add_argument("--parallelism", type=int, default=1)
     parser.add_argument("--checkpoint-seconds", type=int, default=60)
-    parser.add_argument("--starting", choices=("latest", "earliest"), default="latest")
+    parser.add_argument("--linger-ms", type=int, default=5)
     args = parser.parse_args()
     tables = TableEnvironment.create(EnvironmentSettings.in_streaming_mode())
     conf = tables.get_config()

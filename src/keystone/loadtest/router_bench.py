@@ -165,6 +165,9 @@ def handwritten_records(source: DataFrame) -> DataFrame:
     """The hand-written job's records from Kafka source columns (`value`, `headers`)."""
     fields = "variant STRING, user STRUCT<id: BIGINT>, device STRUCT<type: STRING>, title STRING"
     event = F.from_json(F.col("value").cast("string"), fields)
+    # A map of the headers, reversed: with this policy the first of a repeated header wins, as
+    # the router reads it (router.source.first_headers); Spark's default refuses the record.
+    source.sparkSession.conf.set("spark.sql.mapKeyDedupPolicy", "LAST_WIN")
     meta = F.map_from_entries(F.reverse("headers"))
     out = source.select(
         event.alias("e"),
@@ -222,7 +225,7 @@ def throughput(
     # The broker creates no topic on its own: the router's is made as it starts, this one here.
     create_topics(settings, {handwritten_topic(name): PARTITIONS})
     with console.status(f"producing {events:,} events of 1 KB…"):
-        produce(settings, fronting_topic(name), events)
+        produce(settings, fronting_topic(name), events, stream=name)
     rates: dict[str, list[float]] = {"router": [], "hand-written": []}
     cpu: dict[str, list[float]] = {"router": [], "hand-written": []}
     processes = spark_processes(spark)
@@ -292,7 +295,7 @@ def latency(
     def load(events: int) -> None:
         # Its own process: in this one, it would share the GIL with Spark's callbacks.
         producer = multiprocessing.get_context("spawn").Process(
-            target=produce, args=(settings, fronting_topic(name), events, rate)
+            target=produce, args=(settings, fronting_topic(name), events, rate, name)
         )
         producer.start()
         producer.join()

@@ -34,7 +34,7 @@ from keystone.contracts.spec import StreamSpec
 from keystone.router.counts import Outcome
 from keystone.router.metrics import latency_columns
 from keystone.router.sinks.hive.table import HiveTable, hour_columns, hour_of
-from keystone.router.source import first_headers
+from keystone.router.source import META, first_headers
 
 log = logging.getLogger(__name__)
 
@@ -47,9 +47,7 @@ EXPIRE_EVERY = 3600.0  # seconds between two looks for hours past retention
 
 def archived(records: DataFrame) -> DataFrame:
     """The archive's rows (with `dateint` and `hour`) from the Kafka source's records."""
-    meta = first_headers(
-        records.sparkSession, (envelope.GUID, envelope.TIMESTAMP, envelope.HOST, envelope.APP)
-    )
+    meta = first_headers(records.sparkSession, META)
 
     def header(name: str):
         return meta[name].cast("string")

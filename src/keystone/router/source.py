@@ -36,7 +36,10 @@ def record_headers() -> Column:
 def first_headers(spark: SparkSession, names: Collection[str]) -> Column:
     """The record's first value of each named header, as bytes (a struct with a field per name,
     null where it has none), in one pass over its headers (router/java/FirstHeaders.java):
-    Kafka keeps a repeated header, and the first is the one the proxy wrote."""
+    Kafka keeps a repeated header, and the first is the one the proxy wrote. `names`: distinct,
+    none empty or holding a comma (they reach the JVM comma-separated)."""
+    if not names or len(set(names)) != len(names) or any(not n or "," in n for n in names):
+        raise ValueError(f"header names must be distinct, without commas: {list(names)}")
     jvm = spark.sparkContext._jvm
     return Column(jvm.FirstHeaders.column(record_headers()._jc, ",".join(names)))
 

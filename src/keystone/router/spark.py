@@ -77,10 +77,6 @@ def spark_conf(
         "spark.executor.heartbeatInterval": "1s",
         # The proxy accepts a repeated key and Python reads the last; Spark then reads the same.
         "spark.sql.variant.allowDuplicateKeys": "true",
-        # A map built from a record's headers (reversed) keeps the first of a repeated header,
-        # as the router's own reader does (router.source.first_headers): the hand-written job
-        # of router_bench builds one.
-        "spark.sql.mapKeyDedupPolicy": "LAST_WIN",
         **(jvm.local_file_system(settings) if master.startswith("local") else {}),
         **cluster,
     }

@@ -6,9 +6,11 @@ import org.apache.spark.sql.catalyst.expressions.GenericInternalRow;
 import org.apache.spark.sql.catalyst.util.ArrayData;
 import org.apache.spark.sql.classic.ExpressionUtils;
 import org.apache.spark.sql.types.ArrayType;
+import org.apache.spark.sql.types.BinaryType;
 import org.apache.spark.sql.types.DataType;
 import org.apache.spark.sql.types.DataTypes;
 import org.apache.spark.sql.types.StructField;
+import org.apache.spark.sql.types.StringType;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.unsafe.types.UTF8String;
 
@@ -75,7 +77,16 @@ public final class FirstHeaders extends InterpretedUnaryExpression {
 
     @Override
     public TypeCheckResult checkInputDataTypes() {
-        return reads(ArrayType.class, "a record's headers (ARRAY<STRUCT<key, value>>)");
+        if (child.dataType() instanceof ArrayType array
+                && array.elementType() instanceof StructType entry
+                && entry.size() == 2
+                && entry.fields()[0].dataType() instanceof StringType
+                && entry.fields()[1].dataType() instanceof BinaryType) {
+            return TypeCheckResult.TypeCheckSuccess$.MODULE$;
+        }
+        return new TypeCheckResult.TypeCheckFailure(prettyName()
+            + " reads a record's headers (ARRAY<STRUCT<key: STRING, value: BINARY>>), not "
+            + child.dataType().simpleString());
     }
 
     @Override

@@ -72,9 +72,13 @@ def ensure_redriven_topic(settings: Settings, stream: str) -> None:
                 raise
 
 
+HEADERS_READ = (names.DLQ_REASON, names.DLQ_OUTPUT, names.REDRIVES, names.GUID)
+
+
 def _header(name: str) -> Column:
-    """A dead letter's first header of `name`, as text (the session's: this job's)."""
-    return first_headers(SparkSession.active(), [name])[name].cast("string")
+    """A dead letter's first header of `name`, one of `HEADERS_READ`, as text. Each is read
+    from the same expression over all of them, which Spark evaluates once per record."""
+    return first_headers(SparkSession.active(), HEADERS_READ)[name].cast("string")
 
 
 def selected(

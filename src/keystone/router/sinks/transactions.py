@@ -64,7 +64,7 @@ class Transactions:
             "bootstrap.servers": settings.kafka_bootstrap,
             "max.request.size": str(settings.max_record_bytes),
             "transaction.timeout.ms": str(settings.kafka_transaction_timeout_ms),
-            "linger.ms": "5",
+            "linger.ms": str(settings.router_kafka_linger_ms),
         }
         jvm = frame.sparkSession.sparkContext._jvm
         assert jvm is not None
