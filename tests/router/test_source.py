@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import json
 import uuid
+from typing import cast
 
+import pytest
 from confluent_kafka import Producer
+from pyspark.sql import SparkSession
 
 from keystone.contracts.names import fronting_topic
 from keystone.contracts.spec import StreamSpec
 from keystone.control.provisioner import ensure_topics
 from keystone.ingest_proxy.client import DirectProducer
+from keystone.router.source import first_headers
 from tests.support.stack import Stack
 
 
@@ -60,3 +64,10 @@ def test_records_become_routable_events_or_dead_letters_with_reasons(stack: Stac
         '{"y": 1}': "no ks_ts header of epoch milliseconds",
         '{"x": 1}': "no ks_guid header",
     }
+
+
+@pytest.mark.parametrize("names", [[], ["ks_guid", "ks_guid"], ["ks_guid", ""], ["a,b"]])
+def test_header_names_that_cannot_reach_the_jvm_whole_are_refused(names: list[str]) -> None:
+    # They reach FirstHeaders comma-separated, each the name of a field of its struct.
+    with pytest.raises(ValueError, match="distinct, without commas"):
+        first_headers(cast(SparkSession, None), names)
