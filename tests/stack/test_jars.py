@@ -57,14 +57,14 @@ def test_a_class_is_compiled_with_its_base_and_again_when_only_the_base_changes(
     monkeypatch.setitem(jars.JAVA_CLASSES, name, (sources, jars.JAVA_CLASSES[name][1]))
     settings = Settings(state_dir=tmp_path / "state", cache_dir=tmp_path / "cache")
 
-    assert jars.compile_class(settings, name)
+    assert jars.compile_classes(settings, [name]) == {name}
     # Spark ships each jar on its own: one without the base fails only on the executors.
     with zipfile.ZipFile(jvm.class_jar(settings, name)) as packed:
         assert {f"{name}.class", f"{base}.class"} <= set(packed.namelist())
-    assert not jars.compile_class(settings, name)
+    assert not jars.compile_classes(settings, [name])
     with (sources / f"{base}.java").open("a") as source:
         source.write("// changed\n")
-    assert jars.compile_class(settings, name)
+    assert jars.compile_classes(settings, [name]) == {name}
 
 
 def test_every_class_of_router_java_that_extends_another_is_compiled_with_it() -> None:
@@ -73,3 +73,21 @@ def test_every_class_of_router_java_that_extends_another_is_compiled_with_it() -
         text = (jvm.JAVA_DIR / f"{name}.java").read_text()
         extended = set(re.findall(r"\bextends (\w+)", text)) & own
         assert extended == set(jvm.BASES.get(name, ())), name
+
+
+def test_classes_compiled_together_each_get_a_jar_of_their_own(tmp_path: Path) -> None:
+    settings = Settings(state_dir=tmp_path / "state", cache_dir=tmp_path / "cache")
+    names = [
+        n for n in jars.JAVA_CLASSES if jars.JAVA_CLASSES[n][1](settings) == [jvm.PYSPARK_JARS]
+    ]
+    assert len(names) > 1 and "ForklessLocalFileSystem" in names  # one javac run for all these
+
+    assert jars.compile_classes(settings, names) == set(names)
+
+    for name in names:
+        with zipfile.ZipFile(jvm.class_jar(settings, name)) as packed:
+            owners = {entry.removesuffix(".class").split("$")[0] for entry in packed.namelist()}
+        assert owners == {name, *jvm.BASES.get(name, ())}, name
+    with zipfile.ZipFile(jvm.class_jar(settings, "ForklessLocalFileSystem")) as packed:
+        assert "ForklessLocalFileSystem$Fs.class" in packed.namelist()  # nested classes go along
+    assert not jars.compile_classes(settings, names)

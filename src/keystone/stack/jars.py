@@ -4,7 +4,8 @@ Each bundle is a small pom whose dependencies are copied into `<cache>/jars/<bun
 holding the pom's hash makes a second fetch free and a changed pin refetch. The Java classes of
 stack/java (the metastore's and Elasticsearch's launchers) and router/java (the router's, see
 `keystone.router.jvm`, which also says where all of them are in the cache) are compiled with
-the machine's javac against the jars they run with.
+the machine's javac against the jars they run with, one run for the classes that share their
+jars. On a fresh machine the bundles download side by side.
 """
 
 from __future__ import annotations
@@ -12,8 +13,10 @@ from __future__ import annotations
 import hashlib
 import shutil
 import subprocess
+import tempfile
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 from keystone.contracts.errors import StackError
@@ -70,7 +73,7 @@ def fetch_bundle(settings: Settings, bundle: str) -> bool:
         str(MAVEN_DIR / "settings.xml"),
         "-f",
         str(pom),
-        f"-Dmaven.repo.local={settings.cache_dir / 'm2'}",
+        f"-Dmaven.repo.local={settings.cache_dir / 'm2' / bundle}",
         "dependency:copy-dependencies",
         "-DincludeScope=runtime",
         f"-DoutputDirectory={staging}",
@@ -86,39 +89,75 @@ def fetch_bundle(settings: Settings, bundle: str) -> bool:
     return True
 
 
-def compile_class(settings: Settings, name: str) -> bool:
-    """Compiles <name>.java with the bases it extends; False when the classes are current."""
+def _digest_of_class(settings: Settings, name: str) -> str:
     folder, needs = JAVA_CLASSES[name]
     sources = [folder / f"{n}.java" for n in (name, *jvm.BASES.get(name, ()))]
-    deps = needs(settings)
-    target = classes_dir(settings, name)
-    stamp = target / ".stamp"
-    digest = _digest(*sources) + ":" + classpath(*deps)
-    jar = target.with_suffix(".jar")
-    if _fresh(stamp, digest) and jar.exists():
-        return False
-    if shutil.which("javac") is None:
-        raise StackError("javac is missing: install a JDK 17 (Debian's openjdk-17-jdk-headless)")
-    shutil.rmtree(target, ignore_errors=True)
-    target.mkdir(parents=True)
-    result = subprocess.run(
-        ["javac", "-nowarn", "-cp", classpath(*deps), "-d", str(target), *map(str, sources)],
-        capture_output=True,
-        text=True,
-        check=False,
+    return _digest(*sources) + ":" + classpath(*needs(settings))
+
+
+def _class_files(folder: Path, name: str) -> list[Path]:
+    """The class files of `name` and of the bases it extends, nested classes with them."""
+    return sorted(
+        path
+        for n in (name, *jvm.BASES.get(name, ()))
+        for path in (*folder.glob(f"{n}.class"), *folder.glob(f"{n}$*.class"))
     )
-    if result.returncode != 0:
-        raise StackError(f"compiling {name}.java failed:\n{result.stderr}")
-    with zipfile.ZipFile(jar, "w") as packed:
-        for path in sorted(target.glob("*.class")):
-            packed.write(path, path.name)
-    stamp.write_text(digest)
-    return True
+
+
+def _compile_together(settings: Settings, names: list[str]) -> None:
+    """One javac run for classes that compile against the same jars; each class then gets its
+    own folder and jar, with the bases it extends (Spark ships each jar on its own)."""
+    deps = JAVA_CLASSES[names[0]][1](settings)
+    sources = sorted(
+        {JAVA_CLASSES[n][0] / f"{m}.java" for n in names for m in (n, *jvm.BASES.get(n, ()))}
+    )
+    with tempfile.TemporaryDirectory(prefix="keystone-javac-") as out:
+        result = subprocess.run(
+            ["javac", "-nowarn", "-cp", classpath(*deps), "-d", out, *map(str, sources)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if result.returncode != 0:
+            raise StackError(f"compiling {', '.join(names)} failed:\n{result.stderr}")
+        for name in names:
+            target = classes_dir(settings, name)
+            shutil.rmtree(target, ignore_errors=True)
+            target.mkdir(parents=True)
+            with zipfile.ZipFile(target.with_suffix(".jar"), "w") as packed:
+                for path in _class_files(Path(out), name):
+                    shutil.copy(path, target)
+                    packed.write(path, path.name)
+            (target / ".stamp").write_text(_digest_of_class(settings, name))
+
+
+def compile_classes(settings: Settings, names: Iterable[str]) -> set[str]:
+    """Compiles those of `names` whose sources or jars changed since (one javac run per set of
+    jars, the runs side by side); returns the names compiled."""
+    stale: dict[str, list[str]] = {}
+    for name in names:
+        target = classes_dir(settings, name)
+        stamp = target / ".stamp"
+        if not (
+            _fresh(stamp, _digest_of_class(settings, name)) and target.with_suffix(".jar").exists()
+        ):
+            stale.setdefault(classpath(*JAVA_CLASSES[name][1](settings)), []).append(name)
+    if stale and shutil.which("javac") is None:
+        raise StackError("javac is missing: install a JDK 17 (Debian's openjdk-17-jdk-headless)")
+    with ThreadPoolExecutor(max(len(stale), 1)) as pool:
+        for done in [pool.submit(_compile_together, settings, group) for group in stale.values()]:
+            done.result()
+    return {name for group in stale.values() for name in group}
 
 
 def fetch_all(settings: Settings, report: Callable[[str, bool], None]) -> None:
-    """Fetches every bundle and compiles every class, reporting (what, did_work) as it goes."""
-    for bundle in BUNDLES:
-        report(f"jars {bundle}", fetch_bundle(settings, bundle))
+    """Fetches every bundle and compiles every class, reporting (what, did_work) as it goes. The
+    bundles download side by side, each into a Maven repository of its own (one Maven's local
+    repository is not safe for two processes at once)."""
+    with ThreadPoolExecutor(len(BUNDLES)) as pool:
+        fetching = {pool.submit(fetch_bundle, settings, b): b for b in BUNDLES}
+        for done in as_completed(fetching):
+            report(f"jars {fetching[done]}", done.result())
+    compiled = compile_classes(settings, JAVA_CLASSES)
     for name in JAVA_CLASSES:
-        report(f"class {name}", compile_class(settings, name))
+        report(f"class {name}", name in compiled)
