@@ -9,6 +9,8 @@ import json
 import os
 import platform
 import re
+import signal
+import subprocess
 import threading
 import time
 import uuid
@@ -231,6 +233,62 @@ def cpu_times(pids: Iterable[int]) -> dict[tuple[int, int], float]:
         if fields is not None:
             times[(pid, int(fields[19]))] = (int(fields[11]) + int(fields[12])) / _TICK
     return times
+
+
+class Job:
+    """A job a benchmark runs beside the router (Flink's, Spark's floor), while the `with` block
+    does: `command` in a process group of its own (stopped whole, metered whole), its output in
+    `<state>/job.log`."""
+
+    def __init__(self, label: str, command: list[str], state: Path) -> None:
+        self.label, self.command, self.state = label, command, state
+        self.log = state / "job.log"
+        self._process: subprocess.Popen[bytes] | None = None
+
+    def __enter__(self) -> Job:
+        self.state.mkdir(parents=True, exist_ok=True)
+        with self.log.open("wb") as out:
+            self._process = subprocess.Popen(
+                self.command,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        return self
+
+    def pids(self) -> list[int]:
+        assert self._process is not None, "started by the with block"
+        return process_tree(self._process.pid)
+
+    def tail(self) -> str:
+        """The end of its log (which goes with its state folder)."""
+        return self.log.read_text(errors="replace")[-2000:] if self.log.exists() else ""
+
+    def check(self) -> None:
+        """Raises if the job has ended (it runs until stopped)."""
+        assert self._process is not None, "started by the with block"
+        if self._process.poll() is not None:
+            raise RuntimeError(f"{self.label} ended ({self._process.returncode}):\n{self.tail()}")
+
+    def __exit__(
+        self,
+        _type: type[BaseException] | None,
+        _value: BaseException | None,
+        _traceback: TracebackType | None,
+    ) -> None:
+        process = self._process
+        if process is None:
+            return
+        # The whole group, even when its launcher has ended: a JVM may outlive it.
+        try:
+            os.killpg(process.pid, signal.SIGTERM)
+            process.wait(30)
+        except ProcessLookupError:
+            return
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
 
 
 class CpuMeter:
