@@ -211,7 +211,13 @@ class World:
 
 @pytest.fixture
 def world(tmp_path: Path) -> World:
-    settings = Settings(state_dir=tmp_path, router_stop_timeout_seconds=STOP_TIMEOUT)
+    return _world(tmp_path)
+
+
+def _world(tmp_path: Path, **settings_given: str) -> World:
+    settings = Settings(
+        state_dir=tmp_path, router_stop_timeout_seconds=STOP_TIMEOUT, **settings_given
+    )
     launcher, store, dashboards, clock = FakeLauncher(), FakeStore(), FakeDashboards(), Clock()
     recovery, topics = FakeRecovery(), Topics()
     fleet = Fleet(
@@ -236,7 +242,7 @@ def test_a_new_stream_with_outputs_is_started_and_runs_once_it_is_up(world: Worl
     assert state.state == RouterPhase.STARTING
     assert (state.pid, state.port) == (deployed.pid, deployed.port)
     assert state.since == state.started == T0 == deployed.started
-    assert state.fingerprint == deployed.fingerprint == fingerprint(spec(), 1_000)
+    assert state.fingerprint == deployed.fingerprint == fingerprint(spec())
     assert state.restarts == state.failures == 0
     assert set(state.extra["outputs"]) == {"o1"}
     assert world.dashboards.synced == [(["alpha"], set())]
@@ -251,7 +257,7 @@ def test_a_new_stream_with_outputs_is_started_and_runs_once_it_is_up(world: Worl
 
 def test_a_router_found_running_is_adopted_not_started_again(world: World) -> None:
     world.store.specs["alpha"] = spec()
-    deployed = Deployment("alpha", 42, 42, 9042, fingerprint(spec(), 1_000), T0 - 10)
+    deployed = Deployment("alpha", 42, 42, 9042, fingerprint(spec()), T0 - 10)
     world.launcher.records["alpha"] = deployed
     world.launcher.running.add(42)
     world.launcher.up_streams.add("alpha")
@@ -384,7 +390,7 @@ def test_a_changed_spec_stops_the_old_router_then_starts_the_new_one(world: Worl
     ]
     state = world.state()
     assert state.state == RouterPhase.STARTING
-    assert state.fingerprint == new.fingerprint == fingerprint(changed, 1_000) != old.fingerprint
+    assert state.fingerprint == new.fingerprint == fingerprint(changed) != old.fingerprint
     assert (state.pid, state.restarts, state.failures) == (new.pid, 0, 0)  # not a failure
     assert state.retry_at == 0.0
     assert world.launcher.actions("remove_checkpoints") == []  # the same sink goes on
@@ -550,7 +556,7 @@ def _traffic(world: World, per_second: float, seconds: float) -> None:
         world.fleet.reconcile()
 
 
-def test_a_stream_whose_traffic_rises_tenfold_is_resized_once_and_redeployed(
+def test_a_local_router_whose_traffic_rises_tenfold_is_resized_once_as_it_runs(
     world: World,
 ) -> None:
     world.store.specs["alpha"] = spec()
@@ -562,18 +568,32 @@ def test_a_stream_whose_traffic_rises_tenfold_is_resized_once_and_redeployed(
     _traffic(world, 5_000, 3 * SAMPLE_SECONDS)  # tenfold: 7,500 with headroom
     state = world.state()
     assert (state.sized_for, state.resizes, state.resized_at > T0) == (8_000, 1, True)
-    assert world.launcher.actions("stop") == [("stop", "alpha", 101)]  # redeployed with it
-    world.launcher.die("alpha", 0)
-    _traffic(world, 5_000, 5)
-    assert world.launcher.sizes == [1_000, 8_000]
-    assert world.state().fingerprint == fingerprint(spec(), 8_000)
+    # Its record says the new size, which the router reads as it runs: not started again.
+    assert world.launcher.actions("stop") == [] and world.launcher.sizes == [1_000]
+    assert state.state == RouterPhase.RUNNING and state.fingerprint == fingerprint(spec(), 0)
     # Twenty times more, within ten minutes of that change: not resized again yet.
-    world.launcher.up_streams.add("alpha")
     _traffic(world, 100_000, 60)
     assert (world.state().sized_for, world.state().resizes) == (8_000, 1)
     # Past the interval, up again at once; down only once the last hour's peak allows.
     _traffic(world, 100_000, CHANGE_EVERY_SECONDS)
     assert (world.state().sized_for, world.state().resizes) == (64_000, 2)  # the spec's most
+    assert world.launcher.actions("stop") == []
+
+
+def test_a_router_on_a_cluster_is_redeployed_when_resized(tmp_path: Path) -> None:
+    world = _world(tmp_path, spark_cluster="standalone")  # its cores are fixed as it starts
+    world.store.specs["alpha"] = spec()
+    world.fleet.reconcile()
+    world.running()
+    _traffic(world, 500, 60)
+    assert world.launcher.sizes == [1_000]
+    _traffic(world, 5_000, 3 * SAMPLE_SECONDS)
+    assert (world.state().sized_for, world.state().resizes) == (8_000, 1)
+    assert world.launcher.actions("stop") == [("stop", "alpha", 101)]  # redeployed with it
+    world.launcher.die("alpha", 0)
+    _traffic(world, 5_000, 5)
+    assert world.launcher.sizes == [1_000, 8_000]
+    assert world.state().fingerprint == fingerprint(spec(), 8_000)
 
 
 def test_the_spec_bounds_the_size(world: World) -> None:

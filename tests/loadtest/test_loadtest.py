@@ -115,16 +115,18 @@ def a_minute_of_load(
 def test_a_minute_of_load_with_the_router_killed_and_outputs_rewound_loses_nothing(
     stack: Stack, streams: None, tmp_path
 ) -> None:
-    """The router killed (the fleet starts it again); then (issue 30) the first Kafka output
-    (chosen by default), the Hive, the Keystone and the Elasticsearch outputs each rewound 20 s.
-    Every event is delivered; Elasticsearch, Hive and the exactly-once Kafka output hold each once;
-    the Kafka copies the rewinds wrote again are counted as replays, in the target stream's
-    Kafka output too (it carries the fronting record's ks_replay on)."""
+    """The router resized up and back as it runs (issue 43), then killed (the fleet starts it
+    again); then (issue 30) the first Kafka output (chosen by default), the Hive, the Keystone and
+    the Elasticsearch outputs each rewound 20 s. Every event is delivered; Elasticsearch, Hive and
+    the exactly-once Kafka output hold each once; the Kafka copies the rewinds wrote again are
+    counted as replays, in the target stream's Kafka output too (it carries the fronting
+    record's ks_replay on)."""
     report = tmp_path / "report"
     figures = a_minute_of_load(
         stack,
         report,
-        "kill-router@15",
+        "resize@3+4",
+        "kill-router@22",
         "rewind-output@35+20",
         "rewind-output:warehouse@38+20",
         "rewind-output:onwards@41+20",
@@ -147,8 +149,15 @@ def test_a_minute_of_load_with_the_router_killed_and_outputs_rewound_loses_nothi
     assert by_output[f"{STREAM}.warehouse"]["expected"] == figures["ingest"]["acknowledged"]
     for replayed in (f"{STREAM}.picked", f"{STREAM}.onwards", f"{SIDE}.plays"):
         assert by_output[replayed]["replays"] > 0, by_output[replayed]
-    killed, *rewinds = figures["faults"]
-    assert killed["fault"] == "kill-router" and 14 <= killed["began_s"] <= 20
+    resized, killed, *rewinds = figures["faults"]
+    assert resized["fault"] == "resize" and resized["ended_s"] < 22, resized
+    said = resized["notes"]
+    assert said[0].startswith("resized from 1,000 to 2,000 events/s"), said
+    assert said[1].startswith("then to 1,000 events/s, its traffic's size"), said
+    assert said[2].endswith("kept"), said  # the same process: no restart, at either resize
+    pauses = [float(n.rsplit(" ", 2)[1]) for n in said if n.startswith("longest pause")]
+    assert len(pauses) == 1 and pauses[0] < 5, said  # picked, the realtime Kafka output
+    assert killed["fault"] == "kill-router" and 21 <= killed["began_s"] <= 27
     assert "the fleet started it again" in " ".join(killed["notes"])
     assert {f["output"] for f in rewinds} == {"picked", "warehouse", "onwards", "search"}
     for fault in rewinds:

@@ -10,16 +10,17 @@ import pytest
 
 from keystone.contracts.errors import InvalidSpec, KeystoneError, Unavailable
 from keystone.contracts.recovery import Rewind, RewindPhase
+from keystone.contracts.registry import RouterState
 from keystone.contracts.settings import Settings
 from keystone.contracts.spec import load_spec
 from keystone.router.counts import LATENCY_BUCKETS, latency_counts
 from keystone.router.job import (
-    RewindWatch,
+    RouterWatch,
     dead_letter_paths,
     paths_read_by,
 )
 from keystone.router.metrics import LatencyHistogram, lag_of
-from keystone.router.plan import batch_limit, router_slots, runs_realtime
+from keystone.router.plan import batch_limit, router_slots, runs_realtime, started_slots
 from keystone.router.spark import spark_conf
 from tests.contracts.test_recovery import rewind
 
@@ -119,16 +120,24 @@ def test_each_query_parses_the_paths_its_outputs_read() -> None:
 
 
 class FakeRegistry:
-    """What `RewindWatch` reads: each answer in turn, or an error."""
+    """What `RouterWatch` reads: each answer in turn (the rewinds, and the router's record's
+    size when it follows it), or an error."""
 
-    def __init__(self, *answers: tuple[dict[str, Rewind], set[str]] | KeystoneError) -> None:
+    def __init__(self, *answers: tuple[dict[str, Rewind], set[str]] | KeystoneError | int) -> None:
         self.answers = list(answers)
 
-    def read_rewinds(self, stream: str) -> tuple[dict[str, Rewind], set[str]]:
+    def _next(self):
         answer = self.answers.pop(0)
         if isinstance(answer, KeystoneError):
             raise answer
         return answer
+
+    def read_rewinds(self, stream: str) -> tuple[dict[str, Rewind], set[str]]:
+        return self._next()
+
+    def router_state(self, stream: str) -> RouterState | None:
+        size = self._next()
+        return None if size is None else RouterState(sized_for=size)
 
 
 def test_the_router_follows_rewinds_and_holds_an_output_whose_record_does_not_read() -> None:
@@ -141,18 +150,54 @@ def test_the_router_follows_rewinds_and_holds_an_output_whose_record_does_not_re
         ({"search": caught_up}, {"clicks"}),  # clicks unreadable, never known: held
         ({}, {"search", "clicks"}),  # search unreadable now: its last known rewind kept
     )
-    watch = RewindWatch(registry, "plays")  # type: ignore[arg-type]
+    watch = RouterWatch(registry, "plays")  # type: ignore[arg-type]
     watch.read()
-    assert not watch.ready and watch.plan("search") is None
+    assert not watch.ready and watch.plan("search") == (None, None)
     watch.read()
-    assert watch.ready and watch.plan("search") == (1, True) and watch.held == set()
+    assert watch.ready and watch.plan("search") == ((1, True), None) and watch.held == set()
     watch.read()
-    assert watch.plan("search") == (1, True)
+    assert watch.plan("search") == ((1, True), None)
     watch.read()
-    assert watch.plan("search") == (1, False) and watch.held == {"clicks"}
+    assert watch.plan("search") == ((1, False), None) and watch.held == {"clicks"}
     watch.read()
-    assert watch.plan("search") == (1, False) and watch.held == {"clicks"}
-    assert RewindWatch(None, "plays").ready  # no registry: never rewound, nothing to wait for
+    assert watch.plan("search") == ((1, False), None) and watch.held == {"clicks"}
+    assert RouterWatch(None, "plays").ready  # no registry: never rewound, nothing to wait for
+
+
+def test_a_router_that_resizes_in_place_starts_again_only_its_micro_batch_queries() -> None:
+    replaying = rewind(output="clicks")
+    registry = FakeRegistry(
+        ({}, set()),
+        0,  # not sized yet: as it started
+        ({}, set()),
+        8_000,  # the fleet's new figure
+        Unavailable("Redis away", retry_after=1),  # kept as it was
+        ({"clicks": replaying}, set()),
+        None,  # no record (the fleet has not written one): as it was
+    )
+    watch = RouterWatch(
+        registry,  # type: ignore[arg-type]
+        "plays",
+        sized_for=1_000,
+        follow_size=True,
+        realtime=["clicks"],
+    )
+    watch.read()
+    assert watch.sized_for == 1_000
+    plans = {q: watch.plan(q) for q in ("clicks", "search", "_stream")}
+    assert plans == {"clicks": (None, None), "search": (None, 1_000), "_stream": (None, 1_000)}
+    watch.read()
+    assert watch.sized_for == 8_000
+    # A realtime output runs on; a query in micro-batches takes the new size (a new plan).
+    assert watch.plan("clicks") == plans["clicks"] and watch.plan("search") == (None, 8_000)
+    watch.read()
+    assert watch.sized_for == 8_000
+    watch.read()  # a realtime output replaying a rewind reads in micro-batches of the size too
+    assert watch.plan("clicks") == ((1, True), 8_000) and watch.sized_for == 8_000
+    # A router on a cluster does not follow the figure: a new size starts it again.
+    fixed = RouterWatch(FakeRegistry(({}, set())), "plays", sized_for=1_000)  # type: ignore[arg-type]
+    fixed.read()
+    assert fixed.plan("search") == (None, 1_000)
 
 
 def test_a_router_sized_for_more_gives_its_batch_queries_more_slots_and_bigger_batches() -> None:
@@ -164,3 +209,12 @@ def test_a_router_sized_for_more_gives_its_batch_queries_more_slots_and_bigger_b
     assert batch_limit(spec, 8_000) == 240_000  # 30 s of the rate
     bounded = load_spec({**SPEC, "sizing": {"max_events_per_second": 4_000}})
     assert batch_limit(bounded, 64_000) == 120_000  # within the spec's bounds
+
+
+def test_a_local_router_starts_with_the_slots_of_its_largest_size() -> None:
+    spec = load_spec(SPEC)  # 4 partitions: 2 realtime queries, 5 micro-batch queries
+    # Threads cost nothing idle: all it may need, so that a new size needs no restart.
+    largest = router_slots(spec, spec.sizing.max_events_per_second)
+    assert started_slots(spec, 1_000, "local[*]") == largest == 8 + 5 * 4
+    # A cluster's cores are held while the application runs: those of its size now.
+    assert started_slots(spec, 1_000, "spark://127.0.0.1:7077") == 8 + 5 * 1

@@ -8,6 +8,8 @@ ROUTER_LAG = "keystone_router_lag_records"  # {stream, output}
 DELIVERY_LATENCY_SECONDS = "keystone_delivery_latency_seconds"  # {stream, output} histogram
 ROUTER_UP = "keystone_router_up"  # {stream}
 ROUTER_QUERY_UP = "keystone_router_query_up"  # {stream, output}
+# The size the router runs its micro-batches at now (it follows the fleet's as it runs).
+ROUTER_SIZE = "keystone_router_sized_for_events_per_second"  # {stream}
 # An exactly-once output's Kafka transactions: committed, or aborted (a batch attempt that failed).
 ROUTER_TRANSACTIONS = "keystone_router_transactions_total"  # {stream, output, outcome}
 

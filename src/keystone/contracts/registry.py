@@ -127,7 +127,8 @@ class RouterPhase(StrEnum):
 
 @dataclass
 class RouterState:
-    """What the fleet knows of one stream's router; written by the fleet, read by the API."""
+    """What the fleet knows of one stream's router; written by the fleet, read by the API and,
+    for its size, by the router itself (which resizes in place: `router.job.RouterWatch`)."""
 
     state: RouterPhase = RouterPhase.PENDING
     pid: int = 0

@@ -42,6 +42,7 @@ from keystone.control.recovery import Recovery
 from keystone.control.sizing import Sizer
 from keystone.control.store import Store
 from keystone.dashboards.publish import Publisher
+from keystone.router.plan import resizes_in_place
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +58,8 @@ RESTARTS = Backoff(first=1.0, factor=2.0, most=MAX_BACKOFF)
 
 def fingerprint(spec: StreamSpec, sized_for: int = 0) -> str:
     """What the router runs: the spec without its producers, which only the proxy reads, and
-    its recovery and sizing settings, which only control reads; and its size."""
+    its recovery and sizing settings, which only control reads; and its size where a new size
+    starts it again (0 where it resizes in place: `router.plan.resizes_in_place`)."""
     data = json.loads(spec.to_json())
     for control_only in ("producers", "recovery", "sizing"):
         data.pop(control_only, None)
@@ -188,7 +190,7 @@ class Fleet:
             return
         size = self.sizer.size(spec, state)
         if deployed is not None:
-            changed = deployed.fingerprint != fingerprint(spec, size)
+            changed = deployed.fingerprint != self._fingerprint(spec, size)
             if changed or state.state == RouterPhase.STOPPING:
                 self._stopping(deployed, state, now)  # a redeploy begins with a stop
             else:
@@ -247,7 +249,7 @@ class Fleet:
 
     def _deploy(self, spec: StreamSpec, state: RouterState, now: float) -> None:
         self._forget_checkpoints(spec, state)
-        digest = fingerprint(spec, state.sized_for)
+        digest = self._fingerprint(spec, state.sized_for)
         deployed = self.launcher.start(
             spec, port=state.port, fingerprint=digest, started=now, sized_for=state.sized_for
         )
@@ -259,6 +261,11 @@ class Fleet:
         state.extra = {"outputs": {o.name: _sink_key(o) for o in spec.outputs}}
         _enter(state, RouterPhase.STARTING, now)
         log.info("router %s started (pid %d, metrics on port %d)", spec.name, pid, port)
+
+    def _fingerprint(self, spec: StreamSpec, size: int) -> str:
+        """A router that resizes in place reads its size from its record as it runs."""
+        in_place = resizes_in_place(self.settings.spark_master)
+        return fingerprint(spec, 0 if in_place else size)
 
     def _forget_checkpoints(self, spec: StreamSpec, state: RouterState) -> None:
         """An output that was removed, or whose sink changed, starts afresh next time (from its

@@ -4,7 +4,7 @@ router for the events per second its traffic calls for (`decide`); the router's 
 its micro-batches' size follow from that figure (`router.plan.router_slots`,
 `router.plan.batch_limit`).
 
-The rule, with hysteresis so a router is not redeployed back and forth:
+The rule, with hysteresis so a router is not resized back and forth:
 - a size is a step of `LADDER` (1,000 events/s, doubling), within the spec's `sizing` bounds;
 - the size a rate calls for is the smallest step at or above it times `HEADROOM` (1.5);
 - up when a rise has held (`risen`): each of the last `HELD` intervals (some 30 s) calls for
@@ -13,8 +13,11 @@ The rule, with hysteresis so a router is not redeployed back and forth:
   rate: the one a rise begins in measures part old rate, part new, and a size taken from it
   would stand for the next 10 minutes; nor does a lone spike size a router;
 - down only when the peak of the last hour calls for less;
-- at most one change per `CHANGE_EVERY_SECONDS` (10 minutes) per stream. A change redeploys
-  the router (its fingerprint includes its size).
+- at most one change per `CHANGE_EVERY_SECONDS` (10 minutes) per stream.
+
+A router on a local master takes a change as it runs (it reads its record every second:
+`router.job.RouterWatch`; its micro-batch queries start again with batches of the new size, its
+realtime outputs run on). On a cluster a change redeploys it (`router.plan.resizes_in_place`).
 """
 
 from __future__ import annotations
@@ -102,7 +105,7 @@ def decide(state: RouterState, samples: list[Sample], bounds: Sizing, now: float
     if not state.sized_for:
         return size_for(hour, bounds)
     current = bounded(state.sized_for, bounds)
-    if current != state.sized_for:  # the owner moved the bounds: a redeploy anyway
+    if current != state.sized_for:  # the owner moved the bounds: a resize anyway
         return current
     if now - state.resized_at < CHANGE_EVERY_SECONDS:
         return current

@@ -11,22 +11,30 @@ nothing, adds nothing to Elasticsearch or Hive, and that Kafka's extra copies ar
 BACK seconds before AT (default 30; asked again until the archive holds them), and holds until
 it is done: the same proof for the archive's path. The output is OUTPUT if given, else the
 stream's first Kafka output (where replays are visible as copies), else its first output.
+`resize[@AT][+FOR]` sizes the router up a step under load, as a rise of its traffic would, and
+notes whether it kept its process and each realtime output's longest pause meanwhile.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import signal
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import ClassVar
 
 import httpx
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from keystone.contracts import http
+from keystone.contracts import metrics as names
 from keystone.contracts.errors import BadRequest, KeystoneError, StackError
 from keystone.contracts.names import fronting_topic, valid_name
 from keystone.contracts.processes import PidFile, stop
@@ -34,6 +42,7 @@ from keystone.contracts.settings import Settings
 from keystone.contracts.spec import StreamSpec
 from keystone.control.client import ControlClient
 from keystone.control.launcher import Deployment
+from keystone.router.plan import runs_realtime
 from keystone.stack import lifecycle
 from keystone.stack.services import broker_service, control_service
 
@@ -48,6 +57,10 @@ REWIND_WAIT_SECONDS = 300.0
 KILL_BROKER = "kill-broker"
 KILL_WORKER = "kill-spark-worker"
 KILL_LEADER = "kill-control-leader"
+RESIZE = "resize"
+RESIZE_WAIT_SECONDS = 60.0  # for the fleet to size the router up, and the router to follow
+FLEET_PASSES_SECONDS = 10.0  # a few of the fleet's passes: a size not changed by then stays
+STALL_SAMPLE_SECONDS = 0.2  # how often the realtime outputs' topics are looked at meanwhile
 NAMES_A_NODE = (KILL_BROKER, KILL_WORKER)  # `:N`: which broker or worker
 _SYNTAX = re.compile(
     r"(?P<name>[a-z-]+)(?::(?P<output>[a-z0-9_]+))?"
@@ -80,6 +93,11 @@ class Fault:
         "stop-control": ("the control service stopped, then started again", 30.0),
         REWIND: ("one output rewound FOR seconds back, until its replay caught up", 30.0),
         BACKFILL: ("one output backfilled from the archive over FOR seconds, until done", 30.0),
+        RESIZE: (
+            "the router sized up a step through the stream's bounds, which are put back FOR s "
+            "after it runs at that size (and it is sized for its traffic again)",
+            20.0,
+        ),
     }
 
     @classmethod
@@ -249,6 +267,9 @@ def inject(settings: Settings, stream: str, fault: Fault, started: float) -> Non
         return
     if fault.name == KILL_LEADER:
         kill_control_leader(settings, fault, started)
+        return
+    if fault.name == RESIZE:
+        resize(settings, stream, fault, started)
         return
     service = SERVICE[fault.name]
     pidfile = PidFile(settings.run_dir / f"{service}.pid")
@@ -447,3 +468,155 @@ def backfill(settings: Settings, stream: str, fault: Fault, started: float) -> N
             f"{state} after {took:.1f} s: {read:,} archived events routed again"
             + (f" (last error: {trouble})" if trouble else "")
         )
+
+
+def resize(settings: Settings, stream: str, fault: Fault, started: float) -> None:
+    """Sizes the router up under load and back, through the control API, as a rise and a fall
+    of its traffic would: the stream's least size set to twice the size the router runs at (the
+    fleet's rule sizes it up at once), and, `fault.hold` seconds after the router's metrics say
+    it runs at that size, the bounds put back as they were (the rule then sizes it for its
+    traffic again). Notes whether the router's process is the one it was (a router that resizes
+    in place keeps it), and the longest pause meanwhile of each realtime output with a topic of
+    its own: its topic not growing while the load runs (a restart would show there)."""
+    with ControlClient.from_settings(settings) as control:
+        spec = control.stream(stream).spec
+        before = Deployment.load(settings, stream)
+        size = control.status(stream).router.sized_for
+        if before is None or not before.alive() or not size:
+            fault.notes.append("no router running at a size")
+            return
+        bigger, bounds = 2 * size, spec.sizing
+        wider = {
+            "min_events_per_second": bigger,
+            "max_events_per_second": max(bigger, bounds.max_events_per_second),
+        }
+        owned = [o.sink.owned_topic(stream, o.name) for o in spec.outputs if runs_realtime(o)]
+        topics = [t for t in owned if t is not None]
+        with StallWatch(settings, topics) as stalls:
+            fault.began = time.time() - started
+            control.put_stream(_with_sizing(spec, wider))
+            up = _await_size(settings, stream, lambda: bigger)
+            if up is not None:
+                time.sleep(fault.hold)
+            put_back = time.monotonic()
+            control.put_stream(_with_sizing(spec, bounds.model_dump()))
+            settled = _await_fleet(lambda: control.status(stream).router.sized_for != bigger)
+            final = control.status(stream).router.sized_for
+            down = None
+            if _await_size(settings, stream, lambda: final) is not None:
+                down = time.monotonic() - put_back
+            fault.ended = time.time() - started
+        after = Deployment.load(settings, stream)
+    if up is None:
+        fault.notes.append(f"the router did not run at {bigger:,} events/s within 60 s")
+        return
+    fault.notes.append(f"resized from {size:,} to {bigger:,} events/s in {up:.1f} s")
+    if not settled:
+        fault.notes.append(
+            f"then kept at {bigger:,} events/s by the fleet's rule (its traffic, or a change "
+            "by traffic within 10 minutes)"
+        )
+    elif down is None:
+        fault.notes.append(f"then the router did not run at {final:,} events/s within 60 s")
+    else:
+        fault.notes.append(f"then to {final:,} events/s, its traffic's size, in {down:.1f} s")
+    same = after is not None and after.pid == before.pid and after.alive()
+    fault.notes.append(
+        f"router pid {before.pid} kept"
+        if same
+        else f"router restarted: pid {before.pid} → {after.pid if after else 'none'}"
+    )
+    for topic, pause in stalls.longest.items():
+        fault.notes.append(f"longest pause of realtime output topic {topic}: {pause:.1f} s")
+
+
+def _await_fleet(done: Callable[[], bool]) -> bool:
+    """Whether `done` within `FLEET_PASSES_SECONDS`: the fleet decides a router's size each pass
+    (every second), so a size it has not changed by then stays."""
+    deadline = time.monotonic() + FLEET_PASSES_SECONDS
+    while time.monotonic() < deadline:
+        with contextlib.suppress(KeystoneError):
+            if done():
+                return True
+        time.sleep(0.5)
+    return False
+
+
+def _await_size(settings: Settings, stream: str, wanted: Callable[[], int | None]) -> float | None:
+    """Seconds until the router says it runs at the size `wanted` gives (asked each time: the
+    fleet's figure may move meanwhile); None after `RESIZE_WAIT_SECONDS`."""
+    began = time.monotonic()
+    while time.monotonic() - began < RESIZE_WAIT_SECONDS:
+        with contextlib.suppress(KeystoneError):
+            if router_size(settings, stream) == wanted():
+                return time.monotonic() - began
+        time.sleep(0.5)
+    return None
+
+
+def _with_sizing(spec: StreamSpec, sizing: dict[str, int]) -> dict:
+    return {**json.loads(spec.to_json()), "sizing": sizing}
+
+
+def router_size(settings: Settings, stream: str) -> int | None:
+    """The size the stream's router says it runs its micro-batches at (its metrics), if it
+    answers."""
+    deployed = Deployment.load(settings, stream)
+    if deployed is None:
+        return None
+    url = f"http://{settings.bind_host}:{deployed.port}/metrics"
+    try:
+        text = http.client().get(url, params={"name[]": names.ROUTER_SIZE}, timeout=2).text
+    except httpx.HTTPError:
+        return None
+    for line in text.splitlines():
+        if line.startswith(f"{names.ROUTER_SIZE}{{") and f'stream="{stream}"' in line:
+            return int(float(line.rsplit(" ", 1)[1]))
+    return None
+
+
+class StallWatch:
+    """While the `with` block runs, the longest time each topic did not grow (its partitions'
+    end offsets, summed), looked at every `STALL_SAMPLE_SECONDS`."""
+
+    def __init__(self, settings: Settings, topics: list[str]) -> None:
+        self.settings = settings
+        self.topics = topics
+        self.longest: dict[str, float] = dict.fromkeys(topics, 0.0)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="stall-watch", daemon=True)
+
+    def __enter__(self) -> StallWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _watch(self) -> None:
+        consumer = Consumer(
+            {"bootstrap.servers": self.settings.kafka_bootstrap, "group.id": "keystone-stalls"}
+        )
+        try:
+            listed = consumer.list_topics(timeout=15).topics
+            partitions = {
+                t: [TopicPartition(t, p) for p in listed[t].partitions]
+                for t in self.topics
+                if t in listed
+            }
+            last: dict[str, tuple[int, float]] = {}
+            while not self._stop.wait(STALL_SAMPLE_SECONDS):
+                now = time.monotonic()
+                for topic, parts in partitions.items():
+                    try:
+                        size = sum(consumer.get_watermark_offsets(p, timeout=2)[1] for p in parts)
+                    except KafkaException:
+                        continue  # asked again next time; the pause then shows as longer
+                    count, since = last.get(topic, (-1, now))
+                    if size != count:
+                        last[topic] = (size, now)
+                    else:
+                        self.longest[topic] = max(self.longest[topic], now - since)
+        finally:
+            consumer.close()

@@ -17,7 +17,7 @@ from keystone.contracts.registry import RegistryReader
 from keystone.contracts.settings import Settings
 from keystone.router.job import Router
 from keystone.router.metrics import RouterMetrics
-from keystone.router.plan import router_slots
+from keystone.router.plan import resizes_in_place, started_slots
 from keystone.router.spark import (
     application_logging,
     end_session,
@@ -43,8 +43,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     application_logging()
     settings = Settings()
-    # The spec now, the outputs' rewinds every second: a Redis that does not answer must not
-    # hold the router's supervision for long.
+    # The spec now, the outputs' rewinds and the router's size every second: a Redis that does
+    # not answer must not hold the router's supervision for long.
     registry = RegistryReader.connect(settings, timeout=1, retries=0)
     try:
         spec = registry.get_stream(args.stream)
@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
 
     stop = stop_on_signals()
 
-    slots = router_slots(spec, args.sized_for)
+    slots = started_slots(spec, args.sized_for, settings.spark_master)
     spark = spark_session(settings, f"keystone-router-{spec.name}", slots=slots)
     metrics = RouterMetrics(spec.name)
     port = metrics.serve(settings, args.metrics_port)
@@ -68,7 +68,8 @@ def main(argv: list[str] | None = None) -> int:
         port,
     )
     try:
-        Router(spark, settings, spec, metrics, registry, args.sized_for).run(stop)
+        resizes = resizes_in_place(settings.spark_master)
+        Router(spark, settings, spec, metrics, registry, args.sized_for, resizes).run(stop)
     finally:
         registry.close()
         metrics.close()

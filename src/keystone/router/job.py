@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -55,7 +55,7 @@ from keystone.router.lang.parser import parse_filter, parse_projection
 from keystone.router.lang.spark import Scope, compile_filter, compile_projection
 from keystone.router.meter import Meter
 from keystone.router.metrics import ProgressListener, RouterMetrics
-from keystone.router.plan import batch_limit, query_plan, replay_bound
+from keystone.router.plan import batch_limit, query_plan, replay_bound, runs_realtime, sized
 from keystone.router.sinks.base import ROUTED, RecordWriter, to_kafka, writer_class, writer_for
 from keystone.router.sinks.route import Route
 from keystone.router.source import fronting, kafka_records
@@ -144,18 +144,34 @@ def _condition(output: OutputSpec, key: bytes | None) -> Column:
     return compile_filter(parsed, _scope(key))
 
 
-class RewindWatch:
-    """The outputs' rewinds as control last wrote them, read every second (`read`). Kept as
-    they were while the registry is away (said once). An output whose record does not read
-    keeps the rewind it had; with none known it is held (not started): run as if never
-    rewound, it would start afresh, or in a checkpoint generation long gone."""
+class RouterWatch:
+    """The outputs' rewinds, and the router's size, as control last wrote them, read every
+    second (`read`). Kept as they were while the registry is away (said once). An output whose
+    record does not read keeps the rewind it had; with none known it is held (not started): run
+    as if never rewound, it would start afresh, or in a checkpoint generation long gone. The
+    size is followed only by a router that resizes in place (`router.plan.resizes_in_place`);
+    a query that reads in micro-batches runs in it (their size follows from it), so a new one
+    starts it again, while a realtime output runs on."""
 
-    def __init__(self, registry: RegistryReader | None, stream: str) -> None:
-        """`registry`: where control keeps them (none: never rewound)."""
+    def __init__(
+        self,
+        registry: RegistryReader | None,
+        stream: str,
+        *,
+        sized_for: int | None = None,
+        follow_size: bool = False,
+        realtime: Collection[str] = (),
+    ) -> None:
+        """`registry`: where control keeps them (none: never rewound, never resized);
+        `sized_for`: the size the router started with; `realtime`: the queries that run under
+        Real-time Mode unless replaying."""
         self.registry = registry
         self.stream = stream
         self.rewinds: dict[str, Rewind] = {}
         self.held: set[str] = set()
+        self.sized_for = sized_for
+        self.follow_size = follow_size
+        self.realtime = frozenset(realtime)
         self.ready = registry is None  # read at least once
         self._error = ""
 
@@ -164,6 +180,7 @@ class RewindWatch:
             return
         try:
             found, unreadable = self.registry.read_rewinds(self.stream)
+            state = self.registry.router_state(self.stream) if self.follow_size else None
         except KeystoneError as e:
             if e.message != self._error:
                 log.warning("rewinds not read (kept as they were): %s", e.message)
@@ -175,12 +192,17 @@ class RewindWatch:
         for output in held - self.held:
             log.error("output %s held: its rewind record does not read", output)
         self.rewinds, self.held, self.ready = found | kept, held, True
+        if state is not None and state.sized_for and state.sized_for != self.sized_for:
+            log.info("resized from %s to %d events/s", self.sized_for, state.sized_for)
+            self.sized_for = state.sized_for
 
-    def plan(self, name: str) -> tuple[int, bool] | None:
-        """What a query runs as: its checkpoint generation and whether it replays (a change
-        starts it again)."""
+    def plan(self, name: str) -> tuple[tuple[int, bool] | None, int | None]:
+        """What a query runs as (a change starts it again): its rewind's checkpoint generation
+        and whether it replays; and the size, for a query that reads in micro-batches."""
         rewind = self.rewinds.get(name)
-        return None if rewind is None else (rewind.generation, rewind.replaying)
+        rewound = None if rewind is None else (rewind.generation, rewind.replaying)
+        batched = name not in self.realtime or (rewind is not None and rewind.replaying)
+        return rewound, self.sized_for if batched else None
 
 
 class Router:
@@ -192,17 +214,24 @@ class Router:
         metrics: RouterMetrics,
         registry: RegistryReader | None = None,
         sized_for: int | None = None,
+        resizes: bool = False,
     ) -> None:
-        """`registry`: where control keeps the outputs' rewinds and the stream's key for `hash`
-        (none: never rewound, no output hashes); `sized_for`: the events per second the fleet
-        sized the router for."""
+        """`registry`: where control keeps the outputs' rewinds, the router's size and the
+        stream's key for `hash` (none: never rewound, no output hashes); `sized_for`: the events
+        per second the fleet sized the router for when it started; `resizes`: it follows the
+        fleet's later figures as it runs (`router.plan.resizes_in_place`)."""
         self.spark = spark
         self.settings = settings
         self.spec = spec
         self.key = registry.hashing_key(spec.name) if registry is not None else None
-        self.batch_limit = batch_limit(spec, sized_for)
         self.metrics = metrics
-        self.watch = RewindWatch(registry, spec.name)
+        self.watch = RouterWatch(
+            registry,
+            spec.name,
+            sized_for=sized_for,
+            follow_size=resizes,
+            realtime=[o.name for o in spec.outputs if runs_realtime(o)],
+        )
         self.watch.read()
         self.archive = ArchiveWriter(settings, spec) if spec.archive.enabled else None
         archive = [ARCHIVE_QUERY] if self.archive is not None else []
@@ -219,6 +248,11 @@ class Router:
             if issubclass(writer_class(o.sink.kind), RecordWriter)
         }
         spark.streams.addListener(ProgressListener(metrics))
+
+    @property
+    def batch_limit(self) -> int:
+        """Records a micro-batch reads at most, at the router's size now."""
+        return batch_limit(self.spec, self.watch.sized_for)
 
     def queries(self) -> dict[str, Callable[[], StreamingQuery]]:
         """Every query of the stream by name, and how to start it."""
@@ -360,5 +394,6 @@ class Router:
 
     def _report(self, running: dict[str, bool]) -> None:
         self.metrics.running(running)
+        self.metrics.sized(sized(self.spec, self.watch.sized_for))
         for name, meter in self.meters.items():
             self.metrics.metered(name, meter.take())

@@ -99,6 +99,12 @@ class RouterMetrics:
             ["stream", "output"],
             registry=self.registry,
         )
+        self.size = Gauge(
+            names.ROUTER_SIZE,
+            "The events per second the router's micro-batches are sized for now",
+            ["stream"],
+            registry=self.registry,
+        )
         self.transactions = Counter(
             names.ROUTER_TRANSACTIONS.removesuffix("_total"),
             "An exactly-once output's Kafka transactions, committed or aborted",
@@ -153,6 +159,9 @@ class RouterMetrics:
         for name, running in queries.items():
             self.query_up.labels(self.stream, name).set(1 if running else 0)
         self.up.labels(self.stream).set(1 if all(queries.values()) else 0)
+
+    def sized(self, events_per_second: int) -> None:
+        self.size.labels(self.stream).set(events_per_second)
 
     def close(self) -> None:
         self.up.labels(self.stream).set(0)

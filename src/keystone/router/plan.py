@@ -57,6 +57,23 @@ def router_slots(spec: StreamSpec, sized_for: int | None = None) -> int:
     return realtime + queries * per_query
 
 
+def resizes_in_place(master: str) -> bool:
+    """Whether a router on `master` changes size while it runs. On a local master its task
+    slots are threads, which cost nothing while idle: it gets those of the largest size its
+    spec allows (`started_slots`), and only its micro-batches' size follows the fleet's figure,
+    the micro-batch queries starting again with the new one while the realtime ones run on. On
+    a cluster its slots are the cores the master gives it when it starts (`spark.cores.max`), so
+    a new size starts it again."""
+    return master.startswith("local")
+
+
+def started_slots(spec: StreamSpec, sized_for: int | None, master: str) -> int:
+    """The task slots a router starts with on `master` (`resizes_in_place`)."""
+    if resizes_in_place(master):
+        return router_slots(spec, spec.sizing.max_events_per_second)
+    return router_slots(spec, sized_for)
+
+
 def batch_limit(spec: StreamSpec, sized_for: int | None = None) -> int:
     """Records a micro-batch reads at most: `BATCH_SECONDS` of the rate the router is sized
     for, and never fewer than `BATCH_LIMIT`."""

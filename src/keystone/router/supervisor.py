@@ -1,13 +1,14 @@
 """The router's supervisor: keeps its named streaming queries running until told to stop.
 
-Every second it reads the queries' plans (`Plans`: for the router, the outputs' rewinds), then
-looks at each query in turn:
+Every second it reads the queries' plans (`Plans`: for the router, the outputs' rewinds and its
+size), then looks at each query in turn:
 
 - one that stopped by itself failed: it is logged and started again after a backoff
   (`contracts.backoff.Backoff`: 1 s doubling to 60 s), from the first delay again when it had
   run longer than the longest wait (a start alone does not count as running well);
-- one whose plan changed (a rewind started, or caught up), or that is held, is stopped at once
-  and, unless held, started again a second later in its new plan;
+- one whose plan changed (a rewind started, or caught up; the router resized, for a query in
+  micro-batches), or that is held, is stopped at once and, unless held, started again a second
+  later in its new plan;
 - one that is not running is started when its wait is over; one that cannot start (a sink's
   `prepare` refused, Kafka away...) backs off as a failed one does.
 
@@ -45,7 +46,7 @@ class Query(Protocol):
 
 
 class Plans(Protocol):
-    """Where the queries' plans come from, read once a tick (the router's `RewindWatch`)."""
+    """Where the queries' plans come from, read once a tick (the router's `RouterWatch`)."""
 
     @property
     def ready(self) -> bool:
@@ -152,8 +153,9 @@ class Supervisor:
     def _stop_for_new_plan(
         self, name: str, supervised: _Supervised, query: Query, now: float
     ) -> None:
-        """Rewound, caught up or held: stopped at once, started again from the next tick."""
-        log.info("query %s stopping for its rewind: %s", name, self.plans.plan(name))
+        """Rewound, caught up, resized or held: stopped at once, started again from the next
+        tick."""
+        log.info("query %s stopping for its new plan: %s", name, self.plans.plan(name))
         supervised.query = None
         try:
             query.stop()
