@@ -36,6 +36,7 @@ docs:
 bench: bootstrap
 	.venv/bin/keystone stack up
 	.venv/bin/python -m keystone.loadtest.deployed_bench --write-docs
+	.venv/bin/python -m keystone.loadtest.deployed_bench --rates none --catch-up 500000 --write-docs
 	.venv/bin/python -m keystone.loadtest.proxy_bench --write-docs
 	.venv/bin/python -m keystone.loadtest.router_bench --write-docs
 	.venv/bin/python -m keystone.loadtest.router_plan_bench --write-docs

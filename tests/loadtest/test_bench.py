@@ -292,8 +292,15 @@ def test_the_deployed_router_benchmark_smoke(stack: Stack) -> None:
     assert sorted(idles) == ["floor", "router"], idles
     assert all(i["cores"] > 0 and i["rss_mb"] > 100 for i in idles.values()), idles
     assert figures["ratios"] == {}  # no Flink in a smoke run
-    # Its stream's fronting, dead-letter and output topics, and the floor's two.
-    assert len(figures["topics"]) == 5
+    # Then each drains 2,000 preloaded events: the router from an output added from the
+    # earliest, the floor from its earliest offsets; every kept one written.
+    caught = {c["target"]: c for c in figures["catch_up"]}
+    assert sorted(caught) == ["floor", "router"], caught
+    for c in caught.values():
+        assert c["events"] == 2_000 and c["delivered"] >= 1_000, c
+        assert c["events_per_second"] > 0 and c["cpu_s_per_m_events"] > 0, c
+    # Its streams' fronting, dead-letter and output topics, and the floor's two, twice.
+    assert len(figures["topics"]) == 10
 
 
 def test_the_flink_job_routes_as_the_router_benchmarks_output() -> None:

@@ -70,13 +70,16 @@ def streams(admin: Api) -> Iterator[None]:
     admin.ok(
         "PUT",
         f"/v1/streams/{STREAM}",
-        # The archive written every 10 s, not every minute: the backfills wait for it.
+        # The archive written every 10 s, not every minute: the backfills wait for it. Sized
+        # for 2,000 events/s at least: a step up (4,000) then changes its micro-batches' size
+        # (100,000 records up to 3,333 events/s), so the resize fault starts them again.
         {
             "name": STREAM,
             "owner": "team-load",
             "partitions": 3,
             "outputs": OUTPUTS,
             "archive": {"trigger": "10 seconds"},
+            "sizing": {"min_events_per_second": 2_000},
         },
     )
     for name in (STREAM, SIDE):
@@ -125,12 +128,14 @@ def test_a_minute_of_load_with_the_router_killed_and_outputs_rewound_loses_nothi
     figures = a_minute_of_load(
         stack,
         report,
-        "resize@3+4",
-        "kill-router@22",
-        "rewind-output@35+20",
-        "rewind-output:warehouse@38+20",
-        "rewind-output:onwards@41+20",
-        "rewind:search@44+20",  # the short name
+        # Held 12 s at the bigger size: its micro-batch queries start again meanwhile, each in
+        # turn, before the way back starts them again.
+        "resize@2+12",
+        "kill-router@32",
+        "rewind-output@40+20",
+        "rewind-output:warehouse@43+20",
+        "rewind-output:onwards@46+20",
+        "rewind:search@49+20",  # the short name
     )
     audit = figures["audit"]
     assert audit["drained"] and audit["lossless"], audit
@@ -150,14 +155,17 @@ def test_a_minute_of_load_with_the_router_killed_and_outputs_rewound_loses_nothi
     for replayed in (f"{STREAM}.picked", f"{STREAM}.onwards", f"{SIDE}.plays"):
         assert by_output[replayed]["replays"] > 0, by_output[replayed]
     resized, killed, *rewinds = figures["faults"]
-    assert resized["fault"] == "resize" and resized["ended_s"] < 22, resized
+    assert resized["fault"] == "resize" and resized["ended_s"] < 32, resized
     said = resized["notes"]
-    assert said[0].startswith("resized from 1,000 to 2,000 events/s"), said
-    assert said[1].startswith("then to 1,000 events/s, its traffic's size"), said
+    assert said[0].startswith("resized from 2,000 to 4,000 events/s"), said
+    assert said[1].startswith("then to 2,000 events/s, its traffic's size"), said
     assert said[2].endswith("kept"), said  # the same process: no restart, at either resize
+    # Its micro-batch queries started again with the new batches, its realtime ones ran on.
+    batched = "_archive, _stream, exact, search, warehouse"
+    assert said[3] == f"queries started again: {batched}", said
     pauses = [float(n.rsplit(" ", 2)[1]) for n in said if n.startswith("longest pause")]
     assert len(pauses) == 1 and pauses[0] < 5, said  # picked, the realtime Kafka output
-    assert killed["fault"] == "kill-router" and 21 <= killed["began_s"] <= 27
+    assert killed["fault"] == "kill-router" and 31 <= killed["began_s"] <= 37
     assert "the fleet started it again" in " ".join(killed["notes"])
     assert {f["output"] for f in rewinds} == {"picked", "warehouse", "onwards", "search"}
     for fault in rewinds:

@@ -150,34 +150,38 @@ def test_the_router_follows_rewinds_and_holds_an_output_whose_record_does_not_re
         ({"search": caught_up}, {"clicks"}),  # clicks unreadable, never known: held
         ({}, {"search", "clicks"}),  # search unreadable now: its last known rewind kept
     )
-    watch = RouterWatch(registry, "plays")  # type: ignore[arg-type]
+    watch = RouterWatch(registry, "plays", least=100_000)  # type: ignore[arg-type]
     watch.read()
-    assert not watch.ready and watch.plan("search") == (None, None)
+    assert not watch.ready and watch.plan("search") == (None, 100_000)
     watch.read()
-    assert watch.ready and watch.plan("search") == ((1, True), None) and watch.held == set()
+    assert watch.ready and watch.plan("search") == ((1, True), 100_000) and watch.held == set()
     watch.read()
-    assert watch.plan("search") == ((1, True), None)
+    assert watch.plan("search") == ((1, True), 100_000)
     watch.read()
-    assert watch.plan("search") == ((1, False), None) and watch.held == {"clicks"}
+    assert watch.plan("search") == ((1, False), 100_000) and watch.held == {"clicks"}
     watch.read()
-    assert watch.plan("search") == ((1, False), None) and watch.held == {"clicks"}
-    assert RouterWatch(None, "plays").ready  # no registry: never rewound, nothing to wait for
+    assert watch.plan("search") == ((1, False), 100_000) and watch.held == {"clicks"}
+    assert RouterWatch(None, "plays", least=1).ready  # no registry: never rewound, no waiting
 
 
-def test_a_router_that_resizes_in_place_starts_again_only_its_micro_batch_queries() -> None:
+def test_a_router_that_resizes_in_place_starts_again_only_queries_whose_batches_change() -> None:
     replaying = rewind(output="clicks")
     registry = FakeRegistry(
         ({}, set()),
         0,  # not sized yet: as it started
         ({}, set()),
-        8_000,  # the fleet's new figure
-        Unavailable("Redis away", retry_after=1),  # kept as it was
+        2_000,  # batches of 100,000 still: no query's plan changes
+        ({}, set()),
+        8_000,  # batches of 240,000
+        Unavailable("Redis away", retry_after=1),  # the rewinds kept as they were...
+        64_000,  # ...and the size read all the same (outside the started spec's bounds: taken)
         ({"clicks": replaying}, set()),
         None,  # no record (the fleet has not written one): as it was
     )
     watch = RouterWatch(
         registry,  # type: ignore[arg-type]
         "plays",
+        least=100_000,
         sized_for=1_000,
         follow_size=True,
         realtime=["clicks"],
@@ -185,19 +189,26 @@ def test_a_router_that_resizes_in_place_starts_again_only_its_micro_batch_querie
     watch.read()
     assert watch.sized_for == 1_000
     plans = {q: watch.plan(q) for q in ("clicks", "search", "_stream")}
-    assert plans == {"clicks": (None, None), "search": (None, 1_000), "_stream": (None, 1_000)}
+    assert plans == {"clicks": (None, None), "search": (None, 100_000), "_stream": (None, 100_000)}
+    watch.read()
+    assert watch.sized_for == 2_000 and {q: watch.plan(q) for q in plans} == plans
     watch.read()
     assert watch.sized_for == 8_000
     # A realtime output runs on; a query in micro-batches takes the new size (a new plan).
-    assert watch.plan("clicks") == plans["clicks"] and watch.plan("search") == (None, 8_000)
+    assert watch.plan("clicks") == plans["clicks"] and watch.plan("search") == (None, 240_000)
     watch.read()
-    assert watch.sized_for == 8_000
+    assert watch.sized_for == 64_000 and watch.batch_limit == 1_920_000
     watch.read()  # a realtime output replaying a rewind reads in micro-batches of the size too
-    assert watch.plan("clicks") == ((1, True), 8_000) and watch.sized_for == 8_000
+    assert watch.plan("clicks") == ((1, True), 1_920_000) and watch.sized_for == 64_000
     # A router on a cluster does not follow the figure: a new size starts it again.
-    fixed = RouterWatch(FakeRegistry(({}, set())), "plays", sized_for=1_000)  # type: ignore[arg-type]
+    fixed = RouterWatch(
+        FakeRegistry(({}, set())),  # type: ignore[arg-type]
+        "plays",
+        least=100_000,
+        sized_for=8_000,
+    )
     fixed.read()
-    assert fixed.plan("search") == (None, 1_000)
+    assert fixed.plan("search") == (None, 240_000)
 
 
 def test_a_router_sized_for_more_gives_its_batch_queries_more_slots_and_bigger_batches() -> None:
@@ -211,10 +222,13 @@ def test_a_router_sized_for_more_gives_its_batch_queries_more_slots_and_bigger_b
     assert batch_limit(bounded, 64_000) == 120_000  # within the spec's bounds
 
 
-def test_a_local_router_starts_with_the_slots_of_its_largest_size() -> None:
+def test_a_local_router_starts_with_a_task_slot_per_partition_for_every_query() -> None:
     spec = load_spec(SPEC)  # 4 partitions: 2 realtime queries, 5 micro-batch queries
-    # Threads cost nothing idle: all it may need, so that a new size needs no restart.
-    largest = router_slots(spec, spec.sizing.max_events_per_second)
-    assert started_slots(spec, 1_000, "local[*]") == largest == 8 + 5 * 4
+    # Threads cost nothing idle: all any size may use, so that a new size needs no restart,
+    # whatever the bounds it started with (the owner may move them while it runs).
+    assert started_slots(spec, 1_000, "local[*]") == 8 + 5 * 4
+    bounded = load_spec({**SPEC, "sizing": {"max_events_per_second": 4_000}})
+    assert router_slots(bounded, 4_000) == 8 + 5 * 1
+    assert started_slots(bounded, 1_000, "local[4]") == 8 + 5 * 4
     # A cluster's cores are held while the application runs: those of its size now.
     assert started_slots(spec, 1_000, "spark://127.0.0.1:7077") == 8 + 5 * 1

@@ -16,8 +16,9 @@ The rule, with hysteresis so a router is not resized back and forth:
 - at most one change per `CHANGE_EVERY_SECONDS` (10 minutes) per stream.
 
 A router on a local master takes a change as it runs (it reads its record every second:
-`router.job.RouterWatch`; its micro-batch queries start again with batches of the new size, its
-realtime outputs run on). On a cluster a change redeploys it (`router.plan.resizes_in_place`).
+`router.job.RouterWatch`; its micro-batch queries start again with batches of the new size,
+its Real-time Mode outputs run on). On a cluster a change redeploys it
+(`router.plan.resizes_in_place`).
 """
 
 from __future__ import annotations

@@ -5,6 +5,7 @@ deleted when it ends), and the sections of docs/benchmarks.md each benchmark rew
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -281,14 +282,13 @@ class Job:
         if process is None:
             return
         # The whole group, even when its launcher has ended: a JVM may outlive it.
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
             process.wait(30)
-        except ProcessLookupError:
-            return
-        except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):  # what is left of it, the launcher gone
             os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+        process.wait()
 
 
 class CpuMeter:

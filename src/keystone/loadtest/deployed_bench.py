@@ -1,8 +1,8 @@
 """The router as control deploys it, beside the Flink SQL job a team would run instead and
 beside Spark's floor, in one run on the running stack (issue 43).
 
-    python -m keystone.loadtest.deployed_bench [--rates 1000,5000,20000] [--settle 120]
-        [--warm-up 20] [--seconds 130] [--rounds 1] [--idle 300]
+    python -m keystone.loadtest.deployed_bench [--rates 1000,5000,20000|none] [--settle 120]
+        [--warm-up 20] [--seconds 130] [--rounds 1] [--idle 300] [--catch-up N]
         [--targets router,floor,flink] [--smoke] [--write-docs]
 
 The router: a stream made through control (`keystone stream create` does the same), one
@@ -28,9 +28,14 @@ is read back: latency is the record's Kafka append time (the output topics keep
 (`ks_ts`), p50, p99, p99.9; a measured event the output lacks is counted as missing. Last, all
 idle together for `--idle` seconds: CPU as a share of a core, and resident memory at the end.
 
+With `--catch-up N`, then each target in turn drains a topic preloaded with N events: the router
+an output added to a new stream with `start: earliest` in 1-second micro-batches (its size pinned
+at the smallest), the floor in the same micro-batches, Flink from the earliest offsets; from the
+output's first record to its last, events read per second and CPU per event.
+
 Every stream, topic and folder the benchmark makes is deleted when it ends, whether it ended
-well or not. `--smoke` runs the router and the floor at 500 events/s for a few seconds: it checks
-that the benchmark runs, its figures mean nothing.
+well or not. `--smoke` runs the router and the floor at 500 events/s for a few seconds, then has
+them catch up on 2,000 events: it checks that the benchmark runs, its figures mean nothing.
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import (
@@ -83,6 +89,7 @@ from keystone.loadtest.bench import (
 )
 from keystone.loadtest.router_bench import FILTER, PROJECTION
 from keystone.loadtest.run import await_routers
+from keystone.router.plan import records_per_batch
 from keystone.router.topics import create_topics, delete_topics, watermarks
 
 console = Console()
@@ -92,6 +99,12 @@ CHECKPOINT = Delivery(mode="realtime").seconds  # the router output's default, a
 READ_BACK_SECONDS = CHECKPOINT + 60.0  # for the last measured records to reach the output
 NAMES = {"router": "router", "floor": "Spark floor", "flink": "Flink"}  # as the page says them
 TARGETS = tuple(NAMES)
+# Catching up: each target drains a topic preloaded with --catch-up events, the router's output
+# added from the earliest in micro-batches of a second, its size pinned at the smallest (so
+# batches of the router's least limit, which the floor takes too).
+SMALLEST = 1_000
+CATCH_UP_TRIGGER = "1 second"
+CATCH_UP_SECONDS = 900.0
 
 
 def spec(name: str, rate: int) -> dict:
@@ -169,9 +182,10 @@ def log_append_time(settings: Settings, topics: list[str]) -> None:
         future.result(timeout=30)
 
 
-def send(settings: Settings, topic: str, count: int, rate: int) -> None:
-    """`count` events at `rate` to `topic`, from a process of its own: here, the producer would
-    share this one's GIL with the read-back and the meter."""
+def send(settings: Settings, topic: str, count: int, rate: int | None) -> None:
+    """`count` events at `rate` (None: as fast as Kafka takes them) to `topic`, from a process
+    of its own: here, the producer would share this one's GIL with the read-back and the
+    meter."""
     producer = multiprocessing.get_context("spawn").Process(
         target=produce, args=(settings, topic, count, rate)
     )
@@ -329,6 +343,15 @@ def floor_target(settings: Settings, topics: list[str]) -> Iterator[Target]:
     name = f"bench_floor_{uuid.uuid4().hex[:6]}"
     source, sink = fronting_topic(name), output_topic(name, OUTPUT)
     state = settings.state_dir / "bench" / name
+    command = floor_command(name, sink, state)
+    job = Job("Spark's floor", command, state)
+    with peer_job(settings, "floor", job, source, sink, topics) as target:
+        yield target
+
+
+def floor_command(name: str, sink: str, state: Path, *, batches: bool = False) -> list[str]:
+    """Spark's floor for the stream `name`'s fronting topic: under Real-time Mode from its latest
+    offsets; with `batches`, in the router's catch-up micro-batches from its earliest."""
     command = [
         sys.executable,
         "-m",
@@ -339,9 +362,14 @@ def floor_target(settings: Settings, topics: list[str]) -> Iterator[Target]:
         f"--checkpoint={state / 'checkpoint'}",
         f"--checkpoint-seconds={CHECKPOINT}",
     ]
-    job = Job("Spark's floor", command, state)
-    with peer_job(settings, "floor", job, source, sink, topics) as target:
-        yield target
+    if batches:
+        limit = records_per_batch(SMALLEST)
+        command += [
+            "--starting=earliest",
+            f"--batches={CATCH_UP_TRIGGER}",
+            f"--batch-limit={limit}",
+        ]
+    return command
 
 
 @contextmanager
@@ -379,6 +407,168 @@ def await_routing(settings: Settings, job: Job, source: str, sink: str) -> None:
             if read_back(settings, sink, start, since, 1, timeout=5)[0]:
                 return
         raise RuntimeError(f"{job.label} did not route within 180 s:\n{job.tail()}")
+
+
+@dataclass
+class CatchUp:
+    """One target draining a topic preloaded with `events`: from its output's first record
+    to the last it was to write."""
+
+    target: str
+    events: int  # preloaded
+    delivered: int  # records its output held at the end
+    seconds: float
+    events_per_second: float  # preloaded events read per second (every one is read)
+    cpu_s_per_m_events: float | None
+
+
+def drain(
+    settings: Settings, target: str, pids: Callable[[], list[int]], sink: str, events: int
+) -> CatchUp:
+    """Waits for the target's first output record, then meters its processes until its output
+    holds the records of the kept half of `events` (or `CATCH_UP_SECONDS` pass)."""
+    expected = (events + 1) // 2  # the pool alternates `variant` from 0, which the filter keeps
+
+    def held() -> int:
+        try:
+            return sum(end for _, end in watermarks(settings, sink).values())
+        except Unavailable:
+            return 0
+
+    deadline = time.monotonic() + CATCH_UP_SECONDS
+    with console.status(f"{target}: waiting for its first record…"):
+        while held() == 0 and time.monotonic() < deadline:
+            time.sleep(0.1)
+    began = time.monotonic()
+    status = console.status(f"{target}: catching up on {events:,} events…")
+    with status, CpuMeter(pids) as meter:
+        while (count := held()) < expected and time.monotonic() < deadline:
+            time.sleep(0.25)
+        took = time.monotonic() - began
+    if count < expected:
+        raise RuntimeError(f"{target} wrote {count:,} of {expected:,} records in time")
+    return CatchUp(
+        target, events, count, round(took, 1), events / took, per_million(meter.seconds, events)
+    )
+
+
+def catch_up_router(settings: Settings, events: int, topics: list[str]) -> CatchUp:
+    """A stream with `events` on its fronting topic, then an output added from the earliest
+    (`start: earliest`, 1-second micro-batches, the routing of the steady phases): the router
+    control starts for it drains them."""
+    name = f"bench_catchup_{uuid.uuid4().hex[:6]}"
+    made = {**spec(name, SMALLEST), "outputs": []}
+    sink = output_topic(name, OUTPUT)
+    topics += [*stream_topics(load_spec(made)), sink]
+    output = {
+        **spec(name, SMALLEST)["outputs"][0],
+        "start": "earliest",
+        "delivery": {"mode": "microbatch", "trigger": CATCH_UP_TRIGGER},
+    }
+    with ControlClient.from_settings(settings) as control:
+        try:
+            control.put_stream(made)
+            preload(settings, fronting_topic(name), events)
+            create_topics(settings, {sink: PARTITIONS})
+            control.put_output(name, output)
+
+            def pids() -> list[int]:
+                deployed = Deployment.load(settings, name)
+                return process_tree(deployed.pid) if deployed and deployed.alive() else []
+
+            return drain(settings, "router", pids, sink, events)
+        finally:
+            delete_streams(settings, control, [name])
+            delete_topics(settings, [*stream_topics(load_spec(made)), sink])
+
+
+def catch_up_job(
+    settings: Settings, target: str, events: int, topics: list[str], make: Callable[..., Job]
+) -> CatchUp:
+    """A peer job started on a topic preloaded with `events`, from its earliest offsets;
+    `make(name, source, sink, state)` is the job."""
+    name = f"bench_catchup_{uuid.uuid4().hex[:6]}"
+    source, sink = fronting_topic(name), output_topic(name, OUTPUT)
+    topics += [source, sink]
+    state = settings.state_dir / "bench" / name
+    try:
+        create_topics(settings, {source: PARTITIONS, sink: PARTITIONS})
+        preload(settings, source, events)
+        with make(name, source, sink, state) as job:
+            return drain(settings, target, job.pids, sink, events)
+    finally:
+        delete_topics(settings, [source, sink])
+        shutil.rmtree(state, ignore_errors=True)
+
+
+def preload(settings: Settings, topic: str, events: int) -> None:
+    with console.status(f"preloading {events:,} events…"):
+        send(settings, topic, events, None)
+
+
+def catch_ups(
+    settings: Settings, chosen: list[str], events: int, topics: list[str]
+) -> list[CatchUp]:
+    """Each chosen target catching up on `events` in turn."""
+
+    def floor(name: str, source: str, sink: str, state: Path) -> Job:
+        return Job("Spark's floor", floor_command(name, sink, state, batches=True), state)
+
+    def flink_peer(name: str, source: str, sink: str, state: Path) -> Job:
+        python = flink.install(settings, console)
+        return flink.job(
+            settings,
+            python,
+            source=source,
+            sink=sink,
+            state=state,
+            checkpoint_seconds=CHECKPOINT,
+            starting="earliest",
+        )
+
+    found = []
+    for target in chosen:
+        if target == "router":
+            found.append(catch_up_router(settings, events, topics))
+        else:
+            make = floor if target == "floor" else flink_peer
+            found.append(catch_up_job(settings, target, events, topics, make))
+        console.print(catch_up_table(found[-1:]))
+    return found
+
+
+def catch_up_table(rows: list[CatchUp]) -> Table:
+    table = Table("target", "events", "seconds", "events/s", CPU_COLUMN)
+    for r in rows:
+        table.add_row(
+            r.target,
+            f"{r.events:,}",
+            f"{r.seconds:.1f}",
+            f"{r.events_per_second:,.0f}",
+            f"{r.cpu_s_per_m_events or 0:.0f}",
+        )
+    return table
+
+
+CATCH_UP_HEADS = [
+    "target",
+    "events",
+    "seconds",
+    "events/s",
+    CPU_COLUMN,
+    "rate over Flink's",
+    "CPU over Flink's",
+]
+
+
+def table_head(heads: list[str]) -> str:
+    """A markdown table's head: the first column left, the others (figures) right."""
+    rule = ["---", *["---:"] * (len(heads) - 1)]
+    return f"| {' | '.join(heads)} |\n| {' | '.join(rule)} |\n"
+
+
+def ratio_cell(ratio: dict[str, float], key: str, form: str) -> str:
+    return format(ratio[key], form) if key in ratio else ""
 
 
 def median_of(phases: list[Phase], target: str, rate: int, field: str) -> float | None:
@@ -445,12 +635,12 @@ def markdown(phases: list[Phase], idles: list[Idle], args: argparse.Namespace) -
             + " | ".join(cell(t, rate, "cores", ".3f") for t in TARGETS)
             + " | "
             + " | ".join(cell(t, rate, "cpu_s_per_m_events", ".0f") for t in TARGETS)
-            + f" | {ratio.get('cpu', 0):.2f} | {ratio.get('floor_cpu', 0):.2f} |"
+            + f" | {ratio_cell(ratio, 'cpu', '.2f')} | {ratio_cell(ratio, 'floor_cpu', '.2f')} |"
         )
         latency_rows.append(
             f"| {rate:,} events/s | "
             + " | ".join(latency(t, rate) for t in TARGETS)
-            + f" | {ratio.get('p99', 0):.1f} |"
+            + f" | {ratio_cell(ratio, 'p99', '.1f')} |"
         )
     missing, copies = sum(p.missing for p in phases), sum(p.copies for p in phases)
     cpu_goal = ", ".join(f"{r['cpu']:.2f} at {rate:,}/s" for rate, r in found.items())
@@ -461,7 +651,8 @@ def markdown(phases: list[Phase], idles: list[Idle], args: argparse.Namespace) -
         f"| {NAMES[i.target]} | {100 * i.cores:.1f}% | {i.rss_mb:,.0f} MB |" for i in idles
     )
     spread = "; ".join(
-        f"{p.target} at {p.rate:,}/s round {p.round}: {p.cores:.3f} cores, p99 {p.p99_ms:.0f} ms"
+        f"{NAMES[p.target]} at {p.rate:,}/s round {p.round}: {p.cores:.3f} cores, "
+        f"p99 {p.p99_ms:.0f} ms"
         for p in phases
     )
     cpu_heads = [f"{NAMES[t]} cores" for t in TARGETS] + [
@@ -482,11 +673,10 @@ def markdown(phases: list[Phase], idles: list[Idle], args: argparse.Namespace) -
         "event's guid and ingest time (`loadtest/spark_floor.py`), what Spark costs before any "
         "routing. Cores: CPU seconds over the measured seconds. Latency: the output record's "
         "broker append time minus the event's `ks_ts`. Medians of the rounds.\n\n"
-        f"| load | {' | '.join(cpu_heads)} | CPU router / Flink | CPU floor / Flink |\n"
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n"
+        + table_head(["load", *cpu_heads, "CPU router / Flink", "CPU floor / Flink"])
         + "\n".join(cpu_rows)
-        + f"\n\n| load | {' | '.join(latency_heads)} | p99 router / Flink |\n"
-        "| --- | ---: | ---: | ---: | ---: |\n"
+        + "\n\n"
+        + table_head(["load", *latency_heads, "p99 router / Flink"])
         + "\n".join(latency_rows)
         + "\n\nWhere the goals stand: the router's CPU per event over Flink's "
         f"{cpu_goal} (goal: at most 1), Spark's floor's {floor}; the router's p99 "
@@ -498,40 +688,50 @@ def markdown(phases: list[Phase], idles: list[Idle], args: argparse.Namespace) -
     )
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "--rates", default="1000,5000,20000", help="steady loads, events/s, comma-separated"
+def catch_up_markdown(rows: list[CatchUp], args: argparse.Namespace) -> str:
+    """The catch-up section of docs/benchmarks.md: each target's rate and CPU per event, and
+    the router's and the floor's over Flink's."""
+    flink_row = next((r for r in rows if r.target == "flink"), None)
+
+    def over(value: float | None, base: float | None) -> str:
+        return f"{value / base:.2f}" if value and base else ""
+
+    lines = []
+    for r in rows:
+        rate = over(r.events_per_second, flink_row.events_per_second if flink_row else None)
+        cpu = over(r.cpu_s_per_m_events, flink_row.cpu_s_per_m_events if flink_row else None)
+        lines.append(
+            f"| {NAMES[r.target]} | {r.events:,} | {r.seconds:.1f} | {r.events_per_second:,.0f} "
+            f"| {r.cpu_s_per_m_events or 0:.0f} | {rate} | {cpu} |"
+        )
+    command = f"python -m keystone.loadtest.deployed_bench --rates none --catch-up {args.catch_up}"
+    return (
+        f"Command: `{command} --write-docs`, {time.strftime('%Y-%m-%d')}; Kafka, the targets "
+        f"and the producer on the same machine.\nMachine: {machine()}.\n\n"
+        f"Each target in turn drains a topic preloaded with {args.catch_up:,} events (the "
+        "steady phases' 1 KB events, the same routing): the router an output added to a "
+        f"stream with `start: earliest`, in micro-batches of {CATCH_UP_TRIGGER} (its size "
+        f"pinned at {SMALLEST:,} events/s: batches of at most "
+        f"{records_per_batch(SMALLEST):,} records), Spark's floor in "
+        "the same micro-batches, Flink from the earliest offsets. Measured from the output's "
+        "first record to its last (start-up left out): events read per second, and CPU per "
+        "event of the whole process tree.\n\n"
+        + table_head(CATCH_UP_HEADS)
+        + "\n".join(lines)
+        + "\n\nGoals (issue 43): the router's rate at least Flink's, its CPU per event at most "
+        "Flink's.\n"
     )
-    parser.add_argument(
-        "--settle", type=int, default=120, help="seconds of the lowest rate each target first gets"
-    )
-    parser.add_argument(
-        "--warm-up", type=int, default=20, help="seconds of load before each measured phase"
-    )
-    parser.add_argument(
-        "--seconds", type=int, default=int(2 * CHECKPOINT + 10), help="seconds measured"
-    )
-    parser.add_argument("--rounds", type=int, default=1, help="measured phases of each target")
-    parser.add_argument("--idle", type=int, default=300, help="seconds the targets idle, measured")
-    parser.add_argument(
-        "--targets", default=",".join(TARGETS), help=f"which of {', '.join(TARGETS)} run"
-    )
-    args = parse_arguments(parser)
-    if args.smoke:
-        args.rates, args.settle, args.warm_up, args.seconds = "500", 0, 2, 3
-        args.rounds, args.idle, args.targets = 1, 5, "router,floor"
-    chosen = [t for t in TARGETS if t in args.targets.split(",")]
-    if set(args.targets.split(",")) - set(TARGETS) or "router" not in chosen:
-        parser.error(f"--targets: the router and any of {', '.join(TARGETS[1:])}")
-    if args.write_docs and chosen != list(TARGETS):
-        parser.error("--write-docs: the page gives every target's figures")
-    rates = [int(r) for r in args.rates.split(",")]
-    settings = Settings()
-    # Stopped (SIGTERM) as when interrupted: the streams, topics and jobs it made go.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
+
+
+def steady(
+    settings: Settings,
+    chosen: list[str],
+    rates: list[int],
+    args: argparse.Namespace,
+    topics: list[str],
+) -> tuple[list[Phase], list[Idle]]:
+    """The steady phases, each target settled first and fed in its turn, then all idle."""
     phases: list[Phase] = []
-    topics: list[str] = []  # made, and deleted
     makers = {
         "router": lambda: router_target(settings, max(rates), topics),
         "floor": lambda: floor_target(settings, topics),
@@ -558,18 +758,68 @@ def main() -> None:
     for rate, ratio in ratios(phases).items():
         said = ", ".join(f"{key} {value:.2f}" for key, value in ratio.items())
         console.print(f"{rate:,} events/s over Flink: {said}")
+    return phases, idles
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--rates",
+        default="1000,5000,20000",
+        help="steady loads, events/s, comma-separated (none: no steady phases)",
+    )
+    parser.add_argument(
+        "--settle", type=int, default=120, help="seconds of the lowest rate each target first gets"
+    )
+    parser.add_argument(
+        "--warm-up", type=int, default=20, help="seconds of load before each measured phase"
+    )
+    parser.add_argument(
+        "--seconds", type=int, default=int(2 * CHECKPOINT + 10), help="seconds measured"
+    )
+    parser.add_argument("--rounds", type=int, default=1, help="measured phases of each target")
+    parser.add_argument("--idle", type=int, default=300, help="seconds the targets idle, measured")
+    parser.add_argument(
+        "--catch-up",
+        type=int,
+        default=0,
+        help="then each target drains a topic preloaded with this many events (0: none)",
+    )
+    parser.add_argument(
+        "--targets", default=",".join(TARGETS), help=f"which of {', '.join(TARGETS)} run"
+    )
+    args = parse_arguments(parser)
+    if args.smoke:
+        args.rates, args.settle, args.warm_up, args.seconds = "500", 0, 2, 3
+        args.rounds, args.idle, args.targets, args.catch_up = 1, 5, "router,floor", 2_000
+    chosen = [t for t in TARGETS if t in args.targets.split(",")]
+    if set(args.targets.split(",")) - set(TARGETS) or "router" not in chosen:
+        parser.error(f"--targets: the router and any of {', '.join(TARGETS[1:])}")
+    if args.write_docs and chosen != list(TARGETS):
+        parser.error("--write-docs: the page gives every target's figures")
+    rates = [int(r) for r in args.rates.split(",") if r and r != "none"]
+    settings = Settings()
+    # Stopped (SIGTERM) as when interrupted: the streams, topics and jobs it made go.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
+    topics: list[str] = []  # made, and deleted
+    phases, idles = steady(settings, chosen, rates, args, topics) if rates else ([], [])
+    drained = catch_ups(settings, chosen, args.catch_up, topics) if args.catch_up else []
     figures = {
         "smoke": args.smoke,
         "topics": topics,
         "phases": [asdict(p) for p in phases],
         "idle": [asdict(i) for i in idles],
         "ratios": ratios(phases),
+        "catch_up": [asdict(c) for c in drained],
     }
     save_figures(settings, "deployed", figures)
-    if args.write_docs:
+    if args.write_docs and phases:
         write_section(
             "deployed-bench", "The router as deployed, beside Flink", markdown(phases, idles, args)
         )
+    if args.write_docs and drained:
+        write_section("deployed-catch-up-bench", "Catching up", catch_up_markdown(drained, args))
+    if args.write_docs:
         console.print("wrote docs/benchmarks.md")
 
 

@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import ClassVar
 
 import httpx
@@ -41,7 +42,7 @@ from keystone.contracts.processes import PidFile, stop
 from keystone.contracts.settings import Settings
 from keystone.contracts.spec import StreamSpec
 from keystone.control.client import ControlClient
-from keystone.control.launcher import Deployment
+from keystone.control.launcher import Deployment, router_log
 from keystone.router.plan import runs_realtime
 from keystone.stack import lifecycle
 from keystone.stack.services import broker_service, control_service
@@ -474,10 +475,12 @@ def resize(settings: Settings, stream: str, fault: Fault, started: float) -> Non
     """Sizes the router up under load and back, through the control API, as a rise and a fall
     of its traffic would: the stream's least size set to twice the size the router runs at (the
     fleet's rule sizes it up at once), and, `fault.hold` seconds after the router's metrics say
-    it runs at that size, the bounds put back as they were (the rule then sizes it for its
+    it runs at that size, its bounds put back as they were (the rule then sizes it for its
     traffic again). Notes whether the router's process is the one it was (a router that resizes
-    in place keeps it), and the longest pause meanwhile of each realtime output with a topic of
-    its own: its topic not growing while the load runs (a restart would show there)."""
+    in place keeps it), which of its queries started again (its log says), and the longest
+    pause meanwhile of each realtime output with a topic of its own: its topic not growing
+    while the load runs (a restart would show there)."""
+    log_path = router_log(settings, stream)
     with ControlClient.from_settings(settings) as control:
         spec = control.stream(stream).spec
         before = Deployment.load(settings, stream)
@@ -485,21 +488,24 @@ def resize(settings: Settings, stream: str, fault: Fault, started: float) -> Non
         if before is None or not before.alive() or not size:
             fault.notes.append("no router running at a size")
             return
-        bigger, bounds = 2 * size, spec.sizing
+        bigger, bounds = 2 * size, spec.sizing.model_dump()
         wider = {
             "min_events_per_second": bigger,
-            "max_events_per_second": max(bigger, bounds.max_events_per_second),
+            "max_events_per_second": max(bigger, spec.sizing.max_events_per_second),
         }
         owned = [o.sink.owned_topic(stream, o.name) for o in spec.outputs if runs_realtime(o)]
         topics = [t for t in owned if t is not None]
+        logged = log_path.stat().st_size if log_path.exists() else 0
         with StallWatch(settings, topics) as stalls:
             fault.began = time.time() - started
-            control.put_stream(_with_sizing(spec, wider))
-            up = _await_size(settings, stream, lambda: bigger)
-            if up is not None:
-                time.sleep(fault.hold)
-            put_back = time.monotonic()
-            control.put_stream(_with_sizing(spec, bounds.model_dump()))
+            try:
+                _put_sizing(control, stream, wider)
+                up = _await_size(settings, stream, lambda: bigger)
+                if up is not None:
+                    time.sleep(fault.hold)
+            finally:  # the owner's bounds back, whatever happened
+                put_back = time.monotonic()
+                _put_sizing(control, stream, bounds)
             settled = _await_fleet(lambda: control.status(stream).router.sized_for != bigger)
             final = control.status(stream).router.sized_for
             down = None
@@ -526,8 +532,35 @@ def resize(settings: Settings, stream: str, fault: Fault, started: float) -> Non
         if same
         else f"router restarted: pid {before.pid} → {after.pid if after else 'none'}"
     )
+    again = sorted(set(_restarted_queries(log_path, logged)))
+    fault.notes.append(f"queries started again: {', '.join(again) or 'none'}")
     for topic, pause in stalls.longest.items():
         fault.notes.append(f"longest pause of realtime output topic {topic}: {pause:.1f} s")
+
+
+def _put_sizing(control: ControlClient, stream: str, sizing: dict[str, int]) -> None:
+    """The stream as it is now with these bounds, asked again while control does not answer
+    (another fault may have stopped it) for at most `RESIZE_WAIT_SECONDS`."""
+    deadline = time.monotonic() + RESIZE_WAIT_SECONDS
+    while True:
+        try:
+            spec = control.stream(stream).spec
+            control.put_stream({**json.loads(spec.to_json()), "sizing": sizing})
+            return
+        except KeystoneError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(1)
+
+
+def _restarted_queries(path: Path, offset: int) -> list[str]:
+    """The queries the router's log says it stopped for a new plan since `offset`."""
+    if not path.exists():
+        return []
+    with path.open("rb") as log:
+        log.seek(offset)
+        text = log.read().decode(errors="replace")
+    return re.findall(r"query (\S+) stopping for its new plan", text)
 
 
 def _await_fleet(done: Callable[[], bool]) -> bool:
@@ -552,10 +585,6 @@ def _await_size(settings: Settings, stream: str, wanted: Callable[[], int | None
                 return time.monotonic() - began
         time.sleep(0.5)
     return None
-
-
-def _with_sizing(spec: StreamSpec, sizing: dict[str, int]) -> dict:
-    return {**json.loads(spec.to_json()), "sizing": sizing}
 
 
 def router_size(settings: Settings, stream: str) -> int | None:

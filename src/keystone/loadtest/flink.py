@@ -57,9 +57,10 @@ def job(
     state: Path,
     parallelism: int = 1,
     checkpoint_seconds: int = 60,
+    starting: str = "latest",
 ) -> Job:
-    """The Flink SQL job (`flink_job.py`) routing `source` to `sink` from its latest offsets,
-    its Python launcher and the mini-cluster's JVM in one process group."""
+    """The Flink SQL job (`flink_job.py`) routing `source` to `sink` from its `starting`
+    offsets, its Python launcher and the mini-cluster's JVM in one process group."""
     command = [
         str(python),
         str(JOB),
@@ -72,5 +73,6 @@ def job(
         f"--checkpoint-seconds={checkpoint_seconds}",
         # Its Kafka sink batches as the router's do (KEYSTONE_ROUTER_KAFKA_LINGER_MS).
         f"--linger-ms={settings.router_kafka_linger_ms}",
+        f"--starting={starting}",
     ]
     return Job("the Flink job", command, state)

@@ -4,7 +4,7 @@ the fronting headers carried on), as a team that picked Flink instead would writ
 
     <flink virtualenv>/bin/python flink_job.py --bootstrap HOST:PORT --source TOPIC
         --sink TOPIC --jar flink-sql-connector-kafka.jar --state DIR [--parallelism 1]
-        [--checkpoint-seconds 60] [--linger-ms 5]
+        [--checkpoint-seconds 60] [--linger-ms 5] [--starting latest|earliest]
 
 Run by PyFlink's own interpreter (`keystone.loadtest.flink`): it imports PyFlink and the
 standard library only, never the project (PyFlink pins a py4j that pyspark does not take). It
@@ -33,7 +33,7 @@ CREATE TABLE events (
   'topic' = '{source}',
   'properties.bootstrap.servers' = '{bootstrap}',
   'properties.group.id' = 'flink-{source}',
-  'scan.startup.mode' = 'latest-offset',
+  'scan.startup.mode' = '{starting}-offset',
   'format' = 'json',
   'json.ignore-parse-errors' = 'true'
 )"""
@@ -81,6 +81,7 @@ def main() -> None:
     parser.add_argument("--parallelism", type=int, default=1)
     parser.add_argument("--checkpoint-seconds", type=int, default=60)
     parser.add_argument("--linger-ms", type=int, default=5)
+    parser.add_argument("--starting", choices=("latest", "earliest"), default="latest")
     args = parser.parse_args()
     tables = TableEnvironment.create(EnvironmentSettings.in_streaming_mode())
     conf = tables.get_config()

@@ -4,7 +4,8 @@ from the engine's (issue 43 asks for "the floor of an empty query" if a goal pro
 reach within Spark).
 
     python -m keystone.loadtest.spark_floor --stream NAME --sink TOPIC --slots N
-        --checkpoint DIR [--checkpoint-seconds 60]
+        --checkpoint DIR [--checkpoint-seconds 60] [--starting latest|earliest]
+        [--batches 'N seconds' --batch-limit N]
 
 One Spark application as the router's (`router.spark.spark_session`: the same configuration and
 class archive, `local[N]`), one Real-time Mode query at the router output's checkpoint interval,
@@ -13,7 +14,9 @@ writing with the router's Kafka sink options (`router.sinks.base.to_kafka`). It 
 routing can: no JSON read, no dead letters, no meter; it keeps the events whose bytes hold
 `KEPT` (the half the router's filter keeps, as `loadtest.bench.make_event` writes them) and
 writes each one's guid as the key and `{"timestamp": <ks_ts>}` as the value, which is all the
-benchmark's read-back needs. Runs until stopped.
+benchmark's read-back needs. With `--batches`, micro-batches of at most `--batch-limit`
+records at that trigger instead, as a router's micro-batch output (catching up). Runs until
+stopped.
 """
 
 from __future__ import annotations
@@ -41,11 +44,16 @@ def main() -> None:
     parser.add_argument("--slots", type=int, required=True, help="task slots (local[N])")
     parser.add_argument("--checkpoint", required=True, help="the query's checkpoint folder")
     parser.add_argument("--checkpoint-seconds", type=int, default=60)
+    parser.add_argument("--starting", choices=("latest", "earliest"), default="latest")
+    parser.add_argument("--batches", help="micro-batches at this trigger, not Real-time Mode")
+    parser.add_argument("--batch-limit", type=int, help="records a micro-batch reads at most")
     args = parser.parse_args()
     application_logging()
     settings = Settings()
     spark = spark_session(settings, f"keystone-floor-{args.stream}", slots=args.slots)
-    records = kafka_records(spark, settings, args.stream)
+    records = kafka_records(
+        spark, settings, args.stream, starting=args.starting, max_per_trigger=args.batch_limit
+    )
     meta = first_headers(spark, (headers.GUID, headers.TIMESTAMP))
     kept = records.where(F.col("value").cast("string").contains(KEPT)).select(meta.alias("m"))
     frame = kept.select(
@@ -59,8 +67,11 @@ def main() -> None:
         .option("checkpointLocation", args.checkpoint)
         .option("topic", args.sink)
         .outputMode("update")
-        .trigger(realTime=f"{args.checkpoint_seconds} seconds")
     )
+    if args.batches:
+        writer = writer.trigger(processingTime=args.batches)
+    else:
+        writer = writer.trigger(realTime=f"{args.checkpoint_seconds} seconds")
     query = to_kafka(writer, settings).start()
     log.info("routing %s to %s", args.stream, args.sink)
     query.awaitTermination()

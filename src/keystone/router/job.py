@@ -25,6 +25,7 @@ import json
 import logging
 import threading
 from collections.abc import Callable, Collection
+from typing import TypeVar
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -55,12 +56,20 @@ from keystone.router.lang.parser import parse_filter, parse_projection
 from keystone.router.lang.spark import Scope, compile_filter, compile_projection
 from keystone.router.meter import Meter
 from keystone.router.metrics import ProgressListener, RouterMetrics
-from keystone.router.plan import batch_limit, query_plan, replay_bound, runs_realtime, sized
+from keystone.router.plan import (
+    batch_limit,
+    query_plan,
+    records_per_batch,
+    replay_bound,
+    runs_realtime,
+)
 from keystone.router.sinks.base import ROUTED, RecordWriter, to_kafka, writer_class, writer_for
 from keystone.router.sinks.route import Route
 from keystone.router.source import fronting, kafka_records
 from keystone.router.supervisor import Supervisor
 from keystone.router.topics import watermarks
+
+T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
@@ -148,61 +157,79 @@ class RouterWatch:
     """The outputs' rewinds, and the router's size, as control last wrote them, read every
     second (`read`). Kept as they were while the registry is away (said once). An output whose
     record does not read keeps the rewind it had; with none known it is held (not started): run
-    as if never rewound, it would start afresh, or in a checkpoint generation long gone. The
-    size is followed only by a router that resizes in place (`router.plan.resizes_in_place`);
-    a query that reads in micro-batches runs in it (their size follows from it), so a new one
-    starts it again, while a realtime output runs on."""
+    as if never rewound, it would start afresh, or in a checkpoint generation long gone.
+
+    The size is followed only by a router that resizes in place (`router.plan.resizes_in_place`),
+    and taken as the fleet gives it (within the stream's bounds as they are now, which the spec
+    the router started with may no longer say). A query that reads in micro-batches runs with
+    batches of the size's (`batch_limit`): a new limit starts it again, while a query under
+    Real-time Mode, which reads no batches, runs on."""
 
     def __init__(
         self,
         registry: RegistryReader | None,
         stream: str,
         *,
+        least: int,
         sized_for: int | None = None,
         follow_size: bool = False,
         realtime: Collection[str] = (),
     ) -> None:
-        """`registry`: where control keeps them (none: never rewound, never resized);
-        `sized_for`: the size the router started with; `realtime`: the queries that run under
-        Real-time Mode unless replaying."""
+        """`registry`: where control keeps them (none: never rewound, never resized); `least`:
+        the batch limit before any size is known; `sized_for`: the size the router started
+        with; `realtime`: the queries that run under Real-time Mode unless replaying."""
         self.registry = registry
         self.stream = stream
         self.rewinds: dict[str, Rewind] = {}
         self.held: set[str] = set()
-        self.sized_for = sized_for
+        self.least = least
+        self.sized_for = sized_for or None
         self.follow_size = follow_size
         self.realtime = frozenset(realtime)
         self.ready = registry is None  # read at least once
-        self._error = ""
+        self._errors: dict[str, str] = {}
+
+    @property
+    def batch_limit(self) -> int:
+        """Records a micro-batch reads at most, at the size now."""
+        return records_per_batch(self.sized_for) if self.sized_for else self.least
 
     def read(self) -> None:
         if self.registry is None:
             return
+        found = self._asked("rewinds", lambda: self.registry.read_rewinds(self.stream))
+        if found is not None:
+            rewinds, unreadable = found
+            kept = {o: self.rewinds[o] for o in unreadable if o in self.rewinds}
+            held = unreadable - set(kept)
+            for output in held - self.held:
+                log.error("output %s held: its rewind record does not read", output)
+            self.rewinds, self.held, self.ready = rewinds | kept, held, True
+        if self.follow_size:
+            state = self._asked("size", lambda: self.registry.router_state(self.stream))
+            if state is not None and state.sized_for and state.sized_for != self.sized_for:
+                log.info("resized from %s to %d events/s", self.sized_for, state.sized_for)
+                self.sized_for = state.sized_for
+
+    def _asked(self, what: str, ask: Callable[[], T]) -> T | None:
+        """`ask()`, or None while the registry does not answer (said once per error)."""
         try:
-            found, unreadable = self.registry.read_rewinds(self.stream)
-            state = self.registry.router_state(self.stream) if self.follow_size else None
+            answer = ask()
         except KeystoneError as e:
-            if e.message != self._error:
-                log.warning("rewinds not read (kept as they were): %s", e.message)
-            self._error = e.message
-            return
-        self._error = ""
-        kept = {o: self.rewinds[o] for o in unreadable if o in self.rewinds}
-        held = unreadable - set(kept)
-        for output in held - self.held:
-            log.error("output %s held: its rewind record does not read", output)
-        self.rewinds, self.held, self.ready = found | kept, held, True
-        if state is not None and state.sized_for and state.sized_for != self.sized_for:
-            log.info("resized from %s to %d events/s", self.sized_for, state.sized_for)
-            self.sized_for = state.sized_for
+            if self._errors.get(what) != e.message:
+                log.warning("%s not read (kept as they were): %s", what, e.message)
+            self._errors[what] = e.message
+            return None
+        self._errors.pop(what, None)
+        return answer
 
     def plan(self, name: str) -> tuple[tuple[int, bool] | None, int | None]:
         """What a query runs as (a change starts it again): its rewind's checkpoint generation
-        and whether it replays; and the size, for a query that reads in micro-batches."""
+        and whether it replays; and its batch limit, for a query that reads in micro-batches."""
         rewind = self.rewinds.get(name)
         rewound = None if rewind is None else (rewind.generation, rewind.replaying)
         batched = name not in self.realtime or (rewind is not None and rewind.replaying)
-        return rewound, self.sized_for if batched else None
+        return rewound, self.batch_limit if batched else None
 
 
 class Router:
@@ -228,6 +255,7 @@ class Router:
         self.watch = RouterWatch(
             registry,
             spec.name,
+            least=batch_limit(spec),
             sized_for=sized_for,
             follow_size=resizes,
             realtime=[o.name for o in spec.outputs if runs_realtime(o)],
@@ -252,7 +280,7 @@ class Router:
     @property
     def batch_limit(self) -> int:
         """Records a micro-batch reads at most, at the router's size now."""
-        return batch_limit(self.spec, self.watch.sized_for)
+        return self.watch.batch_limit
 
     def queries(self) -> dict[str, Callable[[], StreamingQuery]]:
         """Every query of the stream by name, and how to start it."""
@@ -394,6 +422,6 @@ class Router:
 
     def _report(self, running: dict[str, bool]) -> None:
         self.metrics.running(running)
-        self.metrics.sized(sized(self.spec, self.watch.sized_for))
+        self.metrics.sized(self.watch.sized_for or self.spec.sizing.min_events_per_second)
         for name, meter in self.meters.items():
             self.metrics.metered(name, meter.take())

@@ -51,33 +51,43 @@ def router_slots(spec: StreamSpec, sized_for: int | None = None) -> int:
     letters', the archive's) as many as its batches need at once at the rate it is sized for
     (one per `EVENTS_PER_TASK`, up to one per partition), so that none waits for a slot while
     another's batch waits on its sink."""
+    return _slots(spec, math.ceil(sized(spec, sized_for) / EVENTS_PER_TASK))
+
+
+def _slots(spec: StreamSpec, per_query: int) -> int:
     realtime = sum(spec.partitions for o in spec.outputs if runs_realtime(o))
     queries = sum(1 for o in spec.outputs if not runs_realtime(o)) + 1 + spec.archive.enabled
-    per_query = min(spec.partitions, math.ceil(sized(spec, sized_for) / EVENTS_PER_TASK))
-    return realtime + queries * per_query
+    return realtime + queries * min(spec.partitions, per_query)
 
 
 def resizes_in_place(master: str) -> bool:
     """Whether a router on `master` changes size while it runs. On a local master its task
-    slots are threads, which cost nothing while idle: it gets those of the largest size its
-    spec allows (`started_slots`), and only its micro-batches' size follows the fleet's figure,
-    the micro-batch queries starting again with the new one while the realtime ones run on. On
-    a cluster its slots are the cores the master gives it when it starts (`spark.cores.max`), so
-    a new size starts it again."""
+    slots are threads, which cost nothing while idle: it gets as many as any size could use
+    (`started_slots`), and only its micro-batches' size follows the fleet's figure, the queries
+    that read in micro-batches starting again with the new one while those under Real-time Mode
+    run on. On a cluster its slots are the cores the master gives it when it starts
+    (`spark.cores.max`), so a new size starts it again."""
     return master.startswith("local")
 
 
 def started_slots(spec: StreamSpec, sized_for: int | None, master: str) -> int:
-    """The task slots a router starts with on `master` (`resizes_in_place`)."""
+    """The task slots a router starts with on `master`: where it resizes in place, a task per
+    partition for every query at once (whatever its bounds, which the owner may move while it
+    runs); else those of its size."""
     if resizes_in_place(master):
-        return router_slots(spec, spec.sizing.max_events_per_second)
+        return _slots(spec, spec.partitions)
     return router_slots(spec, sized_for)
 
 
 def batch_limit(spec: StreamSpec, sized_for: int | None = None) -> int:
-    """Records a micro-batch reads at most: `BATCH_SECONDS` of the rate the router is sized
-    for, and never fewer than `BATCH_LIMIT`."""
-    return max(BATCH_LIMIT, BATCH_SECONDS * sized(spec, sized_for))
+    """Records a micro-batch reads at most (`records_per_batch`) at the router's size."""
+    return records_per_batch(sized(spec, sized_for))
+
+
+def records_per_batch(size: int) -> int:
+    """Records a micro-batch reads at most at `size` events per second: `BATCH_SECONDS` of it,
+    and never fewer than `BATCH_LIMIT`."""
+    return max(BATCH_LIMIT, BATCH_SECONDS * size)
 
 
 @dataclass(frozen=True)

@@ -108,6 +108,7 @@ def _compile_together(settings: Settings, names: list[str]) -> None:
     """One javac run for classes that compile against the same jars; each class then gets its
     own folder and jar, with the bases it extends (Spark ships each jar on its own)."""
     deps = JAVA_CLASSES[names[0]][1](settings)
+    digests = {name: _digest_of_class(settings, name) for name in names}  # of what is compiled
     sources = sorted(
         {JAVA_CLASSES[n][0] / f"{m}.java" for n in names for m in (n, *jvm.BASES.get(n, ()))}
     )
@@ -120,6 +121,10 @@ def _compile_together(settings: Settings, names: list[str]) -> None:
         )
         if result.returncode != 0:
             raise StackError(f"compiling {', '.join(names)} failed:\n{result.stderr}")
+        owned = {path for name in names for path in _class_files(Path(out), name)}
+        stray = sorted(p.name for p in Path(out).rglob("*.class") if p not in owned)
+        if stray:  # another top-level class, or a package: it would be missing from every jar
+            raise StackError(f"compiling {', '.join(names)} made classes of none: {stray}")
         for name in names:
             target = classes_dir(settings, name)
             shutil.rmtree(target, ignore_errors=True)
@@ -128,7 +133,7 @@ def _compile_together(settings: Settings, names: list[str]) -> None:
                 for path in _class_files(Path(out), name):
                     shutil.copy(path, target)
                     packed.write(path, path.name)
-            (target / ".stamp").write_text(_digest_of_class(settings, name))
+            (target / ".stamp").write_text(digests[name])
 
 
 def compile_classes(settings: Settings, names: Iterable[str]) -> set[str]:
