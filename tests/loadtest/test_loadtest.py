@@ -129,13 +129,16 @@ def test_a_minute_of_load_with_the_router_killed_and_outputs_rewound_loses_nothi
         stack,
         report,
         # Held 12 s at the bigger size: its micro-batch queries start again meanwhile, each in
-        # turn, before the way back starts them again.
+        # turn, before the way back starts them again (each way took from 3 to over 15 s on
+        # this machine, the queries started and stopped one after another): done before the
+        # kill.
         "resize@2+12",
-        "kill-router@32",
-        "rewind-output@40+20",
-        "rewind-output:warehouse@43+20",
-        "rewind-output:onwards@46+20",
-        "rewind:search@49+20",  # the short name
+        "kill-router@45",
+        "rewind-output@50+20",
+        "rewind-output:warehouse@52+20",
+        "rewind-output:onwards@54+20",
+        "rewind:search@56+20",  # the short name
+        seconds=70,
     )
     audit = figures["audit"]
     assert audit["drained"] and audit["lossless"], audit
@@ -155,7 +158,7 @@ def test_a_minute_of_load_with_the_router_killed_and_outputs_rewound_loses_nothi
     for replayed in (f"{STREAM}.picked", f"{STREAM}.onwards", f"{SIDE}.plays"):
         assert by_output[replayed]["replays"] > 0, by_output[replayed]
     resized, killed, *rewinds = figures["faults"]
-    assert resized["fault"] == "resize" and resized["ended_s"] < 32, resized
+    assert resized["fault"] == "resize" and resized["ended_s"] < 45, resized
     said = resized["notes"]
     assert said[0].startswith("resized from 2,000 to 4,000 events/s"), said
     assert said[1].startswith("then to 2,000 events/s, its traffic's size"), said
@@ -165,7 +168,7 @@ def test_a_minute_of_load_with_the_router_killed_and_outputs_rewound_loses_nothi
     assert said[3] == f"queries started again: {batched}", said
     pauses = [float(n.rsplit(" ", 2)[1]) for n in said if n.startswith("longest pause")]
     assert len(pauses) == 1 and pauses[0] < 5, said  # picked, the realtime Kafka output
-    assert killed["fault"] == "kill-router" and 31 <= killed["began_s"] <= 37
+    assert killed["fault"] == "kill-router" and 44 <= killed["began_s"] <= 50
     assert "the fleet started it again" in " ".join(killed["notes"])
     assert {f["output"] for f in rewinds} == {"picked", "warehouse", "onwards", "search"}
     for fault in rewinds:

@@ -253,15 +253,22 @@ def _router_up(host: str, port: int, stream: str) -> bool:
     """Running once one of its queries runs: a router with one output failing still delivers
     the others' (whether every one runs is `keystone_router_up`'s to say, and the router-down
     alert's)."""
+    return 1.0 in (router_metric(host, port, names.ROUTER_QUERY_UP, stream) or [])
+
+
+def router_metric(host: str, port: int, name: str, stream: str) -> list[float] | None:
+    """The values of one of the stream's router's metrics (one per label set) as its /metrics
+    says now; None when it does not answer."""
     # That one metric alone (prometheus_client's `name[]`): the fleet asks every second, and the
     # whole page (every output's histograms) cost control a tenth of a core for three routers.
     url = f"http://{host}:{port}/metrics"
     try:
-        text = http.client().get(url, params={"name[]": names.ROUTER_QUERY_UP}, timeout=1).text
+        text = http.client().get(url, params={"name[]": name}, timeout=1).text
     except httpx.HTTPError:
-        return False
+        return None
     label = f'stream="{stream}"'
-    return any(
-        line.startswith(f"{names.ROUTER_QUERY_UP}{{") and label in line and line.endswith(" 1.0")
+    return [
+        float(line.rsplit(" ", 1)[1])
         for line in text.splitlines()
-    )
+        if line.startswith(f"{name}{{") and label in line
+    ]

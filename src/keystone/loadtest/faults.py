@@ -34,7 +34,6 @@ import httpx
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from keystone.contracts import http
 from keystone.contracts import metrics as names
 from keystone.contracts.errors import BadRequest, KeystoneError, StackError
 from keystone.contracts.names import fronting_topic, valid_name
@@ -42,7 +41,7 @@ from keystone.contracts.processes import PidFile, stop
 from keystone.contracts.settings import Settings
 from keystone.contracts.spec import StreamSpec
 from keystone.control.client import ControlClient
-from keystone.control.launcher import Deployment, router_log
+from keystone.control.launcher import Deployment, router_log, router_metric
 from keystone.router.plan import runs_realtime
 from keystone.stack import lifecycle
 from keystone.stack.services import broker_service, control_service
@@ -593,15 +592,8 @@ def router_size(settings: Settings, stream: str) -> int | None:
     deployed = Deployment.load(settings, stream)
     if deployed is None:
         return None
-    url = f"http://{settings.bind_host}:{deployed.port}/metrics"
-    try:
-        text = http.client().get(url, params={"name[]": names.ROUTER_SIZE}, timeout=2).text
-    except httpx.HTTPError:
-        return None
-    for line in text.splitlines():
-        if line.startswith(f"{names.ROUTER_SIZE}{{") and f'stream="{stream}"' in line:
-            return int(float(line.rsplit(" ", 1)[1]))
-    return None
+    values = router_metric(settings.bind_host, deployed.port, names.ROUTER_SIZE, stream)
+    return int(values[0]) if values else None
 
 
 class StallWatch:
