@@ -65,6 +65,9 @@ def test_the_other_faults_parse_as_before() -> None:
     kafka = Fault.parse("restart-kafka@10+5", 60)
     assert (kafka.name, kafka.at, kafka.hold) == ("restart-kafka", 10, 5)
     assert Fault.parse("stop-control", 60).hold == 30
+    resized = Fault.parse("resize@2+12", 60)
+    assert (resized.name, resized.at, resized.hold) == ("resize", 2, 12)
+    assert "put back 12 s after it runs at that size" in resized.what  # its own hold, said
 
 
 @pytest.mark.parametrize(

@@ -4,11 +4,12 @@ new plan; the others go on; every query stops at the end."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from keystone.contracts.backoff import Backoff
-from keystone.router.supervisor import Query, Supervisor
+from keystone.router.supervisor import Query, Supervisor, Together
 
 
 class FakeQuery:
@@ -58,6 +59,11 @@ class FakePlans:
         return self.plans.get(name)
 
 
+def one_after_another(actions: Sequence[Callable[[], None]]) -> None:
+    for action in actions:
+        action()
+
+
 class Harness:
     """Queries `a` and `b` under a supervisor; `refuse[name]` starts of a name fail."""
 
@@ -76,6 +82,7 @@ class Harness:
             self.reports.append,
             backoff=Backoff(first=1.0, factor=2.0, most=60.0),
             clock=self.clock,
+            together=one_after_another,  # in the order looked at; at once: below
         )
 
     def _starter(self, name: str) -> Callable[[], Query]:
@@ -271,3 +278,47 @@ def test_run_starts_nothing_when_stopped_before_the_plans_are_read() -> None:
     h.plans.ready = False
     h.supervisor.run(ScriptedStop(h.clock, []))
     assert h.attempts == {"a": [], "b": []} and h.reports == [] and h.stopped == []
+
+
+class Meeting(FakeQuery):
+    """A query whose stop waits for the other query's stop to begin: only stops run at once
+    end."""
+
+    def __init__(self, name: str, stopped: list[str], barrier: threading.Barrier) -> None:
+        super().__init__(name, stopped)
+        self.barrier = barrier
+
+    def stop(self) -> None:
+        self.barrier.wait()
+        super().stop()
+
+
+def test_a_ticks_stops_and_then_its_starts_run_at_once() -> None:
+    """Each of two starts, then each of two stops, waits for the other to begin (as a resize's
+    wait on their batches and sources): one after another, the first would wait forever (here
+    until the barrier's timeout breaks it, and the start fails)."""
+    starts, stops = threading.Barrier(2, timeout=10), threading.Barrier(2, timeout=10)
+    stopped: list[str] = []
+    plans = FakePlans()
+
+    def starter(name: str) -> Callable[[], Query]:
+        def start() -> Query:
+            starts.wait()
+            return Meeting(name, stopped, stops)
+
+        return start
+
+    reports: list[dict[str, bool]] = []
+    together = Together(2)  # what a supervisor makes itself when given none
+    supervisor = Supervisor(
+        {n: starter(n) for n in ("a", "b")}, plans, reports.append, together=together
+    )
+    with contextlib.closing(together):
+        supervisor.tick()
+        assert reports == [{"a": True, "b": True}]
+        plans.plans = {"a": 2, "b": 2}
+        starts.reset()
+        supervisor.tick()
+        assert sorted(stopped) == ["a", "b"] and reports[-1] == {"a": False, "b": False}
+        supervisor.tick()
+        assert reports[-1] == {"a": True, "b": True}

@@ -169,7 +169,7 @@ class Fault:
             )
         if self.name == BAD_EVENTS:
             return f"{self.count} events dead-lettered until a fix at {self.at:g} s, redriven"
-        return self.kinds[self.name][0]
+        return self.kinds[self.name][0].replace("FOR s", f"{self.hold:g} s")
 
 
 SERVICE = {

@@ -12,7 +12,8 @@ size), then looks at each query in turn:
 - one that is not running is started when its wait is over; one that cannot start (a sink's
   `prepare` refused, Kafka away...) backs off as a failed one does.
 
-The others go on meanwhile. Then it reports which are running (`report`). When told to stop,
+A tick's stops run at once, and then its starts (`Together`); the others go on meanwhile. Then
+it reports which are running (`report`). When told to stop,
 it stops every query running. No Spark here: a query is anything that can say whether it is
 active, why it stopped, and be stopped.
 """
@@ -22,8 +23,10 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from typing import Protocol
 
 from keystone.contracts.backoff import Backoff
@@ -77,6 +80,27 @@ class _Supervised:
     retry_at: float = 0.0  # not started again before
 
 
+Actions = Callable[[Sequence[Callable[[], None]]], None]
+
+
+class Together:
+    """Runs actions at once and returns when every one is done: a query's stop waits for its
+    batch to end, and its start for its sink and source to be ready, mostly on the JVM, Kafka
+    or the metastore. One after another, a resize's five stops and five starts took 12 s here
+    and over a minute on a busy machine. A thread per query, kept until `close`: each keeps its
+    connection to the JVM."""
+
+    def __init__(self, threads: int) -> None:
+        self.pool = ThreadPoolExecutor(max(1, threads), thread_name_prefix="query")
+
+    def __call__(self, actions: Sequence[Callable[[], None]]) -> None:
+        for done in [self.pool.submit(action) for action in actions]:
+            done.result()
+
+    def close(self) -> None:
+        self.pool.shutdown()
+
+
 class Supervisor:
     """Runs named queries, each started again when it fails (after a backoff) or its plan
     changes, until told to stop."""
@@ -89,14 +113,20 @@ class Supervisor:
         *,
         backoff: Backoff = BACKOFF,
         clock: Callable[[], float] = time.monotonic,
+        together: Actions | None = None,
     ) -> None:
         """`starts`: each query by name, and how to start it (looked at in this order);
-        `report`: told each tick which of them are running."""
+        `report`: told each tick which of them are running; `together`: how a tick's stops,
+        and then its starts, run (default: at once, `Together`)."""
         self.plans = plans
         self.report = report
         self.backoff = backoff
         self.clock = clock
         self.queries = {name: _Supervised(start) for name, start in starts.items()}
+        self._pool: Together | None = None  # its own, closed when it stops
+        if together is None:
+            self._pool = together = Together(len(self.queries))
+        self.together = together
 
     def run(self, stop: threading.Event) -> None:
         """Starts every query and keeps them running until `stop` is set, then stops them."""
@@ -107,19 +137,27 @@ class Supervisor:
             self.tick()
             stop.wait(TICK_SECONDS)
         self.stop_all()
+        if self._pool is not None:
+            self._pool.close()
 
     def tick(self) -> None:
-        """Reads the plans, looks at every query once, and reports which are running."""
+        """Reads the plans, looks at every query once (the stops it needs, then the starts
+        due, each lot at once), and reports which are running."""
         self.plans.read()
         now = self.clock()
+        stops: list[Callable[[], None]] = []
+        starts: list[Callable[[], None]] = []
         for name, supervised in self.queries.items():
             query = supervised.query
             if query is None:
-                self._start_when_due(name, supervised, now)
+                if now >= supervised.retry_at and name not in self.plans.held:
+                    starts.append(partial(self._start, name, supervised, now))
             elif not query.isActive:
                 self._failed(name, supervised, query, now)
             elif supervised.plan != self.plans.plan(name) or name in self.plans.held:
-                self._stop_for_new_plan(name, supervised, query, now)
+                stops.append(partial(self._stop_for_new_plan, name, supervised, query, now))
+        self.together(stops)
+        self.together(starts)
         self.report({name: s.query is not None for name, s in self.queries.items()})
 
     def stop_all(self) -> None:
@@ -129,9 +167,7 @@ class Supervisor:
             log.info("stopping query %s", name)
             query.stop()
 
-    def _start_when_due(self, name: str, supervised: _Supervised, now: float) -> None:
-        if now < supervised.retry_at or name in self.plans.held:
-            return
+    def _start(self, name: str, supervised: _Supervised, now: float) -> None:
         try:
             supervised.query = supervised.start()
         except Exception as e:  # the supervisor's boundary: log, back off, try again
