@@ -293,10 +293,10 @@ class Meeting(FakeQuery):
         super().stop()
 
 
-def test_a_ticks_stops_and_then_its_starts_run_at_once() -> None:
+def test_a_ticks_stops_and_then_its_starts_run_at_once_and_so_do_the_last_stops() -> None:
     """Each of two starts, then each of two stops, waits for the other to begin (as a resize's
     wait on their batches and sources): one after another, the first would wait forever (here
-    until the barrier's timeout breaks it, and the start fails)."""
+    until the barrier's timeout breaks it, and the start or stop fails)."""
     starts, stops = threading.Barrier(2, timeout=10), threading.Barrier(2, timeout=10)
     stopped: list[str] = []
     plans = FakePlans()
@@ -322,3 +322,6 @@ def test_a_ticks_stops_and_then_its_starts_run_at_once() -> None:
         assert sorted(stopped) == ["a", "b"] and reports[-1] == {"a": False, "b": False}
         supervisor.tick()
         assert reports[-1] == {"a": True, "b": True}
+        stops.reset()
+        supervisor.stop_all()  # at the end too
+        assert sorted(stopped) == ["a", "a", "b", "b"]

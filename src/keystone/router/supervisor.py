@@ -13,9 +13,9 @@ size), then looks at each query in turn:
   `prepare` refused, Kafka away...) backs off as a failed one does.
 
 A tick's stops run at once, and then its starts (`Together`); the others go on meanwhile. Then
-it reports which are running (`report`). When told to stop,
-it stops every query running. No Spark here: a query is anything that can say whether it is
-active, why it stopped, and be stopped.
+it reports which are running (`report`). When told to stop, it stops every query running, at
+once. No Spark here: a query is anything that can say whether it is active, why it stopped,
+and be stopped.
 """
 
 from __future__ import annotations
@@ -161,11 +161,18 @@ class Supervisor:
         self.report({name: s.query is not None for name, s in self.queries.items()})
 
     def stop_all(self) -> None:
-        """Stops every query running, in the order they started."""
+        """Stops every query running, at once (handed over in the order they started)."""
         running = [(s.started, n, s.query) for n, s in self.queries.items() if s.query is not None]
-        for _, name, query in sorted(running, key=lambda item: item[0]):
-            log.info("stopping query %s", name)
-            query.stop()
+        stops = [
+            partial(self._stop, name, query)
+            for _, name, query in sorted(running, key=lambda item: item[0])
+        ]
+        self.together(stops)
+
+    @staticmethod
+    def _stop(name: str, query: Query) -> None:
+        log.info("stopping query %s", name)
+        query.stop()
 
     def _start(self, name: str, supervised: _Supervised, now: float) -> None:
         try:
