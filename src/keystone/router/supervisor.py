@@ -136,9 +136,11 @@ class Supervisor:
         while not stop.is_set():
             self.tick()
             stop.wait(TICK_SECONDS)
-        self.stop_all()
-        if self._pool is not None:
-            self._pool.close()
+        try:
+            self.stop_all()
+        finally:  # its threads end with it, even when a stop failed
+            if self._pool is not None:
+                self._pool.close()
 
     def tick(self) -> None:
         """Reads the plans, looks at every query once (the stops it needs, then the starts
