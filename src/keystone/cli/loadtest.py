@@ -61,7 +61,10 @@ def loadtest(
         float, typer.Option(help="Seconds to wait for every sink to hold every event.")
     ] = 300,
     key: Annotated[
-        str | None, typer.Option(help="App key to post with; default: the loadtest app's.")
+        str | None,
+        typer.Option(
+            help="App key to post with; default: the stream's load-test app's (loadtest-<stream>)."
+        ),
     ] = None,
     as_json: JsonOption = False,
 ) -> None:

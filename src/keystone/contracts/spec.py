@@ -30,7 +30,8 @@ from keystone.contracts.sinks import SinkConfig, StreamName
 
 Name = Annotated[str, AfterValidator(check_name)]
 # Apps and owners are labels and headers, never topic names: dashes are fine.
-Principal = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_-]{1,62}$")]
+PRINCIPAL_MAX = 63
+Principal = Annotated[str, Field(pattern=rf"^[a-z][a-z0-9_-]{{1,{PRINCIPAL_MAX - 1}}}$")]
 _TRIGGER = re.compile(r"^[1-9][0-9]* (second|seconds|minute|minutes)$")
 _DURATION = re.compile(r"^([1-9][0-9]*) (second|minute|hour|day)s?$")
 _UNIT_SECONDS = {"second": 1, "minute": 60, "hour": 3600, "day": 86400}

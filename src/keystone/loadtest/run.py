@@ -9,6 +9,7 @@ acknowledged guid at every sink, and report.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import shlex
 import sys
 import time
@@ -23,7 +24,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from keystone.contracts.errors import BadRequest, Unavailable
 from keystone.contracts.registry import RouterPhase
 from keystone.contracts.settings import Settings
-from keystone.contracts.spec import StreamSpec
+from keystone.contracts.spec import PRINCIPAL_MAX, StreamSpec
 from keystone.control.client import ControlClient, ControlError
 from keystone.loadtest import audit as auditing
 from keystone.loadtest import bad_events
@@ -34,7 +35,20 @@ from keystone.loadtest.driver import Load, Plan, drive_direct, drive_proxy
 from keystone.loadtest.faults import BAD_EVENTS, Fault
 from keystone.loadtest.report import Run, summary, write
 
-APP = "loadtest"
+APP_PREFIX = "loadtest-"
+
+
+def loadtest_app(stream: str) -> str:
+    """The app a load test of `stream` posts as: one per stream, since a run gives its app a
+    new key, which revokes the old one, and so would fail a run on another stream meanwhile.
+    A name too long for an app ends in a digest of the stream's."""
+    name = APP_PREFIX + stream
+    if len(name) <= PRINCIPAL_MAX:
+        return name
+    digest = hashlib.sha256(stream.encode()).hexdigest()[:8]
+    return f"{name[: PRINCIPAL_MAX - len(digest) - 1]}-{digest}"
+
+
 ROUTER_WAIT_SECONDS = 300
 
 
@@ -45,7 +59,7 @@ class Options:
     direct: str | None = None  # write straight to Kafka as this app
     bad_events: int = 0  # events that dead-letter until a fix, then are redriven
     fix_at: float | None = None  # seconds into the run (default half of it)
-    key: str | None = None  # the app key to post with; default: the loadtest app's
+    key: str | None = None  # the app key to post with; default: `loadtest_app`'s
     report: Path | None = None
     drain_timeout: float = 300.0
     command: str = field(
@@ -133,7 +147,7 @@ def run(settings: Settings, options: Options, console: Console) -> dict[str, Any
         streams = streams_reached(control, spec)
         key = options.key
         if options.direct is None and key is None:
-            key = app_key(control, APP, plan.stream)
+            key = app_key(control, loadtest_app(plan.stream), plan.stream)
         await_routers(control, [s.name for s in streams.values() if s.outputs], console)
     try:
         if bad is not None:
@@ -182,7 +196,7 @@ def _bad_events(settings: Settings, options: Options, spec: StreamSpec) -> BadEv
         raise BadRequest(f"--fix-at {fix_at:g}: within the run (0 to {options.plan.duration:g} s)")
     bad_events.check(spec)
     fault = Fault(BAD_EVENTS, at=fix_at, hold=0.0, count=options.bad_events)
-    return BadEvents(settings, spec, options.direct or APP, fault)
+    return BadEvents(settings, spec, options.direct or loadtest_app(spec.name), fault)
 
 
 def _drive(
