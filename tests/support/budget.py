@@ -49,6 +49,9 @@ BUDGETS: dict[str, float] = {
     "tests/test_package.py": 90,
 }
 SESSION = "(the session's fixtures: the stack, shared routers)"
+# A test's wait for its turn with the stack (`tests.support.parallel.turn`: behind an exclusive
+# test, or the tests an exclusive one waits for), a user property of its reports.
+WAITED = "waited_for_turn_s"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -63,6 +66,7 @@ class Clock:
     def __init__(self) -> None:
         self.modules: dict[str, float] = defaultdict(float)
         self.started_apart = 0.0  # session fixtures' setup, inside the current item's setup
+        self.waited = 0.0  # for turns with the stack, in every worker
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_fixture_setup(self, fixturedef: pytest.FixtureDef) -> Iterator[None]:
@@ -86,6 +90,8 @@ class Clock:
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         module = report.nodeid.split("::")[0]
         took = report.duration
+        if report.when == "setup":  # each of a test's reports carries its wait: counted once
+            self.waited += sum(v for k, v in report.user_properties if k == WAITED)
         if report.when in ("setup", "teardown"):
             took, self.started_apart = max(0.0, took - self.started_apart), 0.0
         self.modules[module] += took
@@ -115,6 +121,11 @@ class Clock:
             )
         total = sum(self.modules.values())
         terminalreporter.write_line(f"{total:8.1f} s  in all")
+        if self.waited >= QUICK_SECONDS:
+            terminalreporter.write_line(
+                f"{self.waited:8.1f} s  more, tests waiting for their turn with the stack "
+                "(behind a test marked exclusive, or one's wait for the others)"
+            )
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -22,6 +22,7 @@ import fcntl
 import json
 import shutil
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -31,7 +32,7 @@ import httpx
 import pytest
 
 from keystone.contracts import http
-from tests.support.budget import BUDGETS, DEFAULT_SECONDS
+from tests.support.budget import BUDGETS, DEFAULT_SECONDS, WAITED
 from tests.support.stack import Stack, checked, private_state_dir, stack_env
 from tests.support.waiting import eventually
 
@@ -138,7 +139,10 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
         yield
         return
     exclusive = item.get_closest_marker("exclusive") is not None
+    began = time.monotonic()
     with turn(shared_dir(item.config), exclusive):
+        # Time no report counts (it comes before the setup's): the run sums it apart.
+        item.user_properties.append((WAITED, time.monotonic() - began))
         yield
         if exclusive:  # the stack as it found it before another test takes its turn
             settled(shared_stack(item.config))
