@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from keystone.contracts.processes import stat_fields
+from keystone.loadtest.bench import process_tree
 
 
 def alive(pid: int) -> bool:
@@ -24,13 +26,25 @@ def groups_alive(leaders: list[int]) -> list[int]:
     return found
 
 
-def processes_mentioning(text: str) -> list[int]:
-    """Pids whose command line mentions `text` (a state directory, say)."""
-    found = []
+def processes_mentioning(text: str, but: set[int] = frozenset()) -> dict[int, str]:
+    """Processes whose command line mentions `text` (a state directory, say), but those in
+    `but`: each one's command line."""
+    found = {}
     for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
         try:
-            if text.encode() in cmdline.read_bytes():
-                found.append(int(cmdline.parent.name))
+            line = cmdline.read_bytes()
         except OSError:
             continue  # the process ended while we looked
+        pid = int(cmdline.parent.name)
+        if text.encode() in line and pid not in but:
+            found[pid] = line.replace(b"\0", b" ").decode(errors="replace")[:300]
     return found
+
+
+def this_runs_own() -> set[int]:
+    """The test run's own processes: pytest's (the controller and every worker, under xdist)
+    and those they started and still run, such as another module's Spark reader of Hive
+    tables, whose command line names the stack's state directory but which the stack did not
+    start (the stack's services are started on their own, outside this tree)."""
+    root = os.getppid() if "PYTEST_XDIST_WORKER" in os.environ else os.getpid()
+    return set(process_tree(root))
