@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Collection
 from pathlib import Path
 
 from keystone.contracts.processes import stat_fields
@@ -26,7 +27,7 @@ def groups_alive(leaders: list[int]) -> list[int]:
     return found
 
 
-def processes_mentioning(text: str, but: set[int] = frozenset()) -> dict[int, str]:
+def processes_mentioning(text: str, but: Collection[int] = ()) -> dict[int, str]:
     """Processes whose command line mentions `text` (a state directory, say), but those in
     `but`: each one's command line."""
     found = {}
