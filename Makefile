@@ -10,11 +10,11 @@ demo: bootstrap
 	.venv/bin/keystone stack up
 	.venv/bin/keystone demo
 
-# The cluster tests first, on their own stack; then the rest in two workers beside one stack
-# (tests/support/parallel.py: a module to a worker, the modules that restart a service alone).
+# Two workers (tests/support/parallel.py): the cluster tests on their own stack first, beside
+# the tests without a stack; then the rest beside one stack, a module to a worker, the tests
+# that restart a service alone.
 test: bootstrap lint docs
-	.venv/bin/pytest tests/cluster
-	.venv/bin/pytest -n 2 --ignore=tests/cluster
+	.venv/bin/pytest -n 2
 
 check: bootstrap lint
 	.venv/bin/pytest -q -n 2 -m "not stack and not spark and not wheel"

@@ -1,7 +1,8 @@
 """The cluster stack (issue 33): the embedded stack with three Kafka brokers, a Spark
 standalone master and two workers running every router, and two control processes, started
-once for the tests of this package, which run first (tests/conftest.py): it is down again
-before the suite's own stack starts, so the machine runs one stack at a time. Its ports are the
+once for the tests of this package, which run first, beside the tests that need no stack
+(tests/support/parallel.py): it is down again before the suite's own stack starts, so the
+machine runs one stack at a time. Its ports are the
 defaults moved by 12,000, below the kernel's ephemeral ports (32768 and up), which an outgoing
 connection may hold at any moment."""
 
@@ -13,6 +14,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.support.api import Api
+from tests.support.parallel import cluster_stack_down
 from tests.support.stack import Stack, checked, private_state_dir, stack_env
 
 CLUSTER = {
@@ -24,7 +26,7 @@ CLUSTER = {
 
 
 @pytest.fixture(scope="package")
-def cluster() -> Iterator[Stack]:
+def cluster(request: pytest.FixtureRequest) -> Iterator[Stack]:
     state_dir = private_state_dir()
     env = stack_env(state_dir, port_offset=12000)
     env.pop("KEYSTONE_SPARK_MASTER")  # the cluster's own master
@@ -37,6 +39,7 @@ def cluster() -> Iterator[Stack]:
             checked(handle.keystone("stack", "down", "--purge", timeout=600))
         finally:
             shutil.rmtree(state_dir, ignore_errors=True)
+            cluster_stack_down(request.config)
 
 
 @pytest.fixture(scope="package")

@@ -1,5 +1,7 @@
 """The proxy's launcher on the real stack: one listening socket per server process, so the
-kernel spreads connections across them, and a server that dies is replaced."""
+kernel spreads connections across them, and a server that dies is replaced. The tests that kill
+a server or the launcher kill a proxy of their own, on the stack's Kafka and Redis, never the
+stack's: the other tests go on meanwhile."""
 
 from __future__ import annotations
 
@@ -7,7 +9,10 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -15,7 +20,7 @@ import pytest
 
 from keystone.contracts import http
 from tests.support.processes import alive
-from tests.support.stack import Stack, checked, run_module
+from tests.support.stack import CHECKOUT, Stack, run_module
 from tests.support.waiting import eventually
 
 LISTEN, ESTABLISHED = "0A", "01"
@@ -117,43 +122,64 @@ def test_each_server_stays_with_its_threads_on_its_own_cpu(stack: Stack) -> None
     assert on == sorted(cpus[i % len(cpus)] for i in range(settings.proxy_workers))
 
 
-@pytest.mark.exclusive  # it stops or restarts a service every test uses
-def test_a_server_that_dies_is_replaced(stack: Stack) -> None:
-    settings = stack.settings
-    # Every server first (a proxy restarted before this test may still be starting some),
-    # so that the one new server after the kill is the replacement.
-    eventually(
-        "every server listens", lambda: len(_servers(settings.proxy_port)) == settings.proxy_workers
+@dataclass(frozen=True)
+class Proxy:
+    launcher: subprocess.Popen[str]
+    port: int
+    url: str
+    workers: int
+
+
+@pytest.fixture
+def proxy(stack: Stack) -> Iterator[Proxy]:
+    """A proxy of this test's own, as `stack up` starts the stack's, on another port."""
+    port = _free_port()
+    env = {**stack.env, "KEYSTONE_PROXY_PORT": str(port)}
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "keystone.ingest_proxy.serve"],
+        env=env,
+        cwd=CHECKOUT,
+        text=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
-    before = _servers(settings.proxy_port)
+    settings = stack.settings
+    url = f"http://{settings.bind_host}:{port}"
+    try:
+        eventually("the test's proxy ready", lambda: _ready(url), timeout=60)
+        yield Proxy(launcher, port, url, settings.proxy_workers)
+    finally:
+        launcher.terminate()
+        launcher.wait(timeout=60)
+
+
+def test_a_server_that_dies_is_replaced(proxy: Proxy) -> None:
+    # Every server first (the launcher answers ready once the first does), so that the one new
+    # server after the kill is the replacement.
+    eventually("every server listens", lambda: len(_servers(proxy.port)) == proxy.workers)
+    before = _servers(proxy.port)
     victim = min(before)
     victims_cpus = _cpus(victim)
     os.kill(victim, signal.SIGKILL)
     eventually(
         "another server takes the place of the one killed",
-        lambda: not alive(victim) and len(_servers(settings.proxy_port) - before) == 1,
+        lambda: not alive(victim) and len(_servers(proxy.port) - before) == 1,
     )
-    assert len(_servers(settings.proxy_port)) == settings.proxy_workers
-    [replacement] = _servers(settings.proxy_port) - before
+    assert len(_servers(proxy.port)) == proxy.workers
+    [replacement] = _servers(proxy.port) - before
     eventually(
         "the replacement is on the CPU of the one killed",
         lambda: _cpus(replacement) == victims_cpus,
     )
-    eventually("the proxy answers ready", lambda: _ready(settings.proxy_url))
+    eventually("the proxy answers ready", lambda: _ready(proxy.url))
 
 
-@pytest.mark.exclusive  # it stops or restarts a service every test uses
-def test_servers_end_with_their_supervisor(stack: Stack) -> None:
-    settings = stack.settings
-    servers = _servers(settings.proxy_port)
-    os.kill(stack.status()["services"]["ingest_proxy"]["pid"], signal.SIGKILL)
-    try:
-        eventually("the servers end", lambda: not any(alive(pid) for pid in servers))
-    finally:
-        checked(stack.keystone("stack", "up"))  # the proxy back for the tests after this one
-    eventually(
-        "every server is back", lambda: len(_servers(settings.proxy_port)) == settings.proxy_workers
-    )
+def test_servers_end_with_their_supervisor(proxy: Proxy) -> None:
+    eventually("every server listens", lambda: len(_servers(proxy.port)) == proxy.workers)
+    servers = _servers(proxy.port)
+    proxy.launcher.kill()
+    eventually("the servers end", lambda: not any(alive(pid) for pid in servers))
+    assert not _servers(proxy.port)
 
 
 def test_a_port_taken_even_by_another_proxy_is_refused() -> None:

@@ -8,6 +8,11 @@
   for the packages whose fixtures a whole package shares: `GROUPED`), so a module's shared
   router starts once, in one worker (`ModuleScheduling`). The longest modules go first (their
   budgets, `tests.support.budget`), so neither worker is left with a long one at the end.
+- **The cluster stack first, beside the tests without a stack.** The cluster tests' package
+  (`tests/cluster/`, its own three-broker stack) is sent first, and the modules that need no
+  stack next, so one worker runs the cluster tests while the other runs those (Spark's local
+  sessions, the wheel's build). The suite's stack starts only once the cluster's is down
+  (`cluster_stack_down`): the machine runs one stack at a time.
 - **Tests that disturb the stack run alone.** A test marked `exclusive` stops or restarts a
   service every test uses (Kafka, Elasticsearch, control, the proxy, the stack itself); while it
   runs, no other test that uses the stack does, nor a module's shared fixture starts or ends
@@ -23,6 +28,7 @@ import json
 import shutil
 import tempfile
 import time
+from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -38,7 +44,9 @@ from tests.support.waiting import eventually
 
 SHARED = "keystone_shared_dir"  # the workers' common folder, passed to each worker
 STACK_PORT_OFFSET = 10000
-GROUPED = ("tests/security/",)  # packages whose session fixtures the package shares
+CLUSTER_SECONDS = 1800  # the longest the suite's stack waits for the cluster tests to end
+GROUPED = ("tests/cluster/", "tests/security/")  # packages whose fixtures the package shares
+CLUSTER_DOWN = "cluster-stack.down"  # in the shared folder, once the cluster stack is down
 
 
 def shared_dir(config: pytest.Config) -> Path:
@@ -50,6 +58,7 @@ def shared_dir(config: pytest.Config) -> Path:
 
 
 _SHARED_KEY = pytest.StashKey[str]()
+_CLUSTER_FIRST = pytest.StashKey[bool]()  # the run has cluster tests: its stack comes first
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -140,12 +149,25 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
         return
     exclusive = item.get_closest_marker("exclusive") is not None
     began = time.monotonic()
-    with turn(shared_dir(item.config), exclusive):
+    folder = shared_dir(item.config)
+    if item.config.stash.get(_CLUSTER_FIRST, False):
+        eventually(
+            "the cluster tests' stack down before the suite's starts",
+            (folder / CLUSTER_DOWN).exists,
+            timeout=CLUSTER_SECONDS,
+        )
+    with turn(folder, exclusive):
         # Time no report counts (it comes before the setup's): the run sums it apart.
         item.user_properties.append((WAITED, time.monotonic() - began))
         yield
         if exclusive:  # the stack as it found it before another test takes its turn
             settled(shared_stack(item.config))
+
+
+def cluster_stack_down(config: pytest.Config) -> None:
+    """Said by the cluster tests' fixture once their stack is down (or never came up): the
+    suite's stack may start."""
+    (shared_dir(config) / CLUSTER_DOWN).touch()
 
 
 def settled(stack: Stack) -> None:
@@ -186,15 +208,21 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     return ModuleScheduling(config, log)
 
 
-@pytest.hookimpl(trylast=True)  # after pytest-randomly's shuffle (tryfirst)
+@pytest.hookimpl(trylast=True)  # after pytest-randomly's shuffle (tryfirst), and `-m`, `-k`
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The cluster tests first, together: their stack comes and goes before the suite's is
-    started (one stack at a time on this machine), so neither is started twice. In workers,
-    then the longest modules first (each module's tests in their shuffled order)."""
+    """The cluster tests first, together; then the modules without a stack, which run beside
+    them; then those with the suite's stack. A module goes where its most demanding test does.
+    In workers, the longest modules first within each (each module's tests in their shuffled
+    order)."""
     workers = getattr(config, "workerinput", None) is not None
+    needs: dict[str, set[str]] = defaultdict(set)
+    for item in items:
+        needs[scope_of(item.nodeid)].update(getattr(item, "fixturenames", ()))
+    phases = {s: 0 if "cluster" in n else 2 if "stack" in n else 1 for s, n in needs.items()}
+    config.stash[_CLUSTER_FIRST] = {0, 2} <= set(phases.values())
 
-    def order(item: pytest.Item) -> tuple[bool, float]:
-        cluster = "cluster" in getattr(item, "fixturenames", ())
-        return not cluster, -expected_seconds(scope_of(item.nodeid)) if workers else 0.0
+    def order(item: pytest.Item) -> tuple[int, float]:
+        scope = scope_of(item.nodeid)
+        return phases[scope], -expected_seconds(scope) if workers else 0.0
 
     items.sort(key=order)  # stable: the shuffled order else
