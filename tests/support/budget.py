@@ -17,6 +17,7 @@ import pytest
 
 DEFAULT_SECONDS = 30.0
 QUICK_SECONDS = 1.0  # modules quicker are counted, not listed
+WAITS_SHOWN = 5  # the tests that waited longest for their turn with the stack
 # Modules whose share is larger: what they prove needs real services and Spark applications.
 # Seconds on this 2-core machine, with a margin of about a fifth over a quiet run.
 BUDGETS: dict[str, float] = {
@@ -66,7 +67,7 @@ class Clock:
     def __init__(self) -> None:
         self.modules: dict[str, float] = defaultdict(float)
         self.started_apart = 0.0  # session fixtures' setup, inside the current item's setup
-        self.waited = 0.0  # for turns with the stack, in every worker
+        self.waits: dict[str, float] = {}  # each test's wait for its turn with the stack
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_fixture_setup(self, fixturedef: pytest.FixtureDef) -> Iterator[None]:
@@ -91,7 +92,7 @@ class Clock:
         module = report.nodeid.split("::")[0]
         took = report.duration
         if report.when == "setup":  # each of a test's reports carries its wait: counted once
-            self.waited += sum(v for k, v in report.user_properties if k == WAITED)
+            self.waits[report.nodeid] = sum(v for k, v in report.user_properties if k == WAITED)
         if report.when in ("setup", "teardown"):
             took, self.started_apart = max(0.0, took - self.started_apart), 0.0
         self.modules[module] += took
@@ -121,11 +122,16 @@ class Clock:
             )
         total = sum(self.modules.values())
         terminalreporter.write_line(f"{total:8.1f} s  in all")
-        if self.waited >= QUICK_SECONDS:
+        waited = sum(self.waits.values())
+        if waited >= QUICK_SECONDS:
             terminalreporter.write_line(
-                f"{self.waited:8.1f} s  more, tests waiting for their turn with the stack "
-                "(behind a test marked exclusive, or one's wait for the others)"
+                f"{waited:8.1f} s  more, tests waiting for their turn with the stack "
+                "(behind a test marked exclusive, or one's wait for the others); the longest:"
             )
+            longest = sorted(self.waits.items(), key=lambda kv: -kv[1])[:WAITS_SHOWN]
+            for nodeid, seconds in longest:
+                if seconds >= QUICK_SECONDS:
+                    terminalreporter.write_line(f"{seconds:8.1f} s  {nodeid}")
 
 
 def pytest_configure(config: pytest.Config) -> None:
