@@ -4,8 +4,6 @@ counted."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from keystone.contracts.errors import InvalidSpec, KeystoneError, Unavailable
@@ -74,8 +72,8 @@ def test_real_time_mode_checkpoints_no_more_often_than_spark_allows() -> None:
 
 
 def test_lag_sums_what_each_partition_has_left() -> None:
-    latest = json.dumps({"keystone.plays": {"0": 100, "1": 50}})
-    end = json.dumps({"keystone.plays": {"0": 90, "1": 50}})
+    latest = {"keystone.plays": {"0": 100, "1": 50}}
+    end = {"keystone.plays": {"0": 90, "1": 50}}
     assert lag_of(latest, end) == 10
     assert lag_of(None, end) is None
 

@@ -9,7 +9,8 @@ from pyspark.sql import functions as F
 
 from keystone.contracts import metrics as names
 from keystone.router.counts import latency_counts
-from keystone.router.metrics import RouterMetrics, latency_columns
+from keystone.router.metrics import ProgressListener, RouterMetrics, latency_columns, listen
+from tests.support.waiting import eventually
 
 # (now_ms, ingest ms): on a bound, between bounds, beyond the last one, and no ingest time.
 ROWS = [(1_000, 995), (1_000, 994), (10_000, 9_900), (10_000, 9_899), (400_000, 0), (5, None)]
@@ -35,3 +36,46 @@ def test_up_only_while_every_query_runs() -> None:
     assert value(metrics, names.ROUTER_UP, stream="orders") == 0
     assert value(metrics, names.ROUTER_QUERY_UP, stream="orders", output="search") == 0
     assert value(metrics, names.ROUTER_QUERY_UP, stream="orders", output="archive") == 1
+
+
+def test_the_listener_counts_a_real_querys_observed_metrics(spark: SparkSession, tmp_path) -> None:
+    """Spark's own listener interface, over py4j: each progress read as its JSON."""
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "events.json").write_text("".join(f'{{"n": {n}}}\n' for n in range(10)))
+    metrics = RouterMetrics("orders")
+
+    def counted(stage: str) -> float | None:
+        return value(metrics, names.ROUTER_EVENTS, stream="orders", output="evens", stage=stage)
+
+    registered = listen(spark, ProgressListener(metrics))
+    try:
+        read = spark.readStream.schema("n long").json(str(tmp_path / "in"))
+        frame = read.observe("read", F.count(F.lit(1)).alias("in")).where("n % 2 = 0")
+        frame = frame.observe("matched", F.count(F.lit(1)).alias("matched"))
+        query = (
+            frame.writeStream.queryName("orders.evens")
+            .format("noop")
+            .option("checkpointLocation", str(tmp_path / "checkpoint"))
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination(120)
+        eventually("the progress heard", lambda: counted("matched") == 5)
+    finally:
+        spark.streams._jsqm.removeListener(registered)
+    assert counted("in") == 10
+
+
+def test_the_listener_sets_each_querys_lag_from_its_kafka_offsets() -> None:
+    """A Kafka source's offsets as a progress's JSON has them (by topic, then partition)."""
+    metrics = RouterMetrics("orders")
+    source = {
+        "description": "KafkaV2[Subscribe[keystone.orders]]",
+        "startOffset": {"keystone.orders": {"0": 10, "1": 4}},
+        "endOffset": {"keystone.orders": {"0": 20, "1": 4}},
+        "latestOffset": {"keystone.orders": {"0": 26, "1": 7}},
+    }
+    ProgressListener(metrics).progress({"name": "orders.evens", "sources": [source]})
+    assert value(metrics, names.ROUTER_LAG, stream="orders", output="evens") == 9
+    ProgressListener(metrics).progress({"name": "other.evens", "sources": [source]})  # not its
+    assert value(metrics, names.ROUTER_LAG, stream="other", output="evens") is None

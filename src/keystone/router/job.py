@@ -55,7 +55,7 @@ from keystone.router.lang.ast import paths_read
 from keystone.router.lang.parser import parse_filter, parse_projection
 from keystone.router.lang.spark import Scope, compile_filter, compile_projection
 from keystone.router.meter import Meter
-from keystone.router.metrics import ProgressListener, RouterMetrics
+from keystone.router.metrics import ProgressListener, RouterMetrics, listen
 from keystone.router.plan import (
     batch_limit,
     query_plan,
@@ -275,7 +275,7 @@ class Router:
             for o in spec.outputs
             if issubclass(writer_class(o.sink.kind), RecordWriter)
         }
-        spark.streams.addListener(ProgressListener(metrics))
+        listen(spark, ProgressListener(metrics))
 
     @property
     def batch_limit(self) -> int:

@@ -13,13 +13,14 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Iterator
+from typing import Any, ClassVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 from prometheus_client.core import HistogramMetricFamily
 from prometheus_client.registry import Collector
-from pyspark.sql import Column
+from pyspark.java_gateway import ensure_callback_server_started
+from pyspark.sql import Column, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.streaming import StreamingQueryListener
 
 from keystone.contracts import metrics as names
 from keystone.contracts.names import STREAM_LEVEL
@@ -169,50 +170,77 @@ class RouterMetrics:
             self._server.shutdown()
 
 
-def lag_of(latest: str | None, end: str | None) -> int | None:
-    """Records between where a query has read to and the topic's end, over all partitions."""
-    if not latest or not end or not latest.startswith("{") or not end.startswith("{"):
+def lag_of(latest: object, end: object) -> int | None:
+    """Records between where a query has read to and the topic's end, over all partitions: a
+    source's offsets as its progress's JSON has them, by topic, then partition."""
+    if not isinstance(latest, dict) or not isinstance(end, dict):
         return None  # not known (yet)
-    latest_offsets, end_offsets = json.loads(latest), json.loads(end)
     return sum(
-        max(0, offset - end_offsets.get(topic, {}).get(partition, 0))
-        for topic, partitions in latest_offsets.items()
+        max(0, offset - end.get(topic, {}).get(partition, 0))
+        for topic, partitions in latest.items()
         for partition, offset in partitions.items()
     )
 
 
-class ProgressListener(StreamingQueryListener):
+class ProgressListener:
     """Turns each query's progress into metrics: queries are named `<stream>.<output>`; batch
     sinks' queries observe `read` (in) and `matched`, and the dead-letter query's rows written
-    are its dead letters. Every query's lag."""
+    are its dead letters. Every query's lag.
+
+    Spark's listener interface implemented here over py4j (`listen`), not through PySpark's
+    `StreamingQueryListener`: that one converts every event field by field, dozens of calls back
+    into the JVM, and for each observed metric looks a class up by its short name
+    (`_jvm.PythonSQLUtils`), which py4j tries in each imported package first, every miss a
+    search of every jar on the class path. In an idle router's JVM that was over half of the
+    Java code's samples once it ran (JFR, 2026-11-28). This reads each progress as its JSON, in
+    one call, and leaves the other events unread."""
 
     def __init__(self, metrics: RouterMetrics) -> None:
         self.metrics = metrics
 
-    def onQueryStarted(self, event) -> None:
+    def onQueryStarted(self, jevent: object) -> None:
         pass
 
-    def onQueryProgress(self, event) -> None:
-        progress = event.progress
-        prefix = f"{self.metrics.stream}."
-        if not progress.name or not progress.name.startswith(prefix):
+    def onQueryProgress(self, jevent: Any) -> None:
+        self.progress(json.loads(jevent.progress().json()))
+
+    def onQueryIdle(self, jevent: object) -> None:
+        pass
+
+    def onQueryTerminated(self, jevent: object) -> None:
+        pass  # the supervisor logs why
+
+    def progress(self, progress: dict[str, Any]) -> None:
+        """One query's progress, as Spark's `StreamingQueryProgress.json` has it."""
+        name, prefix = progress.get("name") or "", f"{self.metrics.stream}."
+        if not name.startswith(prefix):
             return
-        output = progress.name.removeprefix(prefix)
+        output = name.removeprefix(prefix)
         m = self.metrics
-        observed = {k: v.asDict() for k, v in progress.observedMetrics.items()}
+        observed = progress.get("observedMetrics") or {}
         if "read" in observed:
             m.count(output, "in", observed["read"]["in"])
         if "matched" in observed:
             m.count(output, "matched", observed["matched"]["matched"])
-        if output == STREAM_LEVEL and progress.sink.numOutputRows > 0:
-            m.count(output, "dead_letter", progress.sink.numOutputRows)
-        for source in progress.sources:
-            lag = lag_of(source.latestOffset, source.endOffset)
+        written = (progress.get("sink") or {}).get("numOutputRows", 0)
+        if output == STREAM_LEVEL and written > 0:
+            m.count(output, "dead_letter", written)
+        for source in progress.get("sources", []):
+            lag = lag_of(source.get("latestOffset"), source.get("endOffset"))
             if lag is not None:
                 m.lag.labels(m.stream, output).set(lag)
 
-    def onQueryIdle(self, event) -> None:
-        pass
+    class Java:  # py4j: the Java interface this implements
+        implements: ClassVar = ["org.apache.spark.sql.streaming.PythonStreamingQueryListener"]
 
-    def onQueryTerminated(self, event) -> None:
-        pass  # the supervisor logs why
+
+def listen(spark: SparkSession, listener: ProgressListener) -> Any:
+    """Adds `listener` to the session's streaming queries, as PySpark's `addListener` does
+    with its own wrapper of a listener; what was added (the JVM's listener)."""
+    gateway = spark.sparkContext._gateway
+    assert gateway is not None
+    ensure_callback_server_started(gateway)
+    wrapper = gateway.jvm.org.apache.spark.sql.streaming.PythonStreamingQueryListenerWrapper
+    added = wrapper(listener)
+    spark.streams._jsqm.addListener(added)
+    return added
