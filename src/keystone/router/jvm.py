@@ -98,12 +98,20 @@ def spark_jars(settings: Settings) -> list[Path]:
     return [*bundle_jars(settings, "spark-kafka"), *(class_jar(settings, n) for n in SHIPPED)]
 
 
-def local_file_system(settings: Settings) -> dict[str, str]:
-    """Hadoop's local file system without a forked `chmod` or `readlink` per file: each
-    checkpoint then takes milliseconds, not a quarter of a second (see router/java). Only where
-    the driver's JVM is also the executor: a cluster's executors do not have the class."""
+def local_driver(settings: Settings) -> dict[str, str]:
+    """Where the driver's JVM is also the executor (a local master):
+
+    - Hadoop's local file system without a forked `chmod` or `readlink` per file: each
+      checkpoint then takes milliseconds, not a quarter of a second (see router/java). A
+      cluster's executors do not have the class.
+    - The jars Spark ships (`spark.jars`) on the driver's own class path too, where the JVM's
+      class archive can hold their classes (it holds none that Spark's own class loader for
+      `spark.jars` loads): the Kafka client and connector alone are some 1,400 classes a
+      router loads as it starts.
+    """
+    jars = [class_jar(settings, "ForklessLocalFileSystem"), *spark_jars(settings)]
     return {
-        "spark.driver.extraClassPath": str(class_jar(settings, "ForklessLocalFileSystem")),
+        "spark.driver.extraClassPath": ":".join(str(j) for j in jars),
         "spark.hadoop.fs.file.impl": "ForklessLocalFileSystem",
         "spark.hadoop.fs.AbstractFileSystem.file.impl": "ForklessLocalFileSystem$Fs",
     }

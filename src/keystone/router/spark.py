@@ -77,7 +77,7 @@ def spark_conf(
         "spark.executor.heartbeatInterval": "1s",
         # The proxy accepts a repeated key and Python reads the last; Spark then reads the same.
         "spark.sql.variant.allowDuplicateKeys": "true",
-        **(jvm.local_file_system(settings) if master.startswith("local") else {}),
+        **(jvm.local_driver(settings) if master.startswith("local") else {}),
         **cluster,
     }
     options = settings.spark_driver_java_options.split()
