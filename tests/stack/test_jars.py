@@ -1,8 +1,10 @@
 """Fetching JVM artifacts: a failed download says so and leaves no half bundle behind; a class
 that extends one of the project's is compiled with it, into its own jar."""
 
+import os
 import re
 import shutil
+import time
 import zipfile
 from pathlib import Path
 
@@ -12,6 +14,7 @@ from keystone.contracts.errors import StackError
 from keystone.contracts.settings import Settings
 from keystone.router import jvm
 from keystone.stack import jars
+from keystone.stack.cds import prune
 
 
 def test_a_failed_download_names_the_bundle_and_its_log(tmp_path: Path, monkeypatch) -> None:
@@ -91,3 +94,19 @@ def test_classes_compiled_together_each_get_a_jar_of_their_own(tmp_path: Path) -
     with zipfile.ZipFile(jvm.class_jar(settings, "ForklessLocalFileSystem")) as packed:
         assert "ForklessLocalFileSystem$Fs.class" in packed.namelist()  # nested classes go along
     assert not jars.compile_classes(settings, names)
+
+
+def test_building_a_class_archive_removes_only_others_unopened_for_long(tmp_path: Path) -> None:
+    now = time.time()
+    kept, recent, old = (tmp_path / f"spark-driver-{n}.jsa" for n in ("kept", "recent", "old"))
+    days = 86_400
+    for archive, opened in ((kept, now - 90 * days), (recent, now - days), (old, now - 30 * days)):
+        archive.write_bytes(b"x")
+        os.utime(archive, (opened, opened))
+    other = tmp_path / "notes.txt"  # not an archive: never touched
+    other.write_text("mine")
+    os.utime(other, (now - 90 * days, now - 90 * days))
+    assert prune(tmp_path, keep=kept, before=now - 14 * days) == [old]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [kept.name, recent.name, other.name]
+    )

@@ -93,6 +93,13 @@ class Settings(BaseSettings, Limits):
         "archive; shared by every state directory. Default: `keystone` in the user's cache "
         "directory ($XDG_CACHE_HOME, else ~/.cache).",
     )
+    class_archive_unused_days: int = Field(
+        14,
+        ge=1,
+        description="A Spark drivers' class archive (about 190 MB each: one per Spark, Java "
+        "and virtualenv) that no driver has opened for this many days is removed when another "
+        "is built.",
+    )
     bind_host: str = Field("127.0.0.1", description="Address every embedded server listens on.")
 
     # Ports of the embedded services. Not the products' usual ports, so a system Redis,

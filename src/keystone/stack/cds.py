@@ -3,9 +3,11 @@ start from one file instead of reading and verifying them from Spark's jars: a r
 `keystone sql`'s or a test job's session and first query take 6 s instead of 9-10 s on the
 reference machine.
 
-Built once per classpath by `keystone stack fetch` (so by `make bootstrap`): a small local job
-runs with `-XX:ArchiveClassesAtExit`. A driver uses the archive only when it exists for its own
-classpath; without it, Spark starts as before.
+Built once per classpath by `keystone stack fetch` (so by `make bootstrap`): a local job that
+does what a router does at start runs with `-XX:ArchiveClassesAtExit`. A driver uses the
+archive only when it exists for its own classpath; without it, Spark starts as before. Building
+one removes the others that no driver has opened for `class_archive_unused_days` (a virtualenv
+made again has jars of new times, so a new archive: they would pile up).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import json
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -43,7 +46,21 @@ def build(settings: Settings) -> bool:
     if result.returncode != 0 or not staging.exists():
         raise StackError(f"building the Spark class archive failed:\n{result.stderr[-3000:]}")
     staging.rename(target)  # whole or not at all: a driver never maps half an archive
+    unused_for = settings.class_archive_unused_days * 86_400
+    prune(target.parent, keep=target, before=time.time() - unused_for)
     return True
+
+
+def prune(folder: Path, keep: Path, before: float) -> list[Path]:
+    """Removes the archives in `folder` but `keep` last opened before `before` (epoch seconds:
+    a driver mapping one reads it, which sets its access time); those removed. One a driver
+    has mapped meanwhile stays usable: the file goes when the last mapping does."""
+    removed = []
+    for archive in folder.glob("spark-driver-*.jsa"):
+        if archive != keep and archive.stat().st_atime < before:
+            archive.unlink(missing_ok=True)
+            removed.append(archive)
+    return removed
 
 
 def _train(path: str) -> None:
