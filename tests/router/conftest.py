@@ -21,6 +21,8 @@ def spark() -> Iterator[SparkSession]:
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.sql.shuffle.partitions", "1")
+        # As a router's (router.spark.spark_conf): no Python call site sent per function.
+        .config("spark.python.sql.dataFrameDebugging.enabled", "false")
         # Code that does not compile is an error here, not a quiet fall back to interpreting
         # the stage (as a router would, slower): the language's Java expressions generate
         # code, and a literal `-1.0D` once made theirs fail.

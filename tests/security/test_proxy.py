@@ -67,10 +67,7 @@ def hostile(stack: Stack, admin: Api) -> Hostile:
     team.ok("POST", "/v1/streams", {"name": plain, **base})
     team.ok("POST", "/v1/streams", {"name": typed, **base, "schema": OPTIONAL_RECORD})
     tenant = Hostile(stack, team, key, plain, typed)
-    eventually(
-        "the proxy knows the streams",
-        lambda: tenant.post(typed, b"", "text/plain").status_code == 415,
-    )
+    stack.proxy_current()
     return tenant
 
 

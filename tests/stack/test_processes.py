@@ -41,9 +41,10 @@ def test_a_reused_pid_is_not_taken_for_the_recorded_process(tmp_path: Path) -> N
 
 def test_stop_ends_the_whole_process_group(tmp_path: Path) -> None:
     pidfile = PidFile(tmp_path / "run" / "sh.pid")
-    # A shell that leaves a child behind: stop must reach the child too.
+    # A shell that leaves a child behind: stop must reach the child too. The pid is written
+    # aside and renamed, so the file never exists empty (the redirection creates it first).
     pid = spawn(
-        ["sh", "-c", "sleep 300 & echo $! > child; wait"],
+        ["sh", "-c", "sleep 300 & echo $! > child.new && mv child.new child; wait"],
         tmp_path / "sh.log",
         pidfile,
         cwd=tmp_path,

@@ -12,7 +12,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+from prometheus_client.parser import text_string_to_metric_families
+
+from keystone.contracts import http
+from keystone.contracts.metrics import INGEST_REGISTRY_VERSION
+from keystone.contracts.registry import RegistryReader
 from keystone.contracts.settings import Settings
+from tests.support.waiting import eventually
 
 CHECKOUT = Path(__file__).resolve().parents[2]
 
@@ -81,6 +87,24 @@ class Stack:
         if not self._addresses:
             self._addresses = {n: s["address"] for n, s in self.status()["services"].items()}
         return self._addresses[service]
+
+    def proxy_current(self) -> None:
+        """Until every proxy process serves the registry as it is now (a key or a stream just
+        made): each reloads on its own, and one answer proves only the process that gave it."""
+        registry = RegistryReader.connect(self.settings)
+        try:
+            wanted = registry.version()
+        finally:
+            registry.close()
+
+        def loaded() -> float:
+            text = http.client().get(f"{self.address('ingest_proxy')}/metrics", timeout=10).text
+            for family in text_string_to_metric_families(text):
+                if family.name == INGEST_REGISTRY_VERSION:
+                    return min(s.value for s in family.samples)
+            return -1
+
+        eventually("every proxy process to load the registry", lambda: loaded() >= wanted, 30)
 
     @property
     def settings(self) -> Settings:

@@ -3,6 +3,7 @@
 INGEST_EVENTS = "keystone_ingest_events_total"  # {stream, app, result}
 INGEST_REQUEST_SECONDS = "keystone_ingest_request_seconds"  # {stream} histogram
 INGEST_REGISTRY_FAILURES = "keystone_ingest_registry_failures_total"
+INGEST_REGISTRY_VERSION = "keystone_ingest_registry_version"
 ROUTER_EVENTS = "keystone_router_events_total"  # {stream, output, stage}
 ROUTER_LAG = "keystone_router_lag_records"  # {stream, output}
 DELIVERY_LATENCY_SECONDS = "keystone_delivery_latency_seconds"  # {stream, output} histogram

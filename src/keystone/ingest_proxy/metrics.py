@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.multiprocess import MultiProcessCollector
 
 from keystone.contracts import metrics as names
@@ -35,6 +35,15 @@ class IngestMetrics:
             names.INGEST_REGISTRY_FAILURES.removesuffix("_total"),
             "Reloads of the registry (streams, app keys) that failed; the last one loaded "
             "is served meanwhile",
+            registry=self.registry,
+        )
+        # The oldest among the live server processes: each reloads on its own, so a change
+        # (a new key, a new stream) is served on every connection once this has reached the
+        # store's version.
+        self.registry_version = Gauge(
+            names.INGEST_REGISTRY_VERSION,
+            "The registry version loaded, by the server process that is furthest behind",
+            multiprocess_mode="livemin",
             registry=self.registry,
         )
 

@@ -75,6 +75,7 @@ class Registry:
             apps_by_key={a.key_sha256: a for a in self._store.apps()},
         )
         self._parsed = parsed
+        self._metrics.registry_version.set(version)
         self._metrics.announce((s.name, app) for s in streams.values() for app in s.producers)
 
     def _watch(self) -> None:

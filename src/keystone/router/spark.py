@@ -75,6 +75,10 @@ def spark_conf(
         # Running tasks' accumulators reach the driver with each executor heartbeat: the
         # router's live counts (router.meter) are as fresh as this (Spark's default is 10 s).
         "spark.executor.heartbeatInterval": "1s",
+        # PySpark otherwise tells the JVM each Column function's Python call site, for error
+        # messages: four more py4j calls per function, half of compiling a filter (the
+        # language's trees are made of hundreds), for a call site that is always the compiler.
+        "spark.python.sql.dataFrameDebugging.enabled": "false",
         # The proxy accepts a repeated key and Python reads the last; Spark then reads the same.
         "spark.sql.variant.allowDuplicateKeys": "true",
         **(jvm.local_driver(settings) if master.startswith("local") else {}),

@@ -22,7 +22,7 @@ from keystone.router.lang.evaluate import matches, project
 from keystone.router.lang.parser import parse_filter, parse_projection
 from keystone.router.lang.spark import Scope, compile_filter, compile_projection
 from keystone.router.source import envelope
-from tests.support.frames import KAFKA, KEY, frame, scope
+from tests.support.frames import KAFKA, KEY, at_once, frame, scope
 
 EVENT = {
     "country": "US",
@@ -185,16 +185,21 @@ CASES = [
 ]
 
 
+@pytest.fixture(scope="module")
+def projected_by_spark(spark: SparkSession) -> dict[str, str]:
+    """Spark's record of the event for each case's projection, every case in one job."""
+    projections = {text: parse_projection([f"{text} as v"]) for text, _ in CASES}
+    columns = [compile_projection(p, F.col("value"), scope()) for p in projections.values()]
+    values = at_once(spark, [(EVENT, META)], list(projections.values()), columns)
+    return {text: record for text, [record] in zip(projections, values, strict=True)}
+
+
 @pytest.mark.parametrize(("text", "expected"), CASES)
-def test_both_backends_compute_the_same(spark: SparkSession, text: str, expected: object) -> None:
-    projection = parse_projection([f"{text} as v"])
-    python = project(projection, EVENT, META, KEY)
-    [row] = (
-        frame(spark, [(EVENT, META)], projection)
-        .select(compile_projection(projection, F.col("value"), scope()).alias("out"))
-        .collect()
-    )
-    spark_record = json.loads(row["out"])
+def test_both_backends_compute_the_same(
+    projected_by_spark: dict[str, str], text: str, expected: object
+) -> None:
+    python = project(parse_projection([f"{text} as v"]), EVENT, META, KEY)
+    spark_record = json.loads(projected_by_spark[text])
     want = {} if expected is MISSING else {"v": expected}
     assert python == want
     assert spark_record == want
@@ -219,16 +224,21 @@ FILTERS = [
 ]
 
 
+@pytest.fixture(scope="module")
+def kept_by_spark(spark: SparkSession) -> dict[str, object]:
+    """What Spark keeps of the event for each filter, every one in one job."""
+    exprs = {text: parse_filter(text) for text, _ in FILTERS}
+    columns = [compile_filter(e, scope()) for e in exprs.values()]
+    values = at_once(spark, [(EVENT, META)], list(exprs.values()), columns)
+    return {text: kept for text, [kept] in zip(exprs, values, strict=True)}
+
+
 @pytest.mark.parametrize(("text", "keeps"), FILTERS)
-def test_functions_in_filters_mean_the_same(spark: SparkSession, text: str, keeps: bool) -> None:
-    expr = parse_filter(text)
-    assert matches(expr, EVENT, META, KEY) is keeps
-    [row] = (
-        frame(spark, [(EVENT, META)], expr)
-        .select(compile_filter(expr, scope()).alias("keep"))
-        .collect()
-    )
-    assert row["keep"] is keeps
+def test_functions_in_filters_mean_the_same(
+    kept_by_spark: dict[str, object], text: str, keeps: bool
+) -> None:
+    assert matches(parse_filter(text), EVENT, META, KEY) is keeps
+    assert kept_by_spark[text] is keeps
 
 
 def test_the_key_changes_every_hash_and_never_shows_in_the_plan(spark: SparkSession) -> None:
