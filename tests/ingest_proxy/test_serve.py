@@ -128,13 +128,17 @@ class Proxy:
     port: int
     url: str
     workers: int
+    metrics: Path  # PROMETHEUS_MULTIPROC_DIR
 
 
 @pytest.fixture
-def proxy(stack: Stack) -> Iterator[Proxy]:
-    """A proxy of this test's own, as `stack up` starts the stack's, on another port."""
+def proxy(stack: Stack, tmp_path: Path) -> Iterator[Proxy]:
+    """A proxy of this test's own, as `stack up` starts the stack's (its servers' metrics
+    merged through a folder), on another port."""
     port = _free_port()
-    env = {**stack.env, "KEYSTONE_PROXY_PORT": str(port)}
+    metrics = tmp_path / "metrics"
+    metrics.mkdir()
+    env = {**stack.env, "KEYSTONE_PROXY_PORT": str(port), "PROMETHEUS_MULTIPROC_DIR": str(metrics)}
     launcher = subprocess.Popen(
         [sys.executable, "-m", "keystone.ingest_proxy.serve"],
         env=env,
@@ -147,7 +151,7 @@ def proxy(stack: Stack) -> Iterator[Proxy]:
     url = f"http://{settings.bind_host}:{port}"
     try:
         eventually("the test's proxy ready", lambda: _ready(url), timeout=60)
-        yield Proxy(launcher, port, url, settings.proxy_workers)
+        yield Proxy(launcher, port, url, settings.proxy_workers, metrics)
     finally:
         launcher.terminate()
         launcher.wait(timeout=60)
@@ -160,6 +164,10 @@ def test_a_server_that_dies_is_replaced(proxy: Proxy) -> None:
     before = _servers(proxy.port)
     victim = min(before)
     victims_cpus = _cpus(victim)
+    eventually(
+        "the victim's registry version among the metrics",
+        lambda: (proxy.metrics / f"gauge_livemin_{victim}.db").exists(),
+    )
     os.kill(victim, signal.SIGKILL)
     eventually(
         "another server takes the place of the one killed",
@@ -172,6 +180,13 @@ def test_a_server_that_dies_is_replaced(proxy: Proxy) -> None:
         lambda: _cpus(replacement) == victims_cpus,
     )
     eventually("the proxy answers ready", lambda: _ready(proxy.url))
+    # The registry version the killed one had loaded is no longer anyone's: were it left, the
+    # version the proxy says every server has would stay at it.
+    eventually(
+        "the replacement's registry version among the metrics",
+        lambda: (proxy.metrics / f"gauge_livemin_{replacement}.db").exists(),
+    )
+    assert not (proxy.metrics / f"gauge_livemin_{victim}.db").exists()
 
 
 def test_servers_end_with_their_supervisor(proxy: Proxy) -> None:

@@ -31,6 +31,7 @@ from multiprocessing.connection import wait
 from multiprocessing.process import BaseProcess
 
 import uvicorn
+from prometheus_client.multiprocess import mark_process_dead
 from uvicorn.config import STARTUP_FAILURE
 
 from keystone.contracts.settings import Settings
@@ -122,6 +123,10 @@ def main() -> None:
             if server.is_alive() or stopping or failed:
                 continue
             log.warning("server %d ended (exit code %s)", server.pid, server.exitcode)
+            if "PROMETHEUS_MULTIPROC_DIR" in os.environ:
+                # Its live gauges leave the merged metrics: the registry version it had loaded
+                # is no longer anyone's (`keystone_ingest_registry_version`).
+                mark_process_dead(server.pid)
             # A first server that could not start fails the proxy at once, as uvicorn's does (so
             # `stack up` says why); a replacement that cannot start is tried again.
             failed = server in first and server.exitcode == STARTUP_FAILURE
