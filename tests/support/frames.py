@@ -12,7 +12,8 @@ from pyspark.sql import functions as F
 from keystone.contracts.envelope import METADATA
 from keystone.router.lang.ast import METADATA as NAMES
 from keystone.router.lang.ast import Expr, Projection, paths_read
-from keystone.router.lang.spark import Scope
+from keystone.router.lang.parser import parse_filter
+from keystone.router.lang.spark import Scope, compile_filter
 from keystone.router.source import envelope
 
 # The key `hash` uses in the language's tests.
@@ -56,6 +57,16 @@ def at_once(
     selected = frame(spark, rows, *read).select(*(c.alias(f"c{i}") for i, c in enumerate(columns)))
     found = selected.collect()
     return [[row[f"c{i}"] for row in found] for i in range(len(columns))]
+
+
+def kept_at_once(
+    spark: SparkSession, event: dict, metadata: dict, filters: Sequence[str]
+) -> dict[str, object]:
+    """What Spark keeps of the event for each filter's text, every one in one job."""
+    exprs = {text: parse_filter(text) for text in filters}
+    columns = [compile_filter(e, scope()) for e in exprs.values()]
+    values = at_once(spark, [(event, metadata)], list(exprs.values()), columns)
+    return {text: kept for text, [kept] in zip(exprs, values, strict=True)}
 
 
 def scope(key: bytes | None = KEY) -> Scope:

@@ -20,9 +20,9 @@ from pyspark.sql import functions as F
 from keystone.router.lang.ast import MISSING, REDACTED, paths_read
 from keystone.router.lang.evaluate import matches, project
 from keystone.router.lang.parser import parse_filter, parse_projection
-from keystone.router.lang.spark import Scope, compile_filter, compile_projection
+from keystone.router.lang.spark import Scope, compile_projection
 from keystone.router.source import envelope
-from tests.support.frames import KAFKA, KEY, at_once, frame, scope
+from tests.support.frames import KAFKA, KEY, at_once, frame, kept_at_once, scope
 
 EVENT = {
     "country": "US",
@@ -226,11 +226,7 @@ FILTERS = [
 
 @pytest.fixture(scope="module")
 def kept_by_spark(spark: SparkSession) -> dict[str, object]:
-    """What Spark keeps of the event for each filter, every one in one job."""
-    exprs = {text: parse_filter(text) for text, _ in FILTERS}
-    columns = [compile_filter(e, scope()) for e in exprs.values()]
-    values = at_once(spark, [(EVENT, META)], list(exprs.values()), columns)
-    return {text: kept for text, [kept] in zip(exprs, values, strict=True)}
+    return kept_at_once(spark, EVENT, META, [text for text, _ in FILTERS])
 
 
 @pytest.mark.parametrize(("text", "keeps"), FILTERS)

@@ -14,7 +14,7 @@ from keystone.router.lang.evaluate import matches, project
 from keystone.router.lang.parser import parse_filter, parse_projection
 from keystone.router.lang.spark import compile_filter, compile_projection
 from keystone.router.source import envelope
-from tests.support.frames import KAFKA, at_once, frame, scope
+from tests.support.frames import KAFKA, frame, kept_at_once, scope
 
 EVENT = {
     "country": "US",
@@ -101,11 +101,7 @@ CASES = [
 
 @pytest.fixture(scope="module")
 def kept_by_spark(spark: SparkSession) -> dict[str, object]:
-    """What Spark keeps of the event for each case's filter, every case in one job."""
-    exprs = {text: parse_filter(text) for text, _ in CASES}
-    columns = [compile_filter(e, scope()) for e in exprs.values()]
-    values = at_once(spark, [(EVENT, META)], list(exprs.values()), columns)
-    return {text: kept for text, [kept] in zip(exprs, values, strict=True)}
+    return kept_at_once(spark, EVENT, META, [text for text, _ in CASES])
 
 
 @pytest.mark.parametrize(("text", "keeps"), CASES)
