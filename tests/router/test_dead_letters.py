@@ -6,12 +6,18 @@ from __future__ import annotations
 
 import json
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
 from keystone.contracts import envelope as names
+from keystone.contracts.settings import Settings
+from keystone.contracts.spec import load_spec
 from keystone.router.deadletter import unreadable
+from keystone.router.job import dead_letter_paths, paths_read_by, routed
 from keystone.router.jobs.redrive import first_copies
+from keystone.router.meter import Meter
+from keystone.router.sinks.base import RecordWriter, writer_for
+from keystone.router.sinks.route import Route
 from keystone.router.source import envelope
 
 HEADERS = "array<struct<key:string,value:binary>>"
@@ -92,3 +98,61 @@ def test_a_redrive_sends_one_copy_per_event_and_place_and_none_the_stream_s_cove
     )
     marked = first_copies(letters).orderBy("offset")
     assert [r["copy"] for r in marked.collect()] == [False, True, True, False, True, False]
+
+
+def test_an_output_writing_the_stream_s_dead_letters_sends_each_once_beside_its_records(
+    spark: SparkSession,
+) -> None:
+    """The query that writes the stream's dead letters beside its records (router.plan's
+    dead_letter_plan): every event the stream cannot read at or past where they are written,
+    once, as the stream's; an event the output reads but another output cannot, both."""
+    records = _records(
+        spark,
+        [
+            ('{"note": "old", "other": 1}', None, {}),  # not stamped, before `written`: done
+            (json.dumps({"note": "kept", "other": 1}), None, _stamped("a")),
+            (json.dumps({"note": "dropped", "other": 1}), None, _stamped("b")),
+            ('{"note": "kept", "other": "\\udc00"}', None, _stamped("c")),  # others' problem
+            ('{"note": "kept\\udc00", "other": 1}', None, _stamped("d")),  # its own too
+            ("not json", None, _stamped("e")),
+        ],
+    )
+    spec = load_spec(
+        {
+            "name": "s1",
+            "owner": "team",
+            "outputs": [
+                {"name": "kk", "sink": {"type": "kafka"}, "filter": "note = 'kept'"},
+                {"name": "other", "sink": {"type": "kafka"}, "projection": ["other"]},
+            ],
+        }
+    )
+    output = spec.outputs[0]
+    own, every = paths_read_by([output]), dead_letter_paths(spec.outputs)
+    source = envelope(records, None, own, every)
+    meter, stream_meter = Meter(spark, "s1.kk.host"), Meter(spark, "s1._stream.host")
+    past = F.col("stream_problem").isNotNull() & (F.col("offset") >= 1)
+    frame = routed(
+        source,
+        output,
+        meter,
+        key=None,
+        dead_letters=stream_meter.dead_lettered(past),
+        both=not every <= own,
+    )
+    writer = writer_for(Route(Settings(), spec, output), meter)
+    assert isinstance(writer, RecordWriter)
+    rows = writer.frame(frame).collect()
+
+    def said(row: Row) -> dict[str, str]:
+        return {h["key"]: h["value"].decode() for h in row["headers"]}
+
+    delivered = sorted(said(r)[names.GUID] for r in rows if r["topic"] == writer.topic)
+    letters = {said(r)[names.GUID]: said(r) for r in rows if r["topic"] == "keystone.s1.dlq"}
+    assert delivered == ["a", "c"]  # c: its own paths read; the stream cannot read another
+    assert sorted(letters) == ["c", "d", "e"]
+    assert all(names.DLQ_OUTPUT not in h and h[names.DLQ_REASON] for h in letters.values())
+    assert letters["e"][names.DLQ_REASON] == "not JSON"
+    counts, stream_counts = meter.take_settled(), stream_meter.take_settled()
+    assert (counts.read, counts.matched, counts.delivered, counts.dead_lettered) == (6, 2, 2, 0)
+    assert stream_counts.dead_lettered == 3

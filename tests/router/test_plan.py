@@ -16,8 +16,10 @@ from keystone.router.plan import (
     BACK_TO_BACK,
     BATCH_LIMIT,
     REPLAY_TRIGGER,
+    DeadLetterPlan,
     QueryPlan,
     batch_limit,
+    dead_letter_plan,
     query_plan,
     replay_bound,
     router_slots,
@@ -172,6 +174,78 @@ def test_a_batch_reads_30_seconds_of_the_rate_and_never_fewer_than_the_least() -
     assert batch_limit(spec, 8_000) == 240_000
     bounded = load_spec({**SPEC, "sizing": {"max_events_per_second": 2_000}})
     assert batch_limit(bounded, 64_000) == BATCH_LIMIT  # 60,000 of the bound: the least
+
+
+def letters(
+    outputs: list[dict],
+    written: Offsets | None = None,
+    resumes: dict[str, Offsets] | None = None,
+    generation: int | None = None,
+    resumed: bool = False,
+    held: tuple[str, ...] = (),
+) -> DeadLetterPlan:
+    spec = load_spec({"name": "plays", "owner": "team", "partitions": 3, "outputs": outputs})
+    return dead_letter_plan(
+        spec,
+        topic=TOPIC,
+        written=written,
+        resumes=lambda name: (resumes or {}).get(name),
+        generation=generation,
+        resumed=resumed,
+        held=held,
+    )
+
+
+HOSTS = {"name": "kk", "sink": {"type": "kafka"}}  # realtime Kafka: can write dead letters too
+CANNOT = [
+    {"name": "es", "sink": {"type": "elasticsearch"}},  # written from Python, per batch
+    {"name": "hh", "sink": {"type": "hive"}},
+    {"name": "mb", "sink": {"type": "kafka"}, "delivery": {"mode": "microbatch"}},
+    {
+        "name": "xo",
+        "sink": {"type": "kafka"},
+        "delivery": {"mode": "microbatch", "guarantee": "exactly_once"},
+    },
+]
+
+
+def test_a_new_streams_realtime_kafka_output_writes_its_dead_letters_from_its_start() -> None:
+    assert letters([*CANNOT, HOSTS]) == DeadLetterPlan("kk", None, 0, "latest")
+    # Not when another output starts earlier: the stream's own query reads from there.
+    earliest = {"name": "hh", "sink": {"type": "hive"}, "start": "earliest"}
+    assert letters([earliest, HOSTS]) == DeadLetterPlan(None, None, 0, "earliest")
+    assert letters([earliest, {**HOSTS, "start": "earliest"}]).host == "kk"
+
+
+def test_no_output_that_can_write_them_leaves_them_to_the_streams_own_query() -> None:
+    assert letters(CANNOT) == DeadLetterPlan(None, None, 0, "latest")
+    assert letters(CANNOT, generation=2, resumed=True, written={0: 5}).generation == 2
+
+
+def test_an_output_takes_them_over_only_if_it_reads_again_all_past_where_they_are_written() -> None:
+    written = {0: 10, 1: 20, 2: 30}
+    behind = {0: 10, 1: 19, 2: 0}
+    assert letters([HOSTS], written, {"kk": behind}, 0, True) == DeadLetterPlan(
+        "kk", written, 0, "latest"
+    )
+    ahead = {0: 11, 1: 19, 2: 0}  # partition 0's event 10 would be no one's
+    plan = letters([HOSTS], written, {"kk": ahead}, 0, True)
+    assert plan == DeadLetterPlan(None, written, 0, "latest")  # the stream's own goes on
+    # A partition the writer never read: an output must read it from its start.
+    assert letters([HOSTS], {0: 10}, {"kk": {0: 3, 1: 1}}, 0, True).host is None
+    assert letters([HOSTS], {0: 10}, {"kk": {0: 3, 1: 0}}, 0, True).host == "kk"
+    # No checkpoint yet: it would start at the topic's end.
+    assert letters([HOSTS], written, {}, 0, True).host is None
+    # One that does not start (its rewind record does not read) writes nothing.
+    assert letters([HOSTS], written, {"kk": behind}, 0, True, held=("kk",)).host is None
+
+
+def test_the_streams_own_query_takes_over_in_a_new_generation_from_where_they_are_written() -> None:
+    written = {0: 10, 2: 30}  # partition 1: never read by the writer, so from its earliest
+    plan = letters(CANNOT, written, generation=0, resumed=False)
+    expected = {TOPIC: {"0": 10, "1": -2, "2": 30}}
+    assert (plan.host, plan.generation, json.loads(plan.starting)) == (None, 1, expected)
+    assert letters(CANNOT, written, generation=None).generation == 0
 
 
 @pytest.mark.parametrize(

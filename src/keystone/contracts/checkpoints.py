@@ -47,6 +47,30 @@ def replay_bound_path(settings: Settings, stream: str, output: str, generation: 
     return settings.checkpoints_dir / stream / f"{output}.{generation}.replay.json"
 
 
+def dead_letters_position_path(settings: Settings, stream: str) -> Path:
+    """Where the stream's dead letters are written up to, kept by its router as they are
+    written (`router.plan.dead_letter_plan`), beside the queries' checkpoints: it outlives the
+    output whose query wrote them, whose checkpoints go with it."""
+    return settings.checkpoints_dir / stream / "_stream.position.json"
+
+
+def read_position(path: Path) -> tuple[str, Offsets] | None:
+    """What a position file says: the checkpoint it was read from (its folder's name) and
+    the offsets; none when it is missing or does not read."""
+    try:
+        data = json.loads(path.read_text())
+        return str(data["from"]), {int(p): int(o) for p, o in data["offsets"].items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def write_position(path: Path, source: str, offsets: Offsets) -> None:
+    """Replaces the position file whole (a crash leaves the old one or the new)."""
+    staging = path.with_suffix(".tmp")
+    staging.write_text(json.dumps({"from": source, "offsets": offsets}))
+    staging.replace(path)
+
+
 def remove_generations(
     settings: Settings, stream: str, output: str, below: int | None = None
 ) -> None:

@@ -10,15 +10,29 @@ tasks.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
+from pathlib import Path
 
 from confluent_kafka import Producer
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from keystone.contracts import envelope
+from keystone.contracts.checkpoints import (
+    Offsets,
+    checkpoint_dir,
+    dead_letters_position_path,
+    generations,
+    latest,
+    read_position,
+    write_position,
+)
 from keystone.contracts.errors import SinkError
-from keystone.contracts.names import dead_letter_topic
+from keystone.contracts.names import STREAM_LEVEL, dead_letter_topic, fronting_topic
+from keystone.contracts.settings import Settings
+from keystone.contracts.spec import StreamSpec
+from keystone.router.plan import dead_letter_plan
 from keystone.router.source import HEADERS, record_headers
 
 
@@ -49,6 +63,75 @@ def unreadable(source: DataFrame, stream: str, output: str | Column | None = Non
         dead_letter_headers(F.col("problem"), output).alias("headers"),
         F.lit(dead_letter_topic(stream)).alias("topic"),
     )
+
+
+class DeadLetterWriter:
+    """Who writes the stream's dead letters this run (`plan`, `router.plan.dead_letter_plan`)
+    and where they are written up to, from the queries' checkpoints and the position file the
+    router keeps (`note`), which outlives the output whose query wrote them. No Spark.
+
+    `generation(output)`: the checkpoint generation the output's query runs in now; `held`:
+    the outputs that do not start."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        spec: StreamSpec,
+        generation: Callable[[str], int],
+        held: Collection[str] = (),
+    ) -> None:
+        self.settings = settings
+        self.spec = spec
+        self.generation = generation
+        self.topic = fronting_topic(spec.name)
+        self.position = dead_letters_position_path(settings, spec.name)
+        noted = read_position(self.position)
+        own = generations(settings, spec.name, STREAM_LEVEL)
+        last = max(own, default=None)
+        ours = own[last] if last is not None else None
+        self.plan = dead_letter_plan(
+            spec,
+            topic=self.topic,
+            written=self.written(ours),
+            resumes=lambda name: self._resumes(self._checkpoint(name)),
+            generation=last,
+            resumed=ours is not None and (noted is None or noted[0] == ours.name),
+            held=held,
+        )
+
+    def _checkpoint(self, output: str) -> Path:
+        return checkpoint_dir(self.settings, self.spec.name, output, self.generation(output))
+
+    def _resumes(self, checkpoint: Path) -> Offsets | None:
+        """Where a query resumes from this checkpoint: its last committed batch's end."""
+        commit = latest(checkpoint, self.topic)
+        return commit.offsets if commit is not None else None
+
+    def written(self, writer: Path | None = None) -> Offsets | None:
+        """Where the stream's dead letters are written up to, at least: the furthest of what
+        the position file says and where `writer`'s checkpoint (a query that wrote them)
+        resumes."""
+        noted = read_position(self.position)
+        found = [noted[1]] if noted is not None else []
+        if writer is not None and (resume := self._resumes(writer)) is not None:
+            found.append(resume)
+        if not found:
+            return None
+        return {p: max(f.get(p, 0) for f in found) for p in {p for f in found for p in f}}
+
+    def writer(self) -> Path:
+        """The checkpoint of the query that writes them this run."""
+        if self.plan.host is not None:
+            return self._checkpoint(self.plan.host)
+        return checkpoint_dir(self.settings, self.spec.name, STREAM_LEVEL, self.plan.generation)
+
+    def note(self) -> None:
+        """Keeps the position file at where the writer's checkpoint resumes, never moving it
+        back (a rewound host reads events again whose dead letters are written)."""
+        writer = self.writer()
+        written = self.written(writer)
+        if written is not None and read_position(self.position) != (writer.name, written):
+            write_position(self.position, writer.name, written)
 
 
 @dataclass(frozen=True)

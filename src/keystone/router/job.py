@@ -3,8 +3,10 @@
 Each output's query reads the fronting topic through the source seam, keeps the events its
 filter matches (compiled to Column expressions), projects them to JSON records and hands them
 to its sink, with its own checkpoint under the state directory, so a slow or failing sink never
-holds back another. One more query, `<stream>._stream`, writes the events no output can read to
-the dead-letter topic, and, unless the stream turned it off, `<stream>._archive` keeps every
+holds back another. The events no output can read go to the dead-letter topic: written by a
+realtime Kafka output's query beside its records when one can without losing any (it reads every
+event anyway), else by one more query, `<stream>._stream` (`router.plan.dead_letter_plan`,
+decided as the router starts). Unless the stream turned it off, `<stream>._archive` keeps every
 record in the stream's archive (`router.archive`). How each query runs (where it starts, how
 much a trigger reads, its trigger) is decided without Spark in `router.plan`: `Router` reads the
 facts those decisions need and applies them. `Router.run` hands the queries to the supervisor
@@ -36,6 +38,7 @@ from keystone.contracts.checkpoints import (
     checkpoint_dir,
     generations,
     planned,
+    remove_generations,
     replay_bound_path,
 )
 from keystone.contracts.errors import KeystoneError
@@ -50,7 +53,7 @@ from keystone.contracts.schema import parse_schema
 from keystone.contracts.settings import Settings
 from keystone.contracts.spec import OutputSpec, StreamSpec
 from keystone.router.archive import ArchiveWriter, archived
-from keystone.router.deadletter import unreadable
+from keystone.router.deadletter import DeadLetterWriter, unreadable
 from keystone.router.lang.ast import paths_read
 from keystone.router.lang.parser import parse_filter, parse_projection
 from keystone.router.lang.spark import Scope, compile_filter, compile_projection
@@ -74,6 +77,7 @@ T = TypeVar("T")
 log = logging.getLogger(__name__)
 
 DEAD_LETTER_TRIGGER = "10 seconds"
+POSITION_EVERY = 10  # supervisor ticks (seconds) between notes of where dead letters are written
 
 
 def paths_read_by(outputs: list[OutputSpec]) -> frozenset[tuple[str, ...]]:
@@ -106,12 +110,21 @@ def routed(
     replay: Column | None = None,
     *,
     key: bytes | None,
+    dead_letters: Column | None = None,
+    both: bool = False,
 ) -> DataFrame:
     """The output's events from the source's columns, as the columns of `ROUTED`: those its
     filter matches, the record projected, a replay marked with its operation's id (`replay`,
     else none is). Counted on the way by the output's meter if it has one (a replayed event's
     latency left out), else observed per batch as `read` (in) and `matched`. `key`: the
-    stream's, for `hash` (`RegistryReader.hashing_key`)."""
+    stream's, for `hash` (`RegistryReader.hashing_key`).
+
+    `dead_letters`: for the query that writes the stream's dead letters too (its source
+    enveloped with every path `checked`), which of the events the stream cannot read
+    (`stream_problem`) it writes, counted. They come as rows with `dead_letter`, the reason
+    (null on the output's records). `both`: an event may be the output's and a dead letter at
+    once (a string the output does not read holds a lone surrogate): such an event then
+    yields two rows."""
     if replay is None:
         replay = F.lit(None).cast("string")
     source = source.withColumn("replay", replay)
@@ -119,19 +132,33 @@ def routed(
         parse_projection(output.projection), F.col("value").cast("string"), _scope(key)
     )
     keep = F.col("problem").isNull() & _condition(output, key)
+    dead_letter = F.lit(None).cast("string")
     if meter is not None:
         # Counted in a column, then filtered: a filter's condition is pushed below the source's
         # projection, with the parse inlined (and run again) for each field it reads.
         live = F.when(F.col("replay").isNull(), F.col("timestamp"))
-        counted = meter.counted(keep, live)
-        matched = source.withColumn("kept", counted).where(F.col("kept"))
+        matched = source.withColumn("kept", meter.counted(keep, live))
+        if dead_letters is None:
+            matched = matched.where(F.col("kept"))
+        else:
+            kept, dead = F.col("kept"), F.col("dead")
+            matched = matched.withColumn("dead", dead_letters).where(kept | dead)
+            if both:  # one row each: a record, then a dead letter
+                rows = F.when(kept & dead, F.array(F.lit(False), F.lit(True)))
+                matched = matched.withColumn("dead", F.explode(rows.otherwise(F.array(dead))))
+            dead_letter = F.when(dead, F.col("stream_problem"))
     else:
+        assert dead_letters is None, "the stream's dead letters are metered"
         matched = (
             source.observe("read", F.count(F.lit(1)).alias("in"))
             .where(keep)
             .observe("matched", F.count(F.lit(1)).alias("matched"))
         )
-    return matched.select(*ROUTED[:-1], record.alias("record"))
+    return matched.select(
+        *ROUTED[:-2],
+        F.when(dead_letter.isNull(), record).alias("record"),
+        dead_letter.alias("dead_letter"),
+    )
 
 
 def left_out(source: DataFrame, output: OutputSpec, key: bytes | None) -> DataFrame:
@@ -275,6 +302,12 @@ class Router:
             for o in spec.outputs
             if issubclass(writer_class(o.sink.kind), RecordWriter)
         }
+        self.letters = DeadLetterWriter(settings, spec, self._generation, self.watch.held)
+        self.dead_letters = self.letters.plan
+        self.dead_letter_meter = Meter(spark, f"{spec.name}.{STREAM_LEVEL}")
+        self._ticks = 0
+        if self.dead_letters.host is not None:
+            log.info("the stream's dead letters are written by %s's query", self.dead_letters.host)
         listen(spark, ProgressListener(metrics))
 
     @property
@@ -284,7 +317,9 @@ class Router:
 
     def queries(self) -> dict[str, Callable[[], StreamingQuery]]:
         """Every query of the stream by name, and how to start it."""
-        starts: dict[str, Callable[[], StreamingQuery]] = {STREAM_LEVEL: self.start_dead_letters}
+        starts: dict[str, Callable[[], StreamingQuery]] = {}
+        if self.dead_letters.host is None:
+            starts[STREAM_LEVEL] = self.start_dead_letters
         for output in self.spec.outputs:
             starts[output.name] = lambda o=output: self.start_output(o)
         if self.archive is not None:  # last: the outputs deliver first after a (re)start
@@ -292,7 +327,11 @@ class Router:
         return starts
 
     def _source(
-        self, starting: str, max_per_trigger: int | None, paths: frozenset[tuple[str, ...]]
+        self,
+        starting: str,
+        max_per_trigger: int | None,
+        paths: frozenset[tuple[str, ...]],
+        checked: frozenset[tuple[str, ...]] | None = None,
     ) -> DataFrame:
         schema = self.spec.avro_schema
         return fronting(
@@ -303,7 +342,13 @@ class Router:
             max_per_trigger=max_per_trigger,
             schema=parse_schema(schema) if schema is not None else None,
             paths=paths,
+            checked=checked,
         )
+
+    def _generation(self, output: str) -> int:
+        """The checkpoint generation the output's query runs in now."""
+        rewind = self.watch.rewinds.get(output)
+        return rewind.generation if rewind is not None else 0
 
     def start_output(self, output: OutputSpec) -> StreamingQuery:
         meter = self.meters.get(output.name)
@@ -318,9 +363,21 @@ class Router:
             batch_limit=self.batch_limit,
         )
         bound = self.replay_bound(output, rewind) if rewind is not None else None
-        source = self._source(plan.starting, plan.max_per_trigger, paths=paths_read_by([output]))
+        paths = paths_read_by([output])
+        hosts = self.dead_letters.host == output.name
+        checked = dead_letter_paths(self.spec.outputs) if hosts else None
+        dead = self._dead_letters_past(self.letters.written()) if hosts else None
+        source = self._source(plan.starting, plan.max_per_trigger, paths, checked)
         frame = writer.frame(
-            routed(source, output, meter, replay_column(rewind, bound), key=self.key)
+            routed(
+                source,
+                output,
+                meter,
+                replay_column(rewind, bound),
+                key=self.key,
+                dead_letters=dead,
+                both=checked is not None and not checked <= paths,
+            )
         )
         stream_writer = self._writer(frame, route.name, route.checkpoint.as_posix())
         if plan.real_time:
@@ -362,17 +419,26 @@ class Router:
         log.info("rewind %s of %s replays up to %s", rewind.id, output.name, bound)
         return bound
 
+    def _dead_letters_past(self, written: Offsets | None) -> Column:
+        """The host's dead letters: the events the stream cannot read at or past `written`
+        (those before were written already), counted by the stream's meter."""
+        dead = F.col("stream_problem").isNotNull()
+        if written:
+            starts = F.create_map(*(F.lit(x) for p, o in sorted(written.items()) for x in (p, o)))
+            dead = dead & (F.col("offset") >= F.coalesce(starts[F.col("partition")], F.lit(0)))
+        return self.dead_letter_meter.dead_lettered(dead)
+
     def start_dead_letters(self) -> StreamingQuery:
-        starts = {o.start for o in self.spec.outputs}
+        plan = self.dead_letters
+        # Earlier generations are those of a writer that has handed over.
+        remove_generations(self.settings, self.spec.name, STREAM_LEVEL, below=plan.generation)
         # An event one output cannot read (a string it reads holds a lone surrogate, say) is
         # then a dead letter, never just skipped.
         source = self._source(
-            "earliest" if "earliest" in starts else "latest",
-            self.batch_limit,
-            paths=dead_letter_paths(self.spec.outputs),
+            plan.starting, self.batch_limit, paths=dead_letter_paths(self.spec.outputs)
         )
         frame = unreadable(source, self.spec.name)
-        checkpoint = self.settings.checkpoints_dir / self.spec.name / STREAM_LEVEL
+        checkpoint = checkpoint_dir(self.settings, self.spec.name, STREAM_LEVEL, plan.generation)
         writer = self._writer(frame, f"{self.spec.name}.{STREAM_LEVEL}", checkpoint.as_posix())
         return to_kafka(writer.trigger(processingTime=DEAD_LETTER_TRIGGER), self.settings).start()
 
@@ -419,9 +485,14 @@ class Router:
         if self.archive is not None:
             self.archive.keep_expiring(self.spark, stop)
         Supervisor(starts, self.watch, self._report).run(stop)
+        self.letters.note()  # where the queries stopped
 
     def _report(self, running: dict[str, bool]) -> None:
         self.metrics.running(running)
         self.metrics.sized(self.watch.sized_for or self.spec.sizing.min_events_per_second)
         for name, meter in self.meters.items():
             self.metrics.metered(name, meter.take())
+        self.metrics.count(STREAM_LEVEL, "dead_letter", self.dead_letter_meter.take().dead_lettered)
+        self._ticks += 1
+        if self._ticks % POSITION_EVERY == 0:
+            self.letters.note()

@@ -48,6 +48,11 @@ class Meter:
         """`fits`, counted: true as delivered, false as dead-lettered."""
         return Column(self._meter.sent(fits._jc))
 
+    def dead_lettered(self, dead: Column) -> Column:
+        """`dead`, counted: true as dead-lettered (the stream's dead letters an output's query
+        writes beside its records)."""
+        return Column(self._meter.deadLettered(dead._jc))
+
     def take_settled(self) -> Counts:
         """`take`, after a batch action (a backfill's slice, a redrive's). Spark tells its
         listeners, the meter's among them, of the action's finished tasks on a thread of their

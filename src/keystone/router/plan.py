@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 from keystone.contracts.checkpoints import Offsets
@@ -149,3 +149,71 @@ def replay_bound(
     if runs_realtime(output):
         return topic_end()
     return planned() or dict(rewind.start)
+
+
+def hosts_dead_letters(output: OutputSpec) -> bool:
+    """Whether the output's query can write the stream's dead letters beside its records: a
+    realtime output Spark's Kafka sink writes (`runs_realtime`), which reads every event as it
+    comes and sends records to any topic."""
+    return runs_realtime(output)
+
+
+def covers(resume: Offsets, written: Offsets) -> bool:
+    """Whether a query resuming from `resume` reads again every event past `written`: it
+    resumes nowhere past it. A partition `written` does not name was never read there."""
+    return all(offset <= written.get(p, 0) for p, offset in resume.items())
+
+
+@dataclass(frozen=True)
+class DeadLetterPlan:
+    """Who writes the stream's dead letters (the events no output can read) this run.
+
+    `host`: an output whose query writes them beside its records, those at or past `written`
+    (none: every one it reads). Else the stream's own query, in checkpoint `generation`, from
+    `starting` when that generation is new (`startingOffsets`)."""
+
+    host: str | None
+    written: Offsets | None
+    generation: int
+    starting: str
+
+
+def dead_letter_plan(
+    spec: StreamSpec,
+    *,
+    topic: str,
+    written: Offsets | None,
+    resumes: Callable[[str], Offsets | None],
+    generation: int | None,
+    resumed: bool,
+    held: Collection[str] = (),
+) -> DeadLetterPlan:
+    """Who writes the stream's dead letters (`DeadLetterPlan`), decided at the router's start.
+
+    `written`: where they are written up to (none: nothing says, a new stream); `resumes`:
+    where an output's query resumes from its checkpoint (none: it has none yet);
+    `generation`: the stream's own query's newest checkpoint generation (none: it never ran);
+    `resumed`: whether that query wrote them last; `held`: outputs that do not start.
+
+    An output's query writes them when that loses none, saving a second read of every event:
+    it must read again every event past `written`, or on a new stream start where the stream's
+    own query would. Else the stream's own query does: from its checkpoint when it wrote them
+    last, else in a new generation from `written` (an output that wrote them was removed or
+    rewound, say), or on a new stream from the earliest the outputs start at."""
+    starting = "earliest" if any(o.start == "earliest" for o in spec.outputs) else "latest"
+    for output in spec.outputs:
+        if not hosts_dead_letters(output) or output.name in held:
+            continue
+        resume = resumes(output.name)
+        if written is None and resume is None and output.start == starting:
+            return DeadLetterPlan(output.name, None, generation or 0, starting)
+        if written is not None and resume is not None and covers(resume, written):
+            return DeadLetterPlan(output.name, written, generation or 0, starting)
+    if generation is not None and resumed:
+        return DeadLetterPlan(None, written, generation, starting)
+    after = 0 if generation is None else generation + 1
+    if written is None:
+        return DeadLetterPlan(None, None, after, starting)
+    # Every partition named, as Spark asks: one the writer never read from its earliest (-2).
+    offsets = {str(p): written.get(p, -2) for p in range(spec.partitions)}
+    return DeadLetterPlan(None, written, after, json.dumps({topic: offsets}))

@@ -4,8 +4,10 @@
 rewinds, tests), and `envelope()` turns records into: `payload`, the values at the field paths
 the reader asks for, each its JSON type and text (`read_paths`); the metadata from the headers;
 and `problem`, the reason a record cannot be routed (not JSON, not an object, no guid or ingest
-time, not matching the stream's Avro schema: it then goes to the dead-letter topic), or null.
-Anything that yields these columns can feed the same outputs and sinks.
+time, not matching the stream's Avro schema: it then goes to the dead-letter topic), or null;
+and, for an output's query that writes the stream's dead letters too, `stream_problem`: the
+reason, over every path any output reads. Anything that yields these columns can feed the same
+outputs and sinks.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from keystone.contracts.settings import Settings
 from keystone.router.avro import schema_problem
 from keystone.router.lang.ast import dotted
 
+LENIENT = "?"  # before JsonPaths' paths: a lone surrogate leaves only its own path unreadable
+UNREADABLE = "unreadable"  # a lenient read's kind of such a path
 HEADERS = "array<struct<key:string,value:binary>>"  # a Kafka record's, as Spark reads them
 # The headers an event's metadata comes from.
 META = (headers.GUID, headers.TIMESTAMP, headers.HOST, headers.APP, headers.HOPS)
@@ -54,11 +58,13 @@ def fronting(
     max_per_trigger: int | None = None,
     schema: dict[str, Any] | None = None,
     paths: Collection[tuple[str, ...]] = (),
+    checked: Collection[tuple[str, ...]] | None = None,
 ) -> DataFrame:
     """`starting` applies to a query's first run only; later runs resume from the checkpoint.
     `max_per_trigger` bounds a micro-batch (catching up after an outage, say); `schema`, the
     stream's parsed Avro schema, dead-letters the events that do not match it; `paths` are the
-    payload's field paths the reader uses."""
+    payload's field paths the reader uses; `checked`, every path of the stream's, for a reader
+    that writes its dead letters too (`envelope`)."""
     records = kafka_records(
         spark,
         settings,
@@ -67,7 +73,7 @@ def fronting(
         starting=starting,
         max_per_trigger=max_per_trigger,
     )
-    return envelope(records, schema, paths)
+    return envelope(records, schema, paths, checked)
 
 
 def kafka_records(
@@ -99,31 +105,44 @@ def kafka_records(
     return reader.load()
 
 
-def read_paths(spark: SparkSession, value: Column, paths: Collection[tuple[str, ...]]) -> Column:
+def read_paths(
+    spark: SparkSession,
+    value: Column,
+    paths: Collection[tuple[str, ...]],
+    *,
+    lenient: bool = False,
+) -> Column:
     """The event's bytes (`value`) read at the field paths, in one streaming pass of the JVM's
     JSON tokenizer (router/java/JsonPaths.java): a struct with a field per dotted path, each a
     struct of `kind` (string, number, boolean, null, object, array or missing), `json` (the
     value's own text, null when missing) and `string` (a string's decoded value). Null when the
-    bytes are not a JSON object or a string read holds an escaped lone surrogate. Values at no
-    path are skipped, never built."""
+    bytes are not a JSON object or a string read holds an escaped lone surrogate; `lenient`,
+    such a string is only its own path's `kind` `unreadable`. Values at no path are skipped,
+    never built."""
     dotted_paths = ",".join(sorted(dotted(path) for path in paths))
-    return Column(spark.sparkContext._jvm.JsonPaths.column(value._jc, dotted_paths))
+    argument = f"{LENIENT}{dotted_paths}" if lenient else dotted_paths
+    return Column(spark.sparkContext._jvm.JsonPaths.column(value._jc, argument))
 
 
 def envelope(
     frame: DataFrame,
     schema: dict[str, Any] | None = None,
     paths: Collection[tuple[str, ...]] = (),
+    checked: Collection[tuple[str, ...]] | None = None,
 ) -> DataFrame:
     """`paths`: the payload's field paths the reader's filter and projection use (`payload`
     holds those, `read_paths`). With an Avro `schema` the whole event is parsed too, to check
-    it."""
+    it. `checked`: every path the stream's outputs read, for a reader that writes the stream's
+    dead letters too: `stream_problem` says why the stream cannot read an event, in the same
+    pass (`payload` then holds these paths too, read leniently)."""
     # JSON's names, and the language's, are case-sensitive: `user.id` and `user.ID` are two
     # paths, so two fields of the payload, which Spark by default resolves regardless of case
     # (and so calls ambiguous). Set here, for every reader of a payload.
     frame.sparkSession.conf.set("spark.sql.caseSensitive", "true")
     text = F.col("value").cast("string")
     whole = [] if schema is None else [F.try_parse_json(text).alias("whole")]
+    lenient = checked is not None
+    read_at = set(paths) | set(checked or ())
     read = frame.select(
         "key",
         "value",
@@ -131,7 +150,7 @@ def envelope(
         "topic",
         "partition",
         "offset",
-        read_paths(frame.sparkSession, F.col("value"), paths).alias("payload"),
+        read_paths(frame.sparkSession, F.col("value"), read_at, lenient=lenient).alias("payload"),
         *whole,
         first_headers(frame.sparkSession, META).alias("meta"),
     )
@@ -143,19 +162,29 @@ def envelope(
     # Rare: only an event the payload cannot be read from is parsed again, to tell JSON that
     # is not an object (an object the payload cannot be read from holds a lone surrogate).
     is_object = F.ltrim(text, F.lit(JSON_SPACE)).startswith("{")
-    problem = (
-        F.when(
-            F.col("payload").isNull(),
-            F.when(is_object | F.try_parse_json(text).isNull(), "not JSON").otherwise(
-                "not a JSON object"
-            ),
+
+    def problem_at(at: Collection[tuple[str, ...]]) -> Column:
+        """Why the event cannot be read at these paths, or null."""
+        unreadable = F.col("payload").isNull()
+        if lenient:  # a lone surrogate where these read (strict: the whole payload is null)
+            for path in at:
+                unreadable = unreadable | (F.col("payload")[dotted(path)]["kind"] == UNREADABLE)
+        problem = (
+            F.when(
+                unreadable,
+                F.when(is_object | F.try_parse_json(text).isNull(), "not JSON").otherwise(
+                    "not a JSON object"
+                ),
+            )
+            .when(meta(headers.GUID).isNull(), f"no {headers.GUID} header")
+            .when(timestamp.isNull(), f"no {headers.TIMESTAMP} header of epoch milliseconds")
         )
-        .when(meta(headers.GUID).isNull(), f"no {headers.GUID} header")
-        .when(timestamp.isNull(), f"no {headers.TIMESTAMP} header of epoch milliseconds")
-    )
-    if schema is not None:
-        mismatch = schema_problem(F.col("whole"), schema)
-        problem = problem.when(mismatch.isNotNull(), mismatch)
+        if schema is not None:
+            mismatch = schema_problem(F.col("whole"), schema)
+            problem = problem.when(mismatch.isNotNull(), mismatch)
+        return problem
+
+    stream_problem = [] if checked is None else [problem_at(read_at).alias("stream_problem")]
     return read.select(
         "key",
         "value",
@@ -169,5 +198,6 @@ def envelope(
         meta(headers.HOST).alias("host"),
         meta(headers.APP).alias("app"),
         F.coalesce(meta(headers.HOPS).try_cast("int"), F.lit(0)).alias("hops"),
-        problem.alias("problem"),
+        problem_at(paths).alias("problem"),
+        *stream_problem,
     )

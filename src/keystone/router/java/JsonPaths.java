@@ -40,6 +40,11 @@ import org.apache.spark.unsafe.types.UTF8String;
  * projections use, each value's JSON type and text kept, for the cost of a tokenizer pass. A
  * repeated name counts once, its last value, as Python's json module reads it. Text after the
  * object is ignored, as Spark's own JSON readers ignore it.
+ *
+ * Lenient (the paths given after a leading `?`), a string with a lone surrogate leaves only its
+ * own path unreadable: kind `unreadable`, its text in `json`, the other paths read. A query that
+ * reads some paths for itself and checks others for the stream (an output writing the stream's
+ * dead letters too) tells the two apart in one pass.
  */
 public final class JsonPaths extends InterpretedUnaryExpression {
     static final UTF8String STRING = UTF8String.fromString("string");
@@ -49,6 +54,8 @@ public final class JsonPaths extends InterpretedUnaryExpression {
     static final UTF8String OBJECT = UTF8String.fromString("object");
     static final UTF8String ARRAY = UTF8String.fromString("array");
     static final UTF8String MISSING = UTF8String.fromString("missing");
+    static final UTF8String UNREADABLE_KIND = UTF8String.fromString("unreadable");
+    static final String LENIENT = "?";
     static final StructType LEAF = new StructType(new StructField[] {
         DataTypes.createStructField("kind", DataTypes.StringType, false),
         DataTypes.createStructField("json", DataTypes.StringType, true),
@@ -72,6 +79,7 @@ public final class JsonPaths extends InterpretedUnaryExpression {
 
     private final Node root;
     private final StructType type;
+    private final boolean lenient;
 
     /** A name's place in the tree of paths: the leaf it fills, if a path ends here, and the
      * names read inside it. */
@@ -81,9 +89,11 @@ public final class JsonPaths extends InterpretedUnaryExpression {
         final List<Integer> under = new ArrayList<>();  // every leaf at or below this name
     }
 
-    /** `paths`: dotted, comma-separated. */
+    /** `paths`: dotted, comma-separated; after a `?`, read leniently. */
     public JsonPaths(Expression child, String paths) {
         super(child, paths);
+        this.lenient = paths.startsWith(LENIENT);
+        paths = paths.substring(lenient ? LENIENT.length() : 0);
         this.root = new Node();
         List<StructField> fields = new ArrayList<>();
         for (String path : paths.isEmpty() ? new String[0] : paths.split(",")) {
@@ -115,7 +125,7 @@ public final class JsonPaths extends InterpretedUnaryExpression {
             if (parser.nextToken() != JsonToken.START_OBJECT || !utf8(bytes)) {
                 return null;
             }
-            read(parser, root, leaves, bytes);
+            read(parser, root, leaves, bytes, lenient);
         } catch (IOException e) {
             return null;
         }
@@ -128,7 +138,8 @@ public final class JsonPaths extends InterpretedUnaryExpression {
     }
 
     /** The object the parser is at the start of, its values at the node's paths into leaves. */
-    private static void read(JsonParser parser, Node node, Object[] leaves, byte[] bytes)
+    private static void read(
+            JsonParser parser, Node node, Object[] leaves, byte[] bytes, boolean lenient)
             throws IOException {
         while (parser.nextToken() == JsonToken.FIELD_NAME) {
             Node child = node.children.get(parser.currentName());
@@ -149,15 +160,15 @@ public final class JsonPaths extends InterpretedUnaryExpression {
             UTF8String kind;
             UTF8String string = null;
             if (inside) {
-                read(parser, child, leaves, bytes);
+                read(parser, child, leaves, bytes, lenient);
                 kind = OBJECT;
             } else if (token == JsonToken.VALUE_STRING) {
                 string = decoded(parser, bytes, start);
-                if (string == null) {
+                if (string == null && !lenient) {
                     leaves[child.leaf] = UNREADABLE;
                     continue;
                 }
-                kind = STRING;
+                kind = string == null ? UNREADABLE_KIND : STRING;
             } else {
                 parser.skipChildren();
                 kind = kind(token);

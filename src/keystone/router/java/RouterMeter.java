@@ -101,6 +101,24 @@ public final class RouterMeter implements UDF2<Boolean, Long, Boolean> {
         return functions.udf(sent, DataTypes.BooleanType).asNondeterministic().apply(fits);
     }
 
+    /** `dead`, counted: true as dead-lettered (the stream's dead letters, which an output's
+     * query writes beside its records: `router.plan.dead_letter_plan`). */
+    public Column deadLettered(Column dead) {
+        Flagged flagged = new Flagged(counts[DEAD_LETTERED]);
+        return functions.udf(flagged, DataTypes.BooleanType).asNondeterministic().apply(dead);
+    }
+
+    private record Flagged(LongAccumulator count) implements UDF1<Boolean, Boolean> {
+        @Override
+        public Boolean call(Boolean flag) {
+            boolean set = Boolean.TRUE.equals(flag);
+            if (set) {
+                count.add(1);
+            }
+            return set;
+        }
+    }
+
     private record Sent(LongAccumulator delivered, LongAccumulator deadLettered)
             implements UDF1<Boolean, Boolean> {
         @Override

@@ -19,7 +19,9 @@ The routed frame every writer receives has the columns of `ROUTED`: the fronting
 `value` and `headers` (for dead letters and for carrying headers on), its `partition` and
 `offset` (where it was read: an exactly-once output commits them), the event's `guid`,
 `timestamp` (ingest, epoch ms) and `hops`, `replay` (the rewind's id when a rewind writes the
-event again, else null) and `record`, the projected output as JSON text.
+event again, else null), `record`, the projected output as JSON text, and `dead_letter`: on a
+row that is one of the stream's dead letters, the reason (its `record` is null), else null. Only
+a record writer's live query gets such rows (`router.plan.dead_letter_plan`).
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ ROUTED = (
     "hops",
     "replay",
     "record",
+    "dead_letter",
 )
 
 
@@ -165,7 +168,10 @@ class RecordWriter(Replays):
         meter = self.meter
         assert meter is not None, "the router gives a record writer its meter"
         fits = size <= limit
-        checked = routed.withColumn("fits", fits if transactional else meter.sent(fits))
+        # The stream's dead letters pass unmetered (lazily: a branch not taken is not counted).
+        ours = F.col("dead_letter").isNull()
+        metered = F.when(ours, meter.sent(fits))
+        checked = routed.withColumn("fits", fits if transactional else metered)
         key, headers = self.carried()
         # A record a rewind writes again says so, with the rewind's id.
         replay = F.col("replay")
@@ -183,10 +189,12 @@ class RecordWriter(Replays):
             F.col("partition").alias("source_partition"),
             F.col("offset").alias("source_offset"),
         ]
+        dead = F.col("dead_letter")  # the stream's: the fronting record, the stream's reason
         return checked.select(
             F.when(fits, key).otherwise(F.col("key")).alias("key"),
             F.when(fits, F.col("record").cast("binary")).otherwise(F.col("value")).alias("value"),
             F.when(fits, headers)
+            .when(dead.isNotNull(), dead_letter_headers(dead))
             .otherwise(dead_letter_headers(reason, self.route.output.name))
             .alias("headers"),
             F.when(fits, F.lit(self.topic))
