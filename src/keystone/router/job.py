@@ -99,8 +99,13 @@ def replay_column(rewind: Rewind | None, bound: Offsets | None = None) -> Column
     generation had got to), else null."""
     if rewind is None or not bound:
         return F.lit(None).cast("string")
-    ends = F.create_map(*(F.lit(x) for p, o in sorted(bound.items()) for x in (p, o)))
-    return F.when(F.col("offset") < ends[F.col("partition")], F.lit(rewind.id))
+    return F.when(F.col("offset") < at_partition(bound), F.lit(rewind.id))
+
+
+def at_partition(offsets: Offsets) -> Column:
+    """The offset `offsets` gives the record's partition (null where it names none)."""
+    by = F.create_map(*(F.lit(x) for p, o in sorted(offsets.items()) for x in (p, o)))
+    return by[F.col("partition")]
 
 
 def routed(
@@ -303,11 +308,10 @@ class Router:
             if issubclass(writer_class(o.sink.kind), RecordWriter)
         }
         self.letters = DeadLetterWriter(settings, spec, self._generation, self.watch.held)
-        self.dead_letters = self.letters.plan
         self.dead_letter_meter = Meter(spark, f"{spec.name}.{STREAM_LEVEL}")
         self._ticks = 0
-        if self.dead_letters.host is not None:
-            log.info("the stream's dead letters are written by %s's query", self.dead_letters.host)
+        if self.letters.plan.host is not None:
+            log.info("the stream's dead letters are written by %s's query", self.letters.plan.host)
         listen(spark, ProgressListener(metrics))
 
     @property
@@ -318,7 +322,7 @@ class Router:
     def queries(self) -> dict[str, Callable[[], StreamingQuery]]:
         """Every query of the stream by name, and how to start it."""
         starts: dict[str, Callable[[], StreamingQuery]] = {}
-        if self.dead_letters.host is None:
+        if self.letters.plan.host is None:
             starts[STREAM_LEVEL] = self.start_dead_letters
         for output in self.spec.outputs:
             starts[output.name] = lambda o=output: self.start_output(o)
@@ -364,7 +368,7 @@ class Router:
         )
         bound = self.replay_bound(output, rewind) if rewind is not None else None
         paths = paths_read_by([output])
-        hosts = self.dead_letters.host == output.name
+        hosts = self.letters.plan.host == output.name
         checked = dead_letter_paths(self.spec.outputs) if hosts else None
         dead = self._dead_letters_past(self.letters.written()) if hosts else None
         source = self._source(plan.starting, plan.max_per_trigger, paths, checked)
@@ -424,12 +428,11 @@ class Router:
         (those before were written already), counted by the stream's meter."""
         dead = F.col("stream_problem").isNotNull()
         if written:
-            starts = F.create_map(*(F.lit(x) for p, o in sorted(written.items()) for x in (p, o)))
-            dead = dead & (F.col("offset") >= F.coalesce(starts[F.col("partition")], F.lit(0)))
+            dead = dead & (F.col("offset") >= F.coalesce(at_partition(written), F.lit(0)))
         return self.dead_letter_meter.dead_lettered(dead)
 
     def start_dead_letters(self) -> StreamingQuery:
-        plan = self.dead_letters
+        plan = self.letters.plan
         # Earlier generations are those of a writer that has handed over.
         remove_generations(self.settings, self.spec.name, STREAM_LEVEL, below=plan.generation)
         # An event one output cannot read (a string it reads holds a lone surrogate, say) is
