@@ -38,10 +38,10 @@ KAFKA_CLASSES = ("TransactionalKafkaWriter",)
 # The abstract classes of router/java that a class extends: compiled with it, into its own jar,
 # so that each jar still runs alone (none of them has a jar of its own).
 BASES = {
-    "JsonPaths": ("InterpretedUnaryExpression",),
-    "LikeMatcher": ("InterpretedUnaryExpression",),
-    "JsonExcept": ("InterpretedUnaryExpression",),
-    "FirstHeaders": ("InterpretedUnaryExpression",),
+    "JsonPaths": ("TextArgumentExpression",),
+    "LikeMatcher": ("TextArgumentExpression",),
+    "JsonExcept": ("TextArgumentExpression",),
+    "FirstHeaders": ("TextArgumentExpression",),
 }
 # Classes that Spark ships to its executors (by `spark.jars`).
 SHIPPED = (

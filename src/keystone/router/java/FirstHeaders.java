@@ -24,7 +24,7 @@ import org.apache.spark.unsafe.types.UTF8String;
  * sixth of the CPU of the router's dead-letter query at 5,000 events/s; this compares each key
  * with the few names asked for and builds nothing else.
  */
-public final class FirstHeaders extends InterpretedUnaryExpression {
+public final class FirstHeaders extends TextArgumentExpression {
     private final UTF8String[] names;
     private final StructType type;
 
@@ -46,9 +46,9 @@ public final class FirstHeaders extends InterpretedUnaryExpression {
     }
 
     @Override
-    public Object eval(InternalRow row) {
+    public Object apply(Object input) {
         Object[] values = new Object[names.length];
-        ArrayData headers = (ArrayData) child.eval(row);
+        ArrayData headers = (ArrayData) input;
         if (headers == null) {
             return new GenericInternalRow(values);
         }

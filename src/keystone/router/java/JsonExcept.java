@@ -10,7 +10,6 @@ import com.fasterxml.jackson.core.JsonToken;
 import com.fasterxml.jackson.core.StreamReadConstraints;
 
 import org.apache.spark.sql.Column;
-import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.catalyst.expressions.Expression;
 import org.apache.spark.sql.classic.ExpressionUtils;
 import org.apache.spark.sql.types.DataType;
@@ -27,7 +26,7 @@ import org.apache.spark.unsafe.types.UTF8String;
  * handled at each of its places. Null when the text is not a JSON object (the router has made
  * such an event a dead letter already).
  */
-public final class JsonExcept extends InterpretedUnaryExpression {
+public final class JsonExcept extends TextArgumentExpression {
     private static final JsonFactory JSON = JsonFactory.builder()
         .disable(JsonFactory.Feature.CHARSET_DETECTION)
         .streamReadConstraints(StreamReadConstraints.builder()
@@ -64,8 +63,8 @@ public final class JsonExcept extends InterpretedUnaryExpression {
     }
 
     @Override
-    public Object eval(InternalRow row) {
-        UTF8String value = (UTF8String) child.eval(row);
+    public Object apply(Object input) {
+        UTF8String value = (UTF8String) input;
         if (value == null) {
             return null;
         }

@@ -17,7 +17,6 @@ import com.fasterxml.jackson.core.StreamReadConstraints;
 import org.apache.spark.sql.Column;
 import org.apache.spark.sql.catalyst.expressions.Expression;
 import org.apache.spark.sql.catalyst.expressions.GenericInternalRow;
-import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.catalyst.analysis.TypeCheckResult;
 import org.apache.spark.sql.classic.ExpressionUtils;
 import org.apache.spark.sql.types.BinaryType;
@@ -46,7 +45,7 @@ import org.apache.spark.unsafe.types.UTF8String;
  * reads some paths for itself and checks others for the stream (an output writing the stream's
  * dead letters too) tells the two apart in one pass.
  */
-public final class JsonPaths extends InterpretedUnaryExpression {
+public final class JsonPaths extends TextArgumentExpression {
     static final UTF8String STRING = UTF8String.fromString("string");
     static final UTF8String NUMBER = UTF8String.fromString("number");
     static final UTF8String BOOLEAN = UTF8String.fromString("boolean");
@@ -114,8 +113,8 @@ public final class JsonPaths extends InterpretedUnaryExpression {
     }
 
     @Override
-    public Object eval(InternalRow row) {
-        byte[] bytes = (byte[]) child.eval(row);
+    public Object apply(Object input) {
+        byte[] bytes = (byte[]) input;
         if (bytes == null) {
             return null;
         }

@@ -2,7 +2,6 @@ import java.util.ArrayList;
 import java.util.List;
 
 import org.apache.spark.sql.Column;
-import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.catalyst.expressions.Expression;
 import org.apache.spark.sql.classic.ExpressionUtils;
 import org.apache.spark.sql.types.DataType;
@@ -21,7 +20,7 @@ import org.apache.spark.unsafe.types.UTF8String;
  * character, not half of it. The pattern is split once, where the expression is built, and
  * travels with it to the executors. Null in, null out.
  */
-public final class LikeMatcher extends InterpretedUnaryExpression {
+public final class LikeMatcher extends TextArgumentExpression {
     private static final int ANY = -1;  // `_` in a segment
 
     private final int[][] segments;
@@ -104,8 +103,8 @@ public final class LikeMatcher extends InterpretedUnaryExpression {
     }
 
     @Override
-    public Object eval(InternalRow row) {
-        Object value = child.eval(row);
+    public Object apply(Object input) {
+        Object value = input;
         if (value == null) {
             return null;
         }
