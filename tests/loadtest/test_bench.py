@@ -277,6 +277,7 @@ def test_the_idle_benchmark_smoke(stack: Stack) -> None:
     assert figures["floor_percent"] > 0
     [idle] = figures["idle"]  # the smoke's one stream
     assert idle["streams"] == 1 and idle["cpu_percent"][0] > 0 and idle["rss_mb"][0] > 100
+    assert 0 < idle["pss_mb"][0] <= idle["rss_mb"][0]
     assert idle["jvm_percent"][0] > 0 and idle["python_percent"][0] >= 0
     assert figures["threads"], "where its JVM spends its CPU"
     assert set(figures["busy_again_s"]) == {"kafka", "elasticsearch"}  # woke within 120 s
@@ -297,7 +298,10 @@ def test_the_deployed_router_benchmark_smoke(stack: Stack) -> None:
     assert phases["floor"]["delivered"] == phases["router"]["delivered"] == 750, phases
     idles = {i["target"]: i for i in figures["idle"]}
     assert sorted(idles) == ["floor", "router"], idles
-    assert all(i["cores"] > 0 and i["rss_mb"] > 100 for i in idles.values()), idles
+    assert all(
+        i["cores"] > 0 and 0 < i["pss_mb"] <= i["rss_mb"] and i["rss_mb"] > 100
+        for i in idles.values()
+    ), idles
     assert figures["ratios"] == {}  # no Flink in a smoke run
     # Then each drains 2,000 preloaded events: the router from an output added from the
     # earliest, the floor from its earliest offsets; every kept one written.

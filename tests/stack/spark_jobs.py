@@ -126,6 +126,7 @@ def local_files(folder: str) -> dict:
         "modes": {k: oct(v) for k, v in modes.items()},
         "symlink": links,
         "archives": _mapped_archives(jvm.java.lang.ProcessHandle.current().pid()),
+        "archive_pages": _archive_pages(jvm.java.lang.ProcessHandle.current().pid()),
     }
     spark.stop()
     return result
@@ -135,6 +136,23 @@ def _mapped_archives(pid: int) -> list[str]:
     """The class-data archives a JVM has mapped: one it refused is not among them."""
     with open(f"/proc/{pid}/maps") as maps:
         return sorted({line.split()[-1] for line in maps if line.rstrip().endswith(".jsa")})
+
+
+def _archive_pages(pid: int) -> dict[str, dict[str, int]]:
+    """Of each class-data archive a JVM maps, its resident kB and how many of them are the
+    JVM's own (anonymous: written since mapped) rather than the file's."""
+    pages: dict[str, dict[str, int]] = {}
+    current = None
+    with open(f"/proc/{pid}/smaps") as smaps:
+        for line in smaps:
+            head = line.split()
+            if "-" in head[0] and not head[0].endswith(":"):  # a mapping's first line
+                current = head[-1] if head[-1].endswith(".jsa") else None
+                continue
+            if current is not None and head[0] in ("Rss:", "Anonymous:"):
+                found = pages.setdefault(current, {"Rss": 0, "Anonymous": 0})
+                found[head[0].rstrip(":")] += int(head[1])
+    return pages
 
 
 if __name__ == "__main__":

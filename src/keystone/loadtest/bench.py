@@ -361,16 +361,27 @@ def proxy_processes(settings: Settings) -> Callable[[], list[int]] | None:
 
 
 def resident_mb(pids: Iterable[int]) -> float:
-    """The resident memory of the processes, MB."""
+    """The resident memory of the processes, MB: every page they map, shared ones too."""
+    return _memory_kb(pids, "status", "VmRSS") / 1024
+
+
+def proportional_mb(pids: Iterable[int]) -> float:
+    """The processes' proportional share of memory, MB: each page they map divided among the
+    processes that map it (a page of the drivers' class archive, say, shared by every router
+    of the machine), what each costs of a machine that runs many."""
+    return _memory_kb(pids, "smaps_rollup", "Pss") / 1024
+
+
+def _memory_kb(pids: Iterable[int], file: str, field: str) -> int:
     total = 0
     for pid in pids:
         try:
-            status = Path(f"/proc/{pid}/status").read_text()
+            text = Path(f"/proc/{pid}/{file}").read_text()
         except OSError:
             continue
-        found = re.search(r"^VmRSS:\s+(\d+) kB", status, re.M)
+        found = re.search(rf"^{field}:\s+(\d+) kB", text, re.M)
         total += int(found.group(1)) if found else 0
-    return total / 1024
+    return total
 
 
 def per_million(cpu_seconds: float | None, events: int | float) -> float | None:

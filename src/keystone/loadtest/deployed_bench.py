@@ -26,7 +26,8 @@ PyFlink launcher and mini-cluster JVM). Then every record the target wrote of th
 is read back: latency is the record's Kafka append time (the output topics keep
 `LogAppendTime`: the broker's clock, whoever wrote the record) minus the event's ingest time
 (`ks_ts`), p50, p99, p99.9; a measured event the output lacks is counted as missing. Last, all
-idle together for `--idle` seconds: CPU as a share of a core, and resident memory at the end.
+idle together for `--idle` seconds: CPU as a share of a core, and memory at the end, resident
+and proportional (shared pages divided among the processes that map them).
 
 With `--catch-up N`, then each target in turn drains a topic preloaded with N events: the router
 an output added to a new stream with `start: earliest` in 1-second micro-batches (its size pinned
@@ -82,6 +83,7 @@ from keystone.loadtest.bench import (
     per_million,
     process_tree,
     produce,
+    proportional_mb,
     resident_mb,
     save_figures,
     stream_topics,
@@ -161,12 +163,14 @@ class Phase:
 
 @dataclass
 class Idle:
-    """One target idle: CPU over the seconds as a share of a core, resident memory at the end."""
+    """One target idle: CPU over the seconds as a share of a core; memory at the end, resident
+    and proportional (`loadtest.bench.proportional_mb`)."""
 
     target: str
     seconds: float
     cores: float
     rss_mb: float
+    pss_mb: float
 
 
 def log_append_time(settings: Settings, topics: list[str]) -> None:
@@ -287,8 +291,8 @@ def idle(targets: list[Target], seconds: int) -> list[Idle]:
         meters = [running.enter_context(CpuMeter(t.pids)) for t in targets]
         time.sleep(seconds)
     return [
-        Idle(t.name, seconds, m.seconds / seconds, resident_mb(t.pids()))
-        for t, m in zip(targets, meters, strict=True)
+        Idle(t.name, seconds, m.seconds / seconds, resident_mb(pids), proportional_mb(pids))
+        for t, m, pids in zip(targets, meters, (t.pids() for t in targets), strict=True)
     ]
 
 
@@ -648,7 +652,8 @@ def markdown(phases: list[Phase], idles: list[Idle], args: argparse.Namespace) -
     p99_5k = median_of(phases, "router", 5_000, "p99_ms")
     latency_goal = "5,000 not run" if p99_5k is None else f"{p99_5k:.0f} ms at 5,000 events/s"
     idle_rows = "\n".join(
-        f"| {NAMES[i.target]} | {100 * i.cores:.1f}% | {i.rss_mb:,.0f} MB |" for i in idles
+        f"| {NAMES[i.target]} | {100 * i.cores:.1f}% | {i.rss_mb:,.0f} MB | {i.pss_mb:,.0f} MB |"
+        for i in idles
     )
     spread = "; ".join(
         f"{NAMES[p.target]} at {p.rate:,}/s round {p.round}: {p.cores:.3f} cores, "
@@ -683,7 +688,7 @@ def markdown(phases: list[Phase], idles: list[Idle], args: argparse.Namespace) -
         f"{latency_goal} (goal: at most 100 ms). Measured events missing from an output: "
         f"{missing}; records written twice: {copies}.\n\n"
         f"Idle, together for {args.idle} s after the loads:\n\n"
-        "| target | CPU | resident memory |\n| --- | ---: | ---: |\n"
+        "| target | CPU | resident memory | proportional memory |\n| --- | ---: | ---: | ---: |\n"
         f"{idle_rows}\n\nEach phase: {spread}.\n"
     )
 
@@ -754,7 +759,10 @@ def steady(
         idles = idle(targets, args.idle)
     console.print(phases_table(phases))
     for i in idles:
-        console.print(f"idle {i.target}: {100 * i.cores:.1f}% of a core, {i.rss_mb:,.0f} MB")
+        console.print(
+            f"idle {i.target}: {100 * i.cores:.1f}% of a core, {i.rss_mb:,.0f} MB resident, "
+            f"{i.pss_mb:,.0f} MB proportional"
+        )
     for rate, ratio in ratios(phases).items():
         said = ", ".join(f"{key} {value:.2f}" for key, value in ratio.items())
         console.print(f"{rate:,} events/s over Flink: {said}")

@@ -50,6 +50,7 @@ from keystone.loadtest.bench import (
     machine,
     parse_arguments,
     process_tree,
+    proportional_mb,
     resident_mb,
     save_figures,
     spark_processes,
@@ -99,13 +100,15 @@ def spec(name: str) -> dict:
 
 @dataclass
 class Idle:
-    """Routers idle together: per router, CPU as % of one core and resident memory (MB)."""
+    """Routers idle together: per router, CPU as % of one core and memory (MB), resident and
+    proportional (`loadtest.bench.proportional_mb`)."""
 
     streams: int
     cpu_percent: list[float]  # each router, its Python driver and its JVM together
     jvm_percent: list[float]
     python_percent: list[float]
     rss_mb: list[float]
+    pss_mb: list[float]
 
     @property
     def median(self) -> float:
@@ -170,8 +173,9 @@ def measure(
     py = [100 * meters[n][0].seconds / seconds for n in streams]
     jv = [100 * meters[n][1].seconds / seconds for n in streams]
     rss = [resident_mb([p, *j]) for p, j in routers.values()]
+    pss = [proportional_mb([p, *j]) for p, j in routers.values()]
     total = [a + b for a, b in zip(py, jv, strict=True)]
-    return Idle(len(streams), total, jv, py, rss), threads
+    return Idle(len(streams), total, jv, py, rss, pss), threads
 
 
 def busy_again(settings: Settings, stream: str) -> dict[str, float]:
@@ -226,8 +230,8 @@ def cleanup(settings: Settings, control: ControlClient, streams: list[str]) -> l
 def markdown(figures: dict) -> str:
     rows = [
         "| idle streams | CPU per stream, % of a core (median; min-max) | its JVM | its Python "
-        "| memory per router, MB | all routers, % of the machine |",
-        "| ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| memory per router, MB | its proportional share, MB | all routers, % of the machine |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     cores = os.cpu_count() or 1
     for run in figures["idle"]:
@@ -236,7 +240,8 @@ def markdown(figures: dict) -> str:
             f"| {run['streams']} | {statistics.median(cpu):.1f} ({min(cpu):.1f}-{max(cpu):.1f}) "
             f"| {statistics.median(run['jvm_percent']):.1f} "
             f"| {statistics.median(run['python_percent']):.1f} "
-            f"| {statistics.median(run['rss_mb']):,.0f} | {sum(cpu) / cores:.1f} |"
+            f"| {statistics.median(run['rss_mb']):,.0f} "
+            f"| {statistics.median(run['pss_mb']):,.0f} | {sum(cpu) / cores:.1f} |"
         )
     threads = ", ".join(f"{k} {v}" for k, v in list(figures["threads"].items())[:8])
     busy = figures["busy_again_s"]
@@ -291,7 +296,8 @@ def main() -> None:
                 runs.append(idle)
                 console.print(
                     f"{count} idle streams: {idle.median:.1f}% of a core each (median), "
-                    f"{statistics.median(idle.rss_mb):,.0f} MB each"
+                    f"{statistics.median(idle.rss_mb):,.0f} MB each "
+                    f"({statistics.median(idle.pss_mb):,.0f} MB proportional)"
                 )
             busy = busy_again(settings, made[0])
             console.print(f"busy again: {busy}")

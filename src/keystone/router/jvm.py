@@ -35,13 +35,15 @@ CLASSES = (
 )
 # The router's classes compiled against Spark's Kafka connector too (its Kafka client).
 KAFKA_CLASSES = ("TransactionalKafkaWriter",)
-# The abstract classes of router/java that a class extends: compiled with it, into its own jar,
-# so that each jar still runs alone (none of them has a jar of its own).
+# The abstract classes of router/java that a class extends, directly or through another:
+# compiled with it, into its own jar, so that each jar still runs alone (none of them has a jar
+# of its own).
 BASES = {
-    "JsonPaths": ("TextArgumentExpression",),
-    "LikeMatcher": ("TextArgumentExpression",),
-    "JsonExcept": ("TextArgumentExpression",),
-    "FirstHeaders": ("TextArgumentExpression",),
+    "JsonPaths": ("TextArgumentExpression", "CalledExpression"),
+    "LikeMatcher": ("TextArgumentExpression", "CalledExpression"),
+    "JsonExcept": ("TextArgumentExpression", "CalledExpression"),
+    "FirstHeaders": ("TextArgumentExpression", "CalledExpression"),
+    "LangFunction": ("CalledExpression",),
 }
 # Classes that Spark ships to its executors (by `spark.jars`).
 SHIPPED = (

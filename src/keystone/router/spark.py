@@ -91,6 +91,12 @@ def spark_conf(
         # caller may read (the archive is then simply not used; tests/stack/test_spark.py
         # checks that it is).
         options += [f"-XX:SharedArchiveFile={shared}", "-Xlog:cds=off", "-Xlog:cds+dynamic=off"]
+        # Mapped where it was dumped: the JDK otherwise maps it at a random address and
+        # rewrites every pointer in it (a JDK 17 update made that the default), which turns its
+        # 180 MB of classes into each driver's private memory; at its own address its pages
+        # stay the file's, shared by every driver of the machine (decision 0005). The cost:
+        # the archive's classes are at the same address in every driver, not randomized.
+        options += ["-XX:+UnlockDiagnosticVMOptions", "-XX:ArchiveRelocationMode=0"]
     if options:
         conf["spark.driver.extraJavaOptions"] = " ".join(options)
     return conf

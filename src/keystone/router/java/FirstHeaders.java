@@ -49,9 +49,6 @@ public final class FirstHeaders extends TextArgumentExpression {
     public Object apply(Object input) {
         Object[] values = new Object[names.length];
         ArrayData headers = (ArrayData) input;
-        if (headers == null) {
-            return new GenericInternalRow(values);
-        }
         boolean[] seen = new boolean[names.length];
         int left = names.length;
         for (int i = 0; i < headers.numElements() && left > 0; i++) {

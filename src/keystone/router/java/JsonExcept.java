@@ -64,11 +64,7 @@ public final class JsonExcept extends TextArgumentExpression {
 
     @Override
     public Object apply(Object input) {
-        UTF8String value = (UTF8String) input;
-        if (value == null) {
-            return null;
-        }
-        byte[] bytes = value.getBytes();
+        byte[] bytes = ((UTF8String) input).getBytes();
         ByteArrayOutputStream out = new ByteArrayOutputStream(bytes.length);
         try (JsonParser parser = JSON.createParser(bytes)) {
             if (parser.nextToken() != JsonToken.START_OBJECT) {

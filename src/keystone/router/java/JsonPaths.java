@@ -115,9 +115,6 @@ public final class JsonPaths extends TextArgumentExpression {
     @Override
     public Object apply(Object input) {
         byte[] bytes = (byte[]) input;
-        if (bytes == null) {
-            return null;
-        }
         Object[] leaves = new Object[type.size()];
         Arrays.fill(leaves, MISSING_LEAF);
         try (JsonParser parser = JSON.createParser(bytes)) {

@@ -1,4 +1,3 @@
-import java.io.Serializable;
 import java.math.BigDecimal;
 import java.math.MathContext;
 import java.math.RoundingMode;
@@ -9,30 +8,20 @@ import java.time.LocalDate;
 import java.time.LocalDateTime;
 import java.time.ZoneOffset;
 import java.util.HashMap;
-import java.util.List;
 import java.util.Map;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
 
 
 import org.apache.spark.sql.Column;
-import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.catalyst.analysis.TypeCheckResult;
 import org.apache.spark.sql.catalyst.expressions.Expression;
-import org.apache.spark.sql.catalyst.expressions.codegen.Block;
-import org.apache.spark.sql.catalyst.expressions.codegen.CodeBlock;
-import org.apache.spark.sql.catalyst.expressions.codegen.CodeGenerator$;
-import org.apache.spark.sql.catalyst.expressions.codegen.CodegenContext;
-import org.apache.spark.sql.catalyst.expressions.codegen.ExprCode;
-import org.apache.spark.sql.catalyst.expressions.codegen.JavaCode;
 import org.apache.spark.sql.classic.ExpressionUtils;
 import org.apache.spark.sql.types.DataType;
 import org.apache.spark.sql.types.DataTypes;
 import org.apache.spark.unsafe.types.UTF8String;
 
 import scala.collection.immutable.IndexedSeq;
-import scala.collection.immutable.Seq;
-import scala.jdk.javaapi.CollectionConverters;
 
 /**
  * The routing language's functions that Spark has no column function for, each as
@@ -57,7 +46,7 @@ import scala.jdk.javaapi.CollectionConverters;
  * - `date`: the UTC date (yyyy-mm-dd) of a double of epoch milliseconds, null outside years 1 to
  *   9999.
  */
-public final class LangFunction extends Expression implements Serializable {
+public final class LangFunction extends CalledExpression {
     private static final Pattern ISO8601 = Pattern.compile(
         "([0-9]{4})-([0-9]{2})-([0-9]{2})T([0-9]{2}):([0-9]{2}):([0-9]{2})(?:\\.([0-9]{1,9}))?"
         + "(?:(Z)|([+-])([0-9]{2}):([0-9]{2}))");
@@ -80,12 +69,10 @@ public final class LangFunction extends Expression implements Serializable {
     private static final double DAY_MS = 86_400_000.0;
 
     private final String op;
-    private final Expression child;
     // `hash`: the stream's key; `case`: the case mapping, UTF-8, each entry a character, \u0001,
     // what it maps to, \u0000.
     private final byte[] data;
     private final int keep;  // `mask` only
-    private final Seq<Expression> children;
     // The padded keys' digest states, made by the first value: one per deserialised copy of
     // the expression, so per task (a digest is not shared between threads).
     private transient MessageDigest inner;
@@ -94,14 +81,13 @@ public final class LangFunction extends Expression implements Serializable {
     private static final byte[] HEX = "0123456789abcdef".getBytes(StandardCharsets.US_ASCII);
 
     public LangFunction(String op, Expression child, byte[] data, int keep) {
+        super(child);
         if (!TYPES.containsKey(op)) {
             throw new IllegalArgumentException("no language function " + op);
         }
         this.op = op;
-        this.child = child;
         this.data = data;
         this.keep = keep;
-        this.children = CollectionConverters.asScala(List.of(child)).toSeq();
     }
 
     /** The column of `op` applied to `value`; `data`: the stream's key for `hash`, the mapping
@@ -112,13 +98,6 @@ public final class LangFunction extends Expression implements Serializable {
     }
 
     @Override
-    public Object eval(InternalRow row) {
-        Object value = child.eval(row);
-        return value == null ? null : apply(value);
-    }
-
-    /** The function of a value (not null): what the generated code calls, its argument's own
-     * expression compiled with the rest (a fallback to `eval` would interpret it). */
     public Object apply(Object value) {
         switch (op) {
             case "repr": return string(repr((Double) value));
@@ -333,11 +312,6 @@ public final class LangFunction extends Expression implements Serializable {
     }
 
     @Override
-    public Seq<Expression> children() {
-        return children;
-    }
-
-    @Override
     public TypeCheckResult checkInputDataTypes() {
         DataType wanted = TYPES.get(op)[0];
         if (child.dataType().sameType(wanted)) {
@@ -353,11 +327,6 @@ public final class LangFunction extends Expression implements Serializable {
     }
 
     @Override
-    public boolean nullable() {
-        return true;
-    }
-
-    @Override
     public String prettyName() {
         return op;
     }
@@ -365,29 +334,6 @@ public final class LangFunction extends Expression implements Serializable {
     @Override
     public String toString() {
         return op + "(" + child + ")";
-    }
-
-    @Override
-    public ExprCode doGenCode(CodegenContext ctx, ExprCode ev) {
-        ExprCode argument = child.genCode(ctx);
-        String self = ctx.addReferenceObj("langFunction", this, LangFunction.class.getName());
-        CodeGenerator$ gen = CodeGenerator$.MODULE$;
-        String type = gen.javaType(dataType());
-        String code = argument.code() + "\n"
-            + "boolean " + ev.isNull() + " = " + argument.isNull() + ";\n"
-            + type + " " + ev.value() + " = " + gen.defaultValue(dataType(), true) + ";\n"
-            + "if (!" + ev.isNull() + ") {\n"
-            // The value in parentheses: a literal's is `-1.0D`, and `(Double) -1.0D` reads as
-            // a subtraction (the stage's code then fails to compile and runs interpreted).
-            + "  Object result = " + self + ".apply((" + gen.boxedType(child.dataType()) + ") ("
-            + argument.value() + "));\n"
-            + "  if (result == null) { " + ev.isNull() + " = true; }\n"
-            + "  else { " + ev.value() + " = (" + gen.boxedType(dataType()) + ") result; }\n"
-            + "}\n";
-        Block block = new CodeBlock(
-            CollectionConverters.asScala(List.of(code)).toList(),
-            CollectionConverters.asScala(List.<JavaCode>of()).toList());
-        return new ExprCode(block, ev.isNull(), ev.value());
     }
 
     @Override

@@ -104,11 +104,7 @@ public final class LikeMatcher extends TextArgumentExpression {
 
     @Override
     public Object apply(Object input) {
-        Object value = input;
-        if (value == null) {
-            return null;
-        }
-        return matches(segments, ((UTF8String) value).toString().codePoints().toArray(), null);
+        return matches(segments, ((UTF8String) input).toString().codePoints().toArray(), null);
     }
 
     @Override
