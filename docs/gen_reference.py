@@ -47,6 +47,7 @@ PAGES: dict[str, str] = {
     "reference/alerts.md": "alerts_reference",
     "reference/functions.md": "functions_reference",
     "reference/sinks.md": "sinks_reference",
+    "reference/kafka-users.md": "kafka_users_reference",
 }
 GENERATED = (
     "<!-- Generated from the code by docs/gen_reference.py at build time; not a file in the "
@@ -976,3 +977,29 @@ if __name__ == "__main__":
     wanted = sys.argv[1:] or list(pages)
     for page in wanted:
         print(globals()[pages[page]]())
+
+
+def kafka_users_reference() -> str:
+    from keystone.stack import kafka_security as ks
+
+    rows = [
+        [
+            code(user.name),
+            cell(user.does),
+            "<br>".join(
+                f"{'cluster' if name == 'kafka-cluster' else kind.name.lower()} {code(name)}"
+                f"{' (prefix)' if pattern.name == 'PREFIXED' else ''}: {op.name.lower()}"
+                for kind, name, pattern, op in user.grants
+            ),
+        ]
+        for user in ks.SERVICE_USERS
+    ]
+    return (
+        GENERATED
+        + "# Kafka users and ACLs\n\n"
+        + prose(inspect.cleandoc(ks.__doc__ or ""))
+        + "\n\n"
+        + f"Super users: {', '.join(code(u) for u in ks.SUPER_USERS)}.\n\n"
+        + table(["user", "what it does", "allowed"], rows)
+        + "\n"
+    )

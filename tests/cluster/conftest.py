@@ -22,6 +22,7 @@ CLUSTER = {
     "KEYSTONE_SPARK_CLUSTER": "standalone",
     "KEYSTONE_SPARK_WORKERS": "2",
     "KEYSTONE_CONTROL_REPLICAS": "2",
+    "KEYSTONE_KAFKA_SECURITY": "plaintext",  # the default's proof (the suite's stack is secured)
 }
 
 

@@ -21,7 +21,7 @@ import httpx
 import pytest
 from confluent_kafka.admin import AdminClient, ConfigResource
 
-from keystone.contracts import http
+from keystone.contracts import http, kafka_clients
 from keystone.contracts.names import fronting_topic
 from keystone.contracts.processes import PidFile
 from keystone.control.fleet import LEASE_SECONDS, PASS_SECONDS
@@ -74,7 +74,7 @@ def test_every_node_is_listed_healthy_and_topics_live_on_three_brokers(
     for name in ("kafka", "kafka-2", "kafka-3", "spark-master", "spark-worker-1", "control-2"):
         assert services[name]["health"] == "healthy" and services[name]["pid"], name
     assert "spark-worker-2" in services
-    admin = AdminClient({"bootstrap.servers": cluster.settings.kafka_bootstrap})
+    admin = AdminClient(kafka_clients.librdkafka(cluster.settings))
     topic = fronting_topic(STREAM)
     partitions = admin.list_topics(topic, timeout=10).topics[topic].partitions.values()
     assert all(sorted(p.replicas) == [1, 2, 3] and len(p.isrs) == 3 for p in partitions)

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from keystone.contracts import http
+from keystone.contracts import http, kafka_clients
 from keystone.control.launcher import Deployment
 from keystone.ingest_proxy.client import DirectProducer
 from tests.support.api import Api
@@ -34,7 +34,7 @@ class Load:
     TICK = 0.1
 
     def __init__(self, cluster: Stack) -> None:
-        self.producer = DirectProducer(cluster.settings.kafka_bootstrap, APP)
+        self.producer = DirectProducer(kafka_clients.librdkafka(cluster.settings), APP)
         self.rate = 0
         self.sent = 0
         self._stop = threading.Event()

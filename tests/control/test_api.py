@@ -195,7 +195,7 @@ def test_a_kafka_topic_stays_the_owner_s_who_first_wrote_to_it(
     for topic in (f"{hers}.copy", f"{hers}_copy", unique):
         assert "is another owner's" in refused(topic), topic
     assert f"stream '{hers}''s outputs write to" in refused(f"{hers}.later")
-    topics = AdminClient({"bootstrap.servers": stack.address("kafka")}).list_topics(timeout=10)
+    topics = AdminClient(stack.kafka()).list_topics(timeout=10)
     assert f"{hers}.later" not in topics.topics  # nothing refused was provisioned
 
     again = f"again_{unique}"
@@ -270,7 +270,7 @@ def test_creating_a_stream_provisions_its_topics_idempotently(stack: Stack, admi
     made = admin.call("PUT", f"/v1/streams/{name}", spec(name, partitions=3))
     assert made.status_code == 201
     assert made.json()["provisioned"] == [f"topic keystone.{name}", f"topic keystone.{name}.dlq"]
-    topics = AdminClient({"bootstrap.servers": stack.address("kafka")}).list_topics(timeout=10)
+    topics = AdminClient(stack.kafka()).list_topics(timeout=10)
     for topic in (f"keystone.{name}", f"keystone.{name}.dlq"):
         assert len(topics.topics[topic].partitions) == 3
     again = admin.call("PUT", f"/v1/streams/{name}", spec(name, partitions=3))
@@ -285,7 +285,7 @@ def test_preview_runs_a_draft_over_the_newest_events(stack: Stack, admin: Api) -
     headers = {"ks_ts": "1795000000000", "ks_app": "tests", "ks_host": "here"}
     events = [{"n": n, "kind": ("a", "b")[n % 2], "user": {"id": n}} for n in range(40)]
     produce(
-        stack.address("kafka"),
+        stack.settings,
         fronting_topic(name),
         [(json.dumps(e).encode(), {**headers, "ks_guid": f"g-{n}"}) for n, e in enumerate(events)]
         + [(b"not json", {**headers, "ks_guid": "g-bad"})],
@@ -318,7 +318,7 @@ def test_preview_runs_a_draft_over_the_newest_events(stack: Stack, admin: Api) -
         assert record["record"]["kind"] == "*" and record["record"]["twice"] == event["n"] * 2.0
     # A number beyond a double: shown, not a failure (JSON has no infinity).
     huge = b'{"n": 1e400, "kind": "a"}'
-    produce(stack.address("kafka"), fronting_topic(name), [(huge, {**headers, "ks_guid": "g-inf"})])
+    produce(stack.settings, fronting_topic(name), [(huge, {**headers, "ks_guid": "g-inf"})])
     [shown] = admin.ok(
         "POST",
         f"/v1/streams/{name}/outputs/draft/preview",

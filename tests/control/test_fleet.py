@@ -87,7 +87,7 @@ class Fleet:
     def picked(self, stream: str = STREAM) -> dict[str, list[dict]]:
         """Every copy in the Kafka output, by guid."""
         found: dict[str, list[dict]] = {}
-        for m in read_topic(self.stack.address("kafka"), f"{stream}.picked"):
+        for m in read_topic(self.stack.kafka(), f"{stream}.picked"):
             found.setdefault(m.key().decode(), []).append(json.loads(m.value()))
         return found
 

@@ -28,7 +28,7 @@ def test_an_owner_is_shown_what_a_redrive_of_a_time_range_would_send_before_it_s
     team.ok("POST", "/v1/streams", {**spec, "archive": {"enabled": False}, "outputs": [picked]})
     listed = f"/v1/streams/{STREAM}/dead-letters"
     try:
-        DirectProducer(stack.address("kafka"), APP).send(STREAM, UNREADABLE)
+        DirectProducer(stack.kafka(), APP).send(STREAM, UNREADABLE)
         eventually(
             "the stream's dead letters",
             lambda: sum(g["count"] for g in team.ok("GET", listed)["groups"]) == len(UNREADABLE),

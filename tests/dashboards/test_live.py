@@ -151,7 +151,7 @@ def test_every_expression_of_the_grafana_model_returns_data(dash: Dash) -> None:
 @pytest.mark.usefixtures("charted")
 def test_the_live_page_draws_its_charts_and_alerts_in_a_browser(dash: Dash) -> None:
     produce(
-        dash.stack.address("kafka"),
+        dash.stack.settings,
         fronting_topic(STREAM),
         [(b"not json", {"ks_guid": "g-bad", "ks_ts": str(int(time.time() * 1000))})],
     )

@@ -14,6 +14,7 @@ import uuid
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -48,7 +49,7 @@ SCHEMA = {
 class Tenant:
     stack: Stack
     url: str
-    bootstrap: str
+    kafka: dict[str, Any]  # the connection (kafka_clients.librdkafka)
     suffix: str
     keys: dict[str, str]  # app -> key
 
@@ -79,7 +80,7 @@ class Tenant:
         )
 
     def topic(self, stream: str) -> list:
-        return read_topic(self.bootstrap, fronting_topic(self.stream(stream)))
+        return read_topic(self.kafka, fronting_topic(self.stream(stream)))
 
 
 def _ready(url: str) -> bool:
@@ -126,7 +127,7 @@ def tenant(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Tenant:
     handle = Tenant(
         stack,
         status["ingest_proxy"]["address"],
-        status["kafka"]["address"],
+        stack.kafka(),
         uuid.uuid4().hex[:6],
         {},
     )
@@ -343,7 +344,7 @@ def test_the_client_retries_what_the_quota_refused(tenant: Tenant) -> None:
 
 
 def test_direct_producer_stamps_the_same_metadata(tenant: Tenant) -> None:
-    producer = DirectProducer(tenant.bootstrap, tenant.app("player"))
+    producer = DirectProducer(tenant.kafka, tenant.app("player"))
     result = producer.send(tenant.stream("crowd"), [{"direct": 1}, b'{"direct": 2}'])
     found = [m for m in tenant.topic("crowd") if m.headers()[0][1].decode() in result.guids]
     assert sorted(m.value() for m in found) == [b'{"direct": 2}', b'{"direct":1}']
@@ -353,7 +354,7 @@ def test_direct_producer_stamps_the_same_metadata(tenant: Tenant) -> None:
         assert headers["ks_app"] == tenant.app("player").encode()
 
     # Held to the proxy's limit per event: one over it and nothing of the batch is written.
-    small = DirectProducer(tenant.bootstrap, tenant.app("player"), max_event_bytes=100)
+    small = DirectProducer(tenant.kafka, tenant.app("player"), max_event_bytes=100)
     marker = f'{{"direct": "{uuid.uuid4()}"}}'.encode()
     with pytest.raises(PayloadTooLarge, match="event 1 is 101 bytes; the limit is 100"):
         small.send(tenant.stream("crowd"), [marker, b"x" * 101])

@@ -42,9 +42,8 @@ def test_a_full_queue_and_a_silent_broker_fail_each_event_in_bounded_time() -> N
 
 
 def test_a_cancelled_request_does_not_hold_up_the_others(stack: Stack) -> None:
-    bootstrap = stack.address("kafka")
     topic = f"publisher-test-{uuid.uuid4().hex[:8]}"
-    settings = Settings(kafka_bootstrap=bootstrap)
+    settings = stack.settings
     # One partition: the gone request's acknowledgements are all served before the other's.
     create_topics(settings, {topic: 1})
     publisher = Publisher(settings)

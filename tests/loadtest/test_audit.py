@@ -87,7 +87,7 @@ def test_the_readers_of_kafka_and_keystone_outputs_count_replays(
             Message(None, **{envelope.GUID: "g1"}, **replayed("rw-a")),
         ],
     }
-    monkeypatch.setattr(kafka_readback, "read_topic", lambda _bootstrap, topic: topics[topic])
+    monkeypatch.setattr(kafka_readback, "read_topic", lambda _kafka, topic: topics[topic])
     settings = Settings()
     for name in ("clicks", "onwards"):
         output = SPEC.output(name)

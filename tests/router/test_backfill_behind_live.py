@@ -58,7 +58,7 @@ def test_a_hive_backfill_waits_for_the_live_output_to_pass_its_range(
     team = owner(admin, OWNER)
     team.ok("POST", "/v1/apps", {"name": APP})
     tables = Tables(stack)
-    producer = DirectProducer(stack.address("kafka"), APP)
+    producer = DirectProducer(stack.kafka(), APP)
     path = f"/v1/streams/{STREAM}/outputs/warehouse/backfill"
     now = int(time.time() * 1000)
     try:

@@ -105,11 +105,11 @@ class Loaded:
 
     def copies(self) -> dict[str, Counter[str]]:
         """Per topic read back (read_committed), how many times each guid is there."""
-        bootstrap = self.stack.address("kafka")
+        kafka = self.stack.kafka()
 
         def guids(topic: str) -> Counter[str]:
             return Counter(
-                dict(m.headers())[envelope.GUID].decode() for m in read_topic(bootstrap, topic)
+                dict(m.headers())[envelope.GUID].decode() for m in read_topic(kafka, topic)
             )
 
         return {
@@ -120,11 +120,11 @@ class Loaded:
 
     def delivering(self) -> None:
         """Until the router (started again, say) has committed a second's worth of events."""
-        topic, bootstrap = f"{STREAM}.clicks", self.stack.address("kafka")
-        before = len(read_topic(bootstrap, topic))
+        topic, kafka = f"{STREAM}.clicks", self.stack.kafka()
+        before = len(read_topic(kafka, topic))
         eventually(
             "the router to deliver",
-            lambda: len(read_topic(bootstrap, topic)) >= before + RATE,
+            lambda: len(read_topic(kafka, topic)) >= before + RATE,
             timeout=120,
         )
 
@@ -171,7 +171,7 @@ def loaded(stack: Stack, admin: Api) -> Iterator[Loaded]:
     target, main = specs()
     team.ok("POST", "/v1/streams", target)
     team.ok("POST", "/v1/streams", main)
-    handle = Loaded(stack, team, DirectProducer(stack.address("kafka"), APP, ack_timeout=60))
+    handle = Loaded(stack, team, DirectProducer(stack.kafka(), APP, ack_timeout=60))
     try:
         handle.send(50)
         eventually("both routers to deliver", handle.all_there, timeout=240)
@@ -244,13 +244,13 @@ def test_a_task_failing_once_around_its_commit_leaves_no_duplicate(
 
 def test_a_partition_added_to_the_fronting_topic_is_written_once_too(loaded: Loaded) -> None:
     """Its producer is new, with no position: it writes what the partition holds, once."""
-    bootstrap, topic = loaded.stack.address("kafka"), fronting_topic(STREAM)
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    kafka, topic = loaded.stack.kafka(), fronting_topic(STREAM)
+    admin = AdminClient(kafka)
     count = len(admin.list_topics(topic, timeout=30).topics[topic].partitions)
     for future in admin.create_partitions([NewPartitions(topic, count + 1)]).values():
         future.result(timeout=30)
     # A new producer: the fixture's has the topic's old metadata for minutes.
-    loaded.producer = DirectProducer(bootstrap, APP, ack_timeout=60)
+    loaded.producer = DirectProducer(kafka, APP, ack_timeout=60)
     loaded.send(300)
-    assert any(m.partition() == count for m in read_topic(bootstrap, topic))
+    assert any(m.partition() == count for m in read_topic(kafka, topic))
     loaded.exactly_once()

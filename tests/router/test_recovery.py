@@ -166,12 +166,12 @@ class Rewound:
     def kafka(self, output: str = "clicks") -> list[tuple[str, dict, dict]]:
         return [
             (m.key().decode(), json.loads(m.value()), _headers(m))
-            for m in read_topic(self.stack.address("kafka"), f"{STREAM}.{output}")
+            for m in read_topic(self.stack.kafka(), f"{STREAM}.{output}")
         ]
 
     def keystone(self) -> list[tuple[str, dict, dict]]:
         found = []
-        for m in read_topic(self.stack.address("kafka"), f"keystone.{TARGET}"):
+        for m in read_topic(self.stack.kafka(), f"keystone.{TARGET}"):
             headers = _headers(m)
             found.append((headers[envelope.GUID], json.loads(m.value()), headers))
         return found
@@ -246,7 +246,7 @@ def rewound(stack: Stack, admin: Api) -> Iterator[Rewound]:
     team = owner(admin, OWNER)
     team.ok("POST", "/v1/apps", {"name": APP})
     team.ok("POST", "/v1/streams", {"name": TARGET, "owner": OWNER, "partitions": 2})
-    handle = Rewound(stack, team, Tables(stack), DirectProducer(stack.address("kafka"), APP))
+    handle = Rewound(stack, team, Tables(stack), DirectProducer(stack.kafka(), APP))
     try:
         team.ok("POST", "/v1/streams", handle.spec(good=True))
         handle.send(range(0, BATCH), hour=0)
@@ -471,8 +471,7 @@ def test_the_archive_keeps_each_record_as_kafka_had_it_and_drops_hours_past_rete
 ) -> None:
     eventually("the archive to hold every event", lambda: _archived(rewound), timeout=120)
     fronting = {
-        m.key().decode(): m
-        for m in read_topic(rewound.stack.address("kafka"), f"keystone.{STREAM}")
+        m.key().decode(): m for m in read_topic(rewound.stack.kafka(), f"keystone.{STREAM}")
     }
     rows = rewound.archive()
     for row in rows:
@@ -561,7 +560,7 @@ def test_backfilling_the_bad_hour_from_the_archive_leaves_each_sink_right_even_i
     live = sorted(g for g, _, h in records if envelope.REPLAY not in h)
     assert live == sorted(rewound.kept(True, (0, 2)) | rewound.kept(False, (1,)))
     # What the fixed filter cannot read: out of the sinks (above), in the archive, no dead letter.
-    letters = read_topic(rewound.stack.address("kafka"), f"keystone.{STREAM}.dlq")
+    letters = read_topic(rewound.stack.kafka(), f"keystone.{STREAM}.dlq")
     assert not {_headers(m)[envelope.GUID] for m in letters} & rewound.unreadable
     assert rewound.unreadable <= {r["guid"] for r in rewound.archive()}
     audit = rewound.api.audit()

@@ -92,7 +92,7 @@ class Redriven:
     def kafka(self) -> list[tuple[str, dict, dict]]:
         return [
             (m.key().decode(), json.loads(m.value()), {k: v.decode() for k, v in m.headers()})
-            for m in read_topic(self.stack.address("kafka"), f"{STREAM}.clicks")
+            for m in read_topic(self.stack.kafka(), f"{STREAM}.clicks")
         ]
 
     def search(self) -> dict[str, dict]:
@@ -134,7 +134,7 @@ def redriven(stack: Stack, admin: Api) -> Iterator[Redriven]:
     team = owner(admin, OWNER)
     team.ok("POST", "/v1/apps", {"name": APP})
     team.ok("POST", "/v1/streams", spec(fixed=False))
-    handle = Redriven(stack, team, Tables(stack), DirectProducer(stack.address("kafka"), APP))
+    handle = Redriven(stack, team, Tables(stack), DirectProducer(stack.kafka(), APP))
     try:
         handle.send(
             "good", [{"n": n, "kind": "click", "code": 7, "amount": n} for n in range(EACH)]
@@ -187,7 +187,7 @@ def test_dead_letters_fail_again_until_fixed_then_reach_only_where_they_failed(
     assert groups[("_stream", stream_reason)]["redriven"] == EACH
     again = [
         h
-        for m in read_topic(redriven.stack.address("kafka"), f"keystone.{STREAM}.dlq")
+        for m in read_topic(redriven.stack.kafka(), f"keystone.{STREAM}.dlq")
         if (h := {k: v.decode() for k, v in m.headers()}).get(envelope.REDRIVES) == "1"
     ]
     assert {h[envelope.GUID] for h in again} == strict  # each counted once redriven
@@ -218,10 +218,10 @@ def test_dead_letters_fail_again_until_fixed_then_reach_only_where_they_failed(
     dlq = f"keystone.{STREAM}.dlq"
     [copied, *_] = [
         m
-        for m in read_topic(redriven.stack.address("kafka"), dlq)
+        for m in read_topic(redriven.stack.kafka(), dlq)
         if dict(m.headers()).get(envelope.REDRIVES) == b"1"
     ]
-    again = Producer({"bootstrap.servers": redriven.stack.address("kafka")})
+    again = Producer(redriven.stack.kafka())
     again.produce(dlq, key=copied.key(), value=copied.value(), headers=copied.headers())
     assert again.flush(30) == 0
 

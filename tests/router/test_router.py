@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -210,8 +211,8 @@ class Routed:
     at_load: Outputs | None = None
 
     @property
-    def bootstrap(self) -> str:
-        return self.stack.address("kafka")
+    def kafka(self) -> dict[str, Any]:
+        return self.stack.kafka()
 
     @property
     def es(self) -> str:
@@ -255,14 +256,14 @@ class Routed:
 
     def send(self, count: int, start: int, stream: str = STREAM) -> list[str]:
         if self.producer is None:
-            self.producer = DirectProducer(self.bootstrap, "rt_app")
+            self.producer = DirectProducer(self.kafka, "rt_app")
         result = self.producer.send(stream, [event(n) for n in range(start, start + count)])
         assert len(result.guids) == count
         return result.guids
 
     def refresh(self) -> None:
         """Re-reads the fronting topic: the events and their metadata as the router sees them."""
-        for message in read_topic(self.bootstrap, f"keystone.{STREAM}"):
+        for message in read_topic(self.kafka, f"keystone.{STREAM}"):
             headers = {k: v.decode() for k, v in message.headers() or []}
             if headers.get("ks_app") != "rt_app":
                 continue
@@ -279,12 +280,12 @@ class Routed:
     def kafka_output(self, stream: str = STREAM) -> list[tuple[str, dict]]:
         return [
             (m.key().decode(), json.loads(m.value()))
-            for m in read_topic(self.bootstrap, f"{stream}.clicks")
+            for m in read_topic(self.kafka, f"{stream}.clicks")
         ]
 
     def keystone_output(self) -> list[tuple[str, dict, dict]]:
         out = []
-        for m in read_topic(self.bootstrap, f"keystone.{TARGET}"):
+        for m in read_topic(self.kafka, f"keystone.{TARGET}"):
             headers = {k: v.decode() for k, v in m.headers()}
             out.append((headers[envelope.GUID], json.loads(m.value()), headers))
         return out
@@ -302,7 +303,7 @@ class Routed:
                 "value": m.value(),
                 "headers": {k: v.decode() for k, v in m.headers() or []},
             }
-            for m in read_topic(self.bootstrap, f"keystone.{STREAM}.dlq")
+            for m in read_topic(self.kafka, f"keystone.{STREAM}.dlq")
         ]
 
     def metrics(self) -> str:
@@ -378,7 +379,7 @@ def routed(stack: Stack) -> Iterator[Routed]:
     # The first load, which the first three tests check, whatever ran before them.
     handle.send(1500, start=0)
     produce(
-        handle.bootstrap,
+        handle.stack.settings,
         f"keystone.{STREAM}",
         [(value, headers) for value, headers, _ in MALFORMED],
     )

@@ -11,6 +11,7 @@ import pytest
 from confluent_kafka import Producer
 from pyspark.sql import SparkSession
 
+from keystone.contracts import kafka_clients
 from keystone.contracts.names import fronting_topic
 from keystone.contracts.spec import StreamSpec
 from keystone.control.provisioner import ensure_topics
@@ -23,11 +24,11 @@ def test_records_become_routable_events_or_dead_letters_with_reasons(stack: Stac
     settings = stack.settings
     stream = f"source_{uuid.uuid4().hex[:8]}"
     ensure_topics(settings, StreamSpec(name=stream, owner="team-test", partitions=2))
-    sent = DirectProducer(settings.kafka_bootstrap, "player").send(
+    sent = DirectProducer(kafka_clients.librdkafka(settings), "player").send(
         stream, [b'{"a": 1, "a": 2}', b'{"n": 5}']
     )
     stamped = {"ks_guid": "g-raw", "ks_ts": "1700000000000"}
-    raw = Producer({"bootstrap.servers": settings.kafka_bootstrap, "acks": "all"})
+    raw = Producer(kafka_clients.librdkafka(settings) | {"acks": "all"})
     for value, extra in (
         (b"[1]", {}),
         (b"nope", {}),

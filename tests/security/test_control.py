@@ -319,7 +319,7 @@ def test_names_kafka_counts_as_one_are_422s_before_anything_is_made(
         answer = team.call("POST", "/v1/streams", spec(f"dots_{unique}", name, outputs=[output]))
         assert answer.status_code == 422, answer.text
         assert answer.json()["problems"][0]["field"] == "outputs.0.sink.kafka.topic"
-    topics = AdminClient({"bootstrap.servers": stack.address("kafka")}).list_topics(timeout=10)
+    topics = AdminClient(stack.kafka()).list_topics(timeout=10)
     assert f"keystone.{first}_dlq" not in topics.topics  # nothing refused was provisioned
     team.ok("DELETE", f"/v1/streams/{first}")
     good.works()

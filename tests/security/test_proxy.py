@@ -73,10 +73,7 @@ def hostile(stack: Stack, admin: Api) -> Hostile:
 
 def test_events_per_request_are_capped(hostile: Hostile, good: Good) -> None:
     def written() -> set[bytes]:  # the stream's events so far (other tests post to it too)
-        return {
-            m.key()
-            for m in read_topic(hostile.stack.address("kafka"), fronting_topic(hostile.stream))
-        }
+        return {m.key() for m in read_topic(hostile.stack.kafka(), fronting_topic(hostile.stream))}
 
     before = written()
     many = b"{}\n" * (LIMITS.max_events_per_request + 1)

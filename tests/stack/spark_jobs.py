@@ -16,6 +16,7 @@ import sys
 
 from pyspark.sql import functions as F
 
+from keystone.contracts import kafka_clients
 from keystone.contracts.settings import Settings
 from keystone.router.spark import spark_session
 
@@ -26,7 +27,7 @@ def kafka_copy(source: str, target: str) -> dict:
     spark = spark_session(settings, "test-kafka-copy")
     frame = (
         spark.read.format("kafka")
-        .option("kafka.bootstrap.servers", settings.kafka_bootstrap)
+        .options(**kafka_clients.spark_options(settings))
         .option("subscribe", source)
         .option("includeHeaders", "true")
         .load()
@@ -38,7 +39,7 @@ def kafka_copy(source: str, target: str) -> dict:
     (
         frame.select("key", "value", "headers")
         .write.format("kafka")
-        .option("kafka.bootstrap.servers", settings.kafka_bootstrap)
+        .options(**kafka_clients.spark_options(settings))
         .option("topic", target)
         .save()
     )

@@ -18,8 +18,8 @@ from tests.support.stack import Stack, checked, private_state_dir, stack_env
 
 @pytest.mark.exclusive  # it stops or restarts a service every test uses
 def test_down_stops_everything_and_up_keeps_the_data(stack: Stack) -> None:
-    bootstrap, topic = stack.address("kafka"), f"durable-{uuid.uuid4().hex[:8]}"
-    produce(bootstrap, topic, [(b'{"kept": true}', {"ks_guid": "g-kept"})])
+    topic = f"durable-{uuid.uuid4().hex[:8]}"
+    produce(stack.settings, topic, [(b'{"kept": true}', {"ks_guid": "g-kept"})])
     database = f"durable_{uuid.uuid4().hex[:8]}"
     writer = stack.python("-m", "tests.stack.spark_jobs", "hive-write", database, "t", "4")
     _, errors = writer.communicate(timeout=300)
@@ -44,7 +44,7 @@ def test_down_stops_everything_and_up_keeps_the_data(stack: Stack) -> None:
     finally:  # the stack up again for the tests after this one, whatever failed
         checked(stack.keystone("stack", "up", timeout=600))
 
-    [message] = consume_all(bootstrap, topic, expected=1)
+    [message] = consume_all(stack.settings, topic, expected=1)
     assert message.value() == b'{"kept": true}'
     rows = checked(stack.keystone("sql", f"SELECT id, writer, hour FROM {database}.t", "--json"))
     assert sorted(json.loads(line)["id"] for line in rows.stdout.splitlines()) == [0, 1, 2, 3]

@@ -39,20 +39,20 @@ def test_every_service_is_healthy(stack: Stack) -> None:
 
 
 def test_kafka_record_round_trip(stack: Stack) -> None:
-    bootstrap, topic = stack.address("kafka"), f"roundtrip-{uuid.uuid4().hex[:8]}"
-    produce(bootstrap, topic, [(b'{"n": 1}', {"ks_guid": "g-1"})])
-    [message] = consume_all(bootstrap, topic, expected=1)
+    topic = f"roundtrip-{uuid.uuid4().hex[:8]}"
+    produce(stack.settings, topic, [(b'{"n": 1}', {"ks_guid": "g-1"})])
+    [message] = consume_all(stack.settings, topic, expected=1)
     assert message.value() == b'{"n": 1}'
     assert message.headers() == [("ks_guid", b"g-1")]
 
 
 def test_kafka_creates_no_topic_a_client_merely_asks_about(stack: Stack) -> None:
     # As a producer still holding a deleted stream's topic asks again for its metadata.
-    bootstrap, topic = stack.address("kafka"), f"unprovisioned-{uuid.uuid4().hex[:8]}"
-    asking = Producer({"bootstrap.servers": bootstrap, "allow.auto.create.topics": True})
+    topic = f"unprovisioned-{uuid.uuid4().hex[:8]}"
+    asking = Producer(stack.kafka() | {"allow.auto.create.topics": True})
     asking.list_topics(topic, timeout=10)  # a metadata request that asks for its creation
     time.sleep(1)  # a creation, had the broker made one, is done by now
-    assert missing_topics(Settings(kafka_bootstrap=bootstrap), [topic]) == [topic]
+    assert missing_topics(stack.settings, [topic]) == [topic]
 
 
 def test_redis_set_get(stack: Stack) -> None:
@@ -128,18 +128,17 @@ def test_prometheus_scrapes_a_registered_target(stack: Stack) -> None:
 
 
 def test_spark_reads_and_writes_kafka_through_the_connector(stack: Stack) -> None:
-    bootstrap = stack.address("kafka")
     source, target = f"spark-in-{uuid.uuid4().hex[:8]}", f"spark-out-{uuid.uuid4().hex[:8]}"
     records = [(f'{{"n": {i}}}'.encode(), {"ks_guid": f"g-{i}"}) for i in range(50)]
-    produce(bootstrap, source, records)
-    create_topics(Settings(kafka_bootstrap=bootstrap), {target: 1})
+    produce(stack.settings, source, records)
+    create_topics(stack.settings, {target: 1})
     job = stack.python("-m", "tests.stack.spark_jobs", "kafka-copy", source, target)
     out, errors = job.communicate(timeout=300)
     assert job.returncode == 0, errors[-3000:]
     result = json.loads(out.strip().splitlines()[-1])
     assert result["values"] == sorted(r[0].decode() for r in records)
     assert sorted(h for [[_, h]] in result["headers"]) == sorted(f"g-{i}" for i in range(50))
-    copied = consume_all(bootstrap, target, expected=50)
+    copied = consume_all(stack.settings, target, expected=50)
     assert sorted(m.value() for m in copied) == sorted(r[0] for r in records)
     assert all(m.headers()[0][0] == "ks_guid" for m in copied)
 
@@ -212,4 +211,12 @@ def test_a_kafka_made_with_one_broker_is_not_taken_for_three(tmp_path) -> None:
     with pytest.raises(StackError, match="KEYSTONE_KAFKA_BROKERS=1"):
         Kafka(Settings(state_dir=tmp_path, kafka_brokers=3)).prepare()
     Kafka(Settings(state_dir=tmp_path)).prepare()  # as it was made: goes on
-    assert (tmp_path / "data" / "kafka" / "brokers").read_text() == "1"
+    assert (tmp_path / "data" / "kafka" / "brokers").read_text() == "1 plaintext"
+
+
+def test_a_kafka_made_in_plaintext_is_not_taken_for_a_secured_one(tmp_path) -> None:
+    (tmp_path / "data" / "kafka" / "logs").mkdir(parents=True)  # a stack made before
+    # Its users are formatted into its storage: refused, before anything is made for them.
+    with pytest.raises(StackError, match="KEYSTONE_KAFKA_SECURITY=plaintext"):
+        Kafka(Settings(state_dir=tmp_path, kafka_security="sasl_ssl")).prepare()
+    assert not (tmp_path / "conf" / "kafka" / "users").exists()

@@ -45,7 +45,7 @@ class Good:
 
     def delivered(self, guid: str) -> bool:
         topic = f"{GOOD_STREAM}.{GOOD_OUTPUT['name']}"
-        return guid in {m.key().decode() for m in read_topic(self.stack.address("kafka"), topic)}
+        return guid in {m.key().decode() for m in read_topic(self.stack.kafka(), topic)}
 
     def rules_loaded(self) -> bool:
         answer = http.client().get(f"{self.stack.address('prometheus')}/api/v1/rules", timeout=10)

@@ -12,20 +12,21 @@ from confluent_kafka import (
     Producer,
 )
 
+from keystone.contracts import kafka_clients
 from keystone.contracts.settings import Settings
 from keystone.router.topics import create_topics
 
 
-def produce(bootstrap: str, topic: str, records: list[tuple[bytes, dict[str, str]]]) -> None:
+def produce(settings: Settings, topic: str, records: list[tuple[bytes, dict[str, str]]]) -> None:
     """Writes the records, creating the topic (one partition) first when it is missing: the
     broker creates none on its own."""
-    create_topics(Settings(kafka_bootstrap=bootstrap), {topic: 1})
+    create_topics(settings, {topic: 1})
     producer = Producer(
-        {
-            "bootstrap.servers": bootstrap,
+        kafka_clients.librdkafka(settings)
+        | {
             "acks": "all",
             "enable.idempotence": True,
-            "message.max.bytes": Settings().max_record_bytes,
+            "message.max.bytes": settings.max_record_bytes,
         }
     )
     for value, headers in records:
@@ -33,11 +34,13 @@ def produce(bootstrap: str, topic: str, records: list[tuple[bytes, dict[str, str
     assert producer.flush(30) == 0, "records still unacknowledged after 30 s"
 
 
-def consume_all(bootstrap: str, topic: str, expected: int, timeout: float = 60) -> list[Message]:
+def consume_all(
+    settings: Settings, topic: str, expected: int, timeout: float = 60
+) -> list[Message]:
     """Reads from the start until `expected` messages arrived or `timeout` passed."""
     consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
+        kafka_clients.librdkafka(settings)
+        | {
             "group.id": f"test-{uuid.uuid4()}",
             "auto.offset.reset": "earliest",
         }

@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 
+from keystone.contracts import kafka_clients
 from keystone.contracts.errors import BadRequest
 from keystone.ingest_proxy.client import DirectProducer, ProxyClient
 
@@ -43,7 +44,7 @@ def send(
     events = _events(source.read())
     if direct:
         producer = DirectProducer(
-            ctx.obj.kafka_bootstrap, direct, max_event_bytes=ctx.obj.max_event_bytes
+            kafka_clients.librdkafka(ctx.obj), direct, max_event_bytes=ctx.obj.max_event_bytes
         )
         result = producer.send(stream, events)
     else:

@@ -114,6 +114,13 @@ class Settings(BaseSettings, Limits):
         description="The embedded Kafka's first KRaft controller port; broker n's controller "
         "listens on this port + 2(n - 1).",
     )
+    kafka_security: Literal["plaintext", "sasl_ssl"] = Field(
+        "plaintext",
+        description="The embedded Kafka's client listeners. sasl_ssl: TLS with a certificate of "
+        "a CA made in <state_dir>/conf/kafka/tls, SCRAM-SHA-512 users (the broker, the admin, "
+        "control, the routers, the proxy; passwords in <state_dir>/conf/kafka/users) and ACLs: "
+        "no client reaches it in plaintext or unauthenticated.",
+    )
     kafka_brokers: int = Field(
         1,
         ge=1,
@@ -141,6 +148,36 @@ class Settings(BaseSettings, Limits):
     redis_url: str = Field(
         "",
         description=f"The registry's Redis URL (default: the embedded Redis).{_EXTERNAL}",
+    )
+    # How every Kafka client of the project connects (`contracts.kafka_clients` turns these
+    # into each client kind's configuration; nothing else builds one).
+    kafka_security_protocol: Literal["", "PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = Field(
+        "",
+        description="How Kafka's clients connect: PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL "
+        "(default: PLAINTEXT).",
+    )
+    kafka_sasl_mechanism: Literal["SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN"] = Field(
+        "SCRAM-SHA-512", description="The SASL mechanism, with a SASL protocol."
+    )
+    kafka_sasl_username: str = Field("", description="The SASL user, with a SASL protocol.")
+    kafka_sasl_password: SecretStr = Field(
+        SecretStr(""),
+        description="The SASL user's password; or give kafka_sasl_password_file.",
+    )
+    kafka_sasl_password_file: str = Field(
+        "", description="A file holding the SASL user's password (read when a client is made)."
+    )
+    kafka_ssl_ca_file: str = Field(
+        "",
+        description="PEM certificates of the authorities the brokers' certificates are checked "
+        "against, with SSL or SASL_SSL (default: the system's).",
+    )
+    kafka_ssl_certificate_file: str = Field(
+        "", description="The client's own PEM certificate, where the brokers ask for one."
+    )
+    kafka_ssl_key_file: str = Field("", description="The PEM private key of that certificate.")
+    kafka_ssl_key_password: SecretStr = Field(
+        SecretStr(""), description="The password of that key, if it has one."
     )
     elasticsearch_url: str = Field(
         "", description=f"Elasticsearch's URL (default: the embedded node).{_EXTERNAL}"
@@ -325,6 +362,16 @@ class Settings(BaseSettings, Limits):
             ),
             "warehouse_dir": (self.state_dir / "warehouse").as_uri(),
         }
+        if self.is_embedded("kafka") and self.kafka_security == "sasl_ssl":
+            # The stack's own CA, and the admin unless a process is given its principal
+            # (`kafka_principal_env`).
+            defaults |= {
+                "kafka_security_protocol": "SASL_SSL",
+                "kafka_ssl_ca_file": str(self.kafka_tls_dir / "ca.pem"),
+                "kafka_sasl_username": "admin",
+            }
+            if "kafka_sasl_password" not in self.model_fields_set:
+                defaults["kafka_sasl_password_file"] = str(self.kafka_password_file("admin"))
         for name, value in defaults.items():
             if not getattr(self, name):
                 object.__setattr__(self, name, value)
@@ -340,6 +387,26 @@ class Settings(BaseSettings, Limits):
                 value.get_secret_value() if isinstance(value, SecretStr) else str(value)
             )
         return env
+
+    def kafka_principal_env(self, principal: str) -> dict[str, str]:
+        """KEYSTONE_* variables that make a child process of the embedded secured Kafka's stack
+        connect as `principal` (its password in a file, never in the environment); none when
+        Kafka is not the embedded secured one: a child then connects as this process does."""
+        if not self.is_embedded("kafka") or self.kafka_security != "sasl_ssl":
+            return {}
+        return {
+            "KEYSTONE_KAFKA_SASL_USERNAME": principal,
+            "KEYSTONE_KAFKA_SASL_PASSWORD_FILE": str(self.kafka_password_file(principal)),
+        }
+
+    @property
+    def kafka_tls_dir(self) -> Path:
+        """The embedded secured Kafka's CA and broker certificates."""
+        return self.conf_dir / "kafka" / "tls"
+
+    def kafka_password_file(self, principal: str) -> Path:
+        """The embedded secured Kafka's SCRAM password of `principal`."""
+        return self.conf_dir / "kafka" / "users" / principal
 
     def is_embedded(self, service: str) -> bool:
         """True when the stack runs this service itself (its address was not set)."""

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
-from keystone.contracts import envelope
+from keystone.contracts import envelope, kafka_clients
 from keystone.contracts.checkpoints import Offsets
 from keystone.contracts.errors import KeystoneError, Unavailable
 from keystone.contracts.names import STREAM_LEVEL, dead_letter_topic, redriven_topic
@@ -229,8 +229,8 @@ def letters_end(settings: Settings, stream: str) -> Offsets:
 
 def _consumer(settings: Settings) -> Consumer:
     return Consumer(
-        {
-            "bootstrap.servers": settings.kafka_bootstrap,
+        kafka_clients.librdkafka(settings)
+        | {
             "group.id": f"keystone-control-{uuid.uuid4()}",  # never commits: only assigns
             "enable.auto.commit": False,
             "enable.partition.eof": True,

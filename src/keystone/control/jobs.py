@@ -113,7 +113,11 @@ class JobRuns(Generic[J]):
             log_path,
             record,
             cwd=self.settings.state_dir,
-            env={**self.settings.to_env(), "PYTHONUNBUFFERED": "1"},
+            env={
+                **self.settings.to_env(),
+                **self.settings.kafka_principal_env("router"),
+                "PYTHONUNBUFFERED": "1",
+            },
         )
         log.info("%s %s of %s started (pid %d)", self.kind.noun(), job.id, name, pid)
 

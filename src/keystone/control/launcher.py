@@ -170,7 +170,11 @@ class ProcessLauncher:
             log_path,
             PidFile(record),
             cwd=settings.state_dir,
-            env={**settings.to_env(), "PYTHONUNBUFFERED": "1"},
+            env={
+                **settings.to_env(),
+                **settings.kafka_principal_env("router"),
+                "PYTHONUNBUFFERED": "1",
+            },
         )
         start = process_start_time(pid)
         deployed = Deployment(spec.name, pid, start or 0, port, fingerprint, started)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
+from keystone.contracts import kafka_clients
 from keystone.contracts.checkpoints import Offsets
 from keystone.contracts.errors import Unavailable
 from keystone.contracts.settings import Settings
@@ -30,8 +31,8 @@ class Positions:
 
     def _consumer(self) -> Consumer:
         return Consumer(
-            {
-                "bootstrap.servers": self.settings.kafka_bootstrap,
+            kafka_clients.librdkafka(self.settings)
+            | {
                 "group.id": "keystone-control-positions",  # never commits: only assigns
                 "enable.auto.commit": False,
                 "isolation.level": "read_committed",

@@ -12,7 +12,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-from keystone.contracts import envelope
+from keystone.contracts import envelope, kafka_clients
 from keystone.contracts.errors import ExpressionError, InvalidSpec, Unavailable
 from keystone.contracts.limits import Limits
 from keystone.contracts.names import fronting_topic
@@ -140,8 +140,8 @@ def recent_events(settings: Settings, stream: str, limit: int, timeout: float = 
     partition, merged by ingest time."""
     topic = fronting_topic(stream)
     consumer = Consumer(
-        {
-            "bootstrap.servers": settings.kafka_bootstrap,
+        kafka_clients.librdkafka(settings)
+        | {
             "group.id": f"keystone-preview-{uuid.uuid4()}",
             "enable.auto.commit": False,
             "enable.partition.eof": True,

@@ -33,6 +33,7 @@ from typing import Protocol
 from confluent_kafka import KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
+from keystone.contracts import kafka_clients
 from keystone.contracts.errors import Unavailable
 from keystone.contracts.names import fronting_topic
 from keystone.contracts.registry import RouterState
@@ -139,7 +140,7 @@ class TrafficStore(Protocol):
 def topic_sizes(settings: Settings, topics: Iterable[str]) -> dict[str, int]:
     """Records each topic holds so far (its partitions' end offsets, summed), in one request,
     soon or not at all: the fleet's pass waits for it, within its lease."""
-    admin = AdminClient({"bootstrap.servers": settings.kafka_bootstrap})
+    admin = AdminClient(kafka_clients.librdkafka(settings))
     try:
         metadata = admin.list_topics(timeout=ASK_SECONDS).topics
         wanted = {

@@ -163,7 +163,7 @@ class DirectProducer:
 
     def __init__(
         self,
-        bootstrap: str,
+        kafka: dict[str, Any],
         app: str,
         ack_timeout: float = 30.0,
         max_event_bytes: int = MAX_EVENT_BYTES,
@@ -173,8 +173,8 @@ class DirectProducer:
         self.host = socket.gethostname()
         self.ack_timeout = ack_timeout
         self._producer = Producer(
-            {
-                "bootstrap.servers": bootstrap,
+            kafka
+            | {
                 "acks": "all",
                 "enable.idempotence": True,
                 "linger.ms": 5,

@@ -15,6 +15,7 @@ from functools import partial
 
 from confluent_kafka import KafkaException, Producer
 
+from keystone.contracts import kafka_clients
 from keystone.contracts.settings import Settings
 
 Record = tuple[bytes, bytes, list[tuple[str, bytes]]]  # key, value, headers
@@ -44,8 +45,8 @@ class Publisher:
         timeout_ms = int(settings.kafka_ack_timeout_seconds * 1000)
         self.ack_timeout = settings.kafka_ack_timeout_seconds
         self._producer = Producer(
-            {
-                "bootstrap.servers": settings.kafka_bootstrap,
+            kafka_clients.librdkafka(settings)
+            | {
                 "acks": "all",
                 "enable.idempotence": True,
                 "linger.ms": settings.kafka_linger_ms,

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from keystone.contracts import envelope
+from keystone.contracts import envelope, kafka_clients
 from keystone.contracts.names import fronting_topic
 from keystone.contracts.registry import RegistryReader
 from keystone.contracts.schema import parse_schema, schema_problems
@@ -139,7 +139,7 @@ def expect(settings: Settings, spec: StreamSpec, audited: list[Route], acked: se
                     arrive(target, record, meta)
 
     seen = set()
-    for message in iter_topic(settings.kafka_bootstrap, fronting_topic(spec.name)):
+    for message in iter_topic(kafka_clients.librdkafka(settings), fronting_topic(spec.name)):
         headers: dict[str, str] = {}
         for key, value in message.headers() or []:
             headers.setdefault(key, (value or b"").decode())

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from keystone.contracts import kafka_clients
 from keystone.contracts.errors import BadRequest, KeystoneError, Unavailable
 from keystone.contracts.names import STREAM_LEVEL, fronting_topic
 from keystone.contracts.settings import Settings
@@ -162,7 +163,7 @@ class BadEvents:
 
     def _send(self, started: float, seconds: float) -> None:
         maker = EventMaker(seed=4242, size=600)
-        producer = DirectProducer(self.settings.kafka_bootstrap, self.app)
+        producer = DirectProducer(kafka_clients.librdkafka(self.settings), self.app)
         for n in range(self.fault.count):
             time.sleep(max(0.0, started + n * seconds / self.fault.count - time.time()))
             self.guids += producer.send(self.spec.name, [bad_event(maker, n)]).guids

@@ -22,7 +22,7 @@ from types import TracebackType
 
 from confluent_kafka import Producer
 
-from keystone.contracts import envelope
+from keystone.contracts import envelope, kafka_clients
 from keystone.contracts.names import dead_letter_topic, fronting_topic
 from keystone.contracts.processes import PidFile, stat_fields
 from keystone.contracts.settings import Settings
@@ -100,9 +100,7 @@ def produce(
     making each costs more than sending it, and a producer that cannot keep its rate would
     measure itself."""
     pool = [make_event(seq) for seq in range(min(count, POOL))]
-    producer = Producer(
-        {"bootstrap.servers": settings.kafka_bootstrap, "linger.ms": 5, "acks": "all"}
-    )
+    producer = Producer(kafka_clients.librdkafka(settings) | {"linger.ms": 5, "acks": "all"})
     tick, host = 0.01, platform.node()
     producer.list_topics(topic, timeout=30)  # connected before the first ks_ts is stamped
     started = time.monotonic()
@@ -239,10 +237,13 @@ def cpu_times(pids: Iterable[int]) -> dict[tuple[int, int], float]:
 class Job:
     """A job a benchmark runs beside the router (Flink's, Spark's floor), while the `with` block
     does: `command` in a process group of its own (stopped whole, metered whole), its output in
-    `<state>/job.log`."""
+    `<state>/job.log`, `env` added to this process' environment (where secrets go, never in
+    `command`)."""
 
-    def __init__(self, label: str, command: list[str], state: Path) -> None:
-        self.label, self.command, self.state = label, command, state
+    def __init__(
+        self, label: str, command: list[str], state: Path, env: dict[str, str] | None = None
+    ) -> None:
+        self.label, self.command, self.state, self.env = label, command, state, env or {}
         self.log = state / "job.log"
         self._process: subprocess.Popen[bytes] | None = None
 
@@ -255,6 +256,7 @@ class Job:
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                env=os.environ | self.env,
             )
         return self
 

@@ -66,6 +66,7 @@ from confluent_kafka.admin import (
 from rich.console import Console
 from rich.table import Table
 
+from keystone.contracts import kafka_clients
 from keystone.contracts.errors import Unavailable
 from keystone.contracts.names import fronting_topic, output_topic
 from keystone.contracts.settings import Settings
@@ -175,7 +176,7 @@ class Idle:
 
 def log_append_time(settings: Settings, topics: list[str]) -> None:
     """The topics' records stamped by the broker as it appends them."""
-    admin = AdminClient({"bootstrap.servers": settings.kafka_bootstrap})
+    admin = AdminClient(kafka_clients.librdkafka(settings))
     entry = ConfigEntry(
         "message.timestamp.type",
         "LogAppendTime",
@@ -217,8 +218,8 @@ def read_back(
     guid (the record's key), its first record's; and how many records were copies (every
     target writes at least once)."""
     consumer = Consumer(
-        {
-            "bootstrap.servers": settings.kafka_bootstrap,
+        kafka_clients.librdkafka(settings)
+        | {
             "group.id": f"deployed-bench-{uuid.uuid4().hex[:8]}",
             "enable.auto.commit": False,
         }

@@ -16,6 +16,7 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import httpx
 import orjson
@@ -147,14 +148,14 @@ async def drive_proxy(plan: Plan, url: str, key: str, tick: Tick) -> Load:
     return load
 
 
-def drive_direct(plan: Plan, bootstrap: str, app: str, tick: Tick) -> Load:
+def drive_direct(plan: Plan, kafka: dict[str, Any], app: str, tick: Tick) -> Load:
     """The same load written straight to Kafka by the producer wrapper (one producer a thread),
     for producers that bypass HTTP; a batch is acknowledged when Kafka has every event of it."""
     load = Load(started=time.time())
 
     def producer(index: int) -> None:
         make = EventMaker(seed=plan.seed * 1000 + index, size=plan.event_size)
-        kafka = DirectProducer(bootstrap, app)
+        kafka_producer = DirectProducer(kafka, app)
         interval = plan.batch * plan.producers / plan.rate
         due = time.monotonic() + index * interval / plan.producers
         deadline = due + plan.duration
@@ -165,7 +166,7 @@ def drive_direct(plan: Plan, bootstrap: str, app: str, tick: Tick) -> Load:
             seq += plan.batch
             load.attempted += len(events)
             sent = time.time()
-            guids = kafka.send(plan.stream, events).guids
+            guids = kafka_producer.send(plan.stream, events).guids
             second = load.second(sent)
             second.latencies.append(time.time() - sent)
             second.acked += len(guids)

@@ -39,6 +39,7 @@ from pyspark.sql import SparkSession
 from rich.console import Console
 from rich.progress import Progress
 
+from keystone.contracts import kafka_clients
 from keystone.contracts.names import fronting_topic, output_topic
 from keystone.contracts.settings import Settings
 from keystone.contracts.spec import StreamSpec, load_spec
@@ -168,8 +169,8 @@ def receive(settings: Settings, topic: str, since_ms: int, pipe: Connection) -> 
     once there), until told to stop, then sends back the latency of each record of an event
     ingested at `since_ms` or later."""
     consumer = Consumer(
-        {
-            "bootstrap.servers": settings.kafka_bootstrap,
+        kafka_clients.librdkafka(settings)
+        | {
             "group.id": f"bench-{uuid.uuid4()}",
             "enable.auto.commit": False,
             "isolation.level": "read_committed",

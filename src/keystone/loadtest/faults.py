@@ -34,6 +34,7 @@ import httpx
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from keystone.contracts import kafka_clients
 from keystone.contracts import metrics as names
 from keystone.contracts.errors import BadRequest, KeystoneError, StackError
 from keystone.contracts.names import fronting_topic, valid_name
@@ -347,7 +348,7 @@ def fleet_leader(settings: Settings) -> int | None:
 
 def leader(settings: Settings, topic: str, partition: int) -> int:
     """The broker leading one partition of a topic now."""
-    admin = AdminClient({"bootstrap.servers": settings.kafka_bootstrap})
+    admin = AdminClient(kafka_clients.librdkafka(settings))
     found = admin.list_topics(topic, timeout=10).topics.get(topic)
     if found is None or partition not in found.partitions:
         raise StackError(f"topic {topic} has no partition {partition}")
@@ -617,7 +618,7 @@ class StallWatch:
 
     def _watch(self) -> None:
         consumer = Consumer(
-            {"bootstrap.servers": self.settings.kafka_bootstrap, "group.id": "keystone-stalls"}
+            kafka_clients.librdkafka(self.settings) | {"group.id": "keystone-stalls"}
         )
         try:
             listed = consumer.list_topics(timeout=15).topics

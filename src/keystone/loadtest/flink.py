@@ -9,13 +9,16 @@ under that interpreter as a file, importing nothing of the project.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
 
 from rich.console import Console
 
+from keystone.contracts import kafka_clients
 from keystone.contracts.settings import Settings
+from keystone.loadtest import flink_job
 from keystone.loadtest.bench import Job
 from keystone.router.jvm import bundle_jars
 from keystone.stack.jars import fetch_bundle
@@ -64,7 +67,6 @@ def job(
     command = [
         str(python),
         str(JOB),
-        f"--bootstrap={settings.kafka_bootstrap}",
         f"--source={source}",
         f"--sink={sink}",
         f"--jar={bundle_jars(settings, BUNDLE)[0]}",
@@ -75,4 +77,6 @@ def job(
         f"--linger-ms={settings.router_kafka_linger_ms}",
         f"--starting={starting}",
     ]
-    return Job("the Flink job", command, state)
+    # The connection (secrets too) through the environment, never the command line.
+    kafka = {flink_job.CONNECTION: json.dumps(kafka_clients.java(settings))}
+    return Job("the Flink job", command, state, env=kafka)

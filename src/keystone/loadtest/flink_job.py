@@ -2,20 +2,25 @@
 its stream's one Kafka output (a filter keeping half, a projection of five fields, key = guid,
 the fronting headers carried on), as a team that picked Flink instead would write it.
 
-    <flink virtualenv>/bin/python flink_job.py --bootstrap HOST:PORT --source TOPIC
-        --sink TOPIC --jar flink-sql-connector-kafka.jar --state DIR [--parallelism 1]
-        [--checkpoint-seconds 60] [--linger-ms 5] [--starting latest|earliest]
+    FLINK_JOB_KAFKA=<the connection, JSON> <flink virtualenv>/bin/python flink_job.py
+        --source TOPIC --sink TOPIC --jar flink-sql-connector-kafka.jar --state DIR
+        [--parallelism 1] [--checkpoint-seconds 60] [--linger-ms 5] [--starting latest|earliest]
 
 Run by PyFlink's own interpreter (`keystone.loadtest.flink`): it imports PyFlink and the
 standard library only, never the project (PyFlink pins a py4j that pyspark does not take). It
 runs until killed, in a local mini-cluster; checkpoints every `--checkpoint-seconds`, at least
-once, as the router's at-least-once Kafka output.
+once, as the router's at-least-once Kafka output. Its Kafka connection (kafka-clients'
+properties: `keystone.contracts.kafka_clients.java`, secrets too) comes in `FLINK_JOB_KAFKA`.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 from pathlib import Path
+
+CONNECTION = "FLINK_JOB_KAFKA"
 
 # The router's filter and projection (keystone.loadtest.router_bench's FILTER and PROJECTION,
 # which tests/loadtest/test_bench.py holds these to), in Flink SQL. Flink's
@@ -31,7 +36,7 @@ CREATE TABLE events (
 ) WITH (
   'connector' = 'kafka',
   'topic' = '{source}',
-  'properties.bootstrap.servers' = '{bootstrap}',
+{kafka}
   'properties.group.id' = 'flink-{source}',
   'scan.startup.mode' = '{starting}-offset',
   'format' = 'json',
@@ -48,7 +53,7 @@ CREATE TABLE routed (
 ) WITH (
   'connector' = 'kafka',
   'topic' = '{sink}',
-  'properties.bootstrap.servers' = '{bootstrap}',
+{kafka}
   'sink.delivery-guarantee' = 'at-least-once',
   'properties.linger.ms' = '{linger_ms}',
   'key.format' = 'raw',
@@ -73,7 +78,6 @@ def main() -> None:
     from pyflink.table import EnvironmentSettings, TableEnvironment
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--bootstrap", required=True)
     parser.add_argument("--source", required=True)
     parser.add_argument("--sink", required=True)
     parser.add_argument("--jar", type=Path, required=True)
@@ -97,9 +101,18 @@ def main() -> None:
         "jobmanager.rpc.address": "127.0.0.1",
     }.items():
         conf.set(key, value)
-    tables.execute_sql(SOURCE.format(**vars(args)))
-    tables.execute_sql(SINK.format(**vars(args)))
+    kafka = "\n".join(
+        f"  'properties.{key}' = '{_sql(value)}',"
+        for key, value in json.loads(os.environ[CONNECTION]).items()
+    )
+    tables.execute_sql(SOURCE.format(kafka=kafka, **vars(args)))
+    tables.execute_sql(SINK.format(kafka=kafka, **vars(args)))
     tables.execute_sql(ROUTE).wait()
+
+
+def _sql(value: str) -> str:
+    """A value inside a SQL string literal."""
+    return value.replace("'", "''")
 
 
 if __name__ == "__main__":

@@ -1,17 +1,20 @@
 """What an idle stream costs: the CPU and memory of routers with no traffic at all, on the running
 stack (issue 33: Keystone ran about 2,000 routers).
 
-    python -m keystone.loadtest.idle_bench [--streams 1,5,10] [--settle 180] [--seconds 60]
+    python -m keystone.loadtest.idle_bench [--streams 1,5,10] [--settle 600] [--seconds 60]
                                            [--smoke] [--write-docs]
 
-1. The floor: a Spark session of the router's size with no query, in this process, measured
-   over `--seconds` after `--settle` seconds.
-2. For each count of `--streams`, that many streams like the demo's (two Real-time Mode outputs,
+1. For each count of `--streams`, that many streams like the demo's (two Real-time Mode outputs,
    an exactly-once Kafka output, a back-to-back Elasticsearch output, a Hive output and the
    archive; 4 partitions), provisioned through control, with no event at all: once every
-   router runs and has run `--settle` seconds (their JIT compilers settle), each router's CPU
-   (its Python driver and its JVM, from /proc) over `--seconds` as a share of one core, and
-   its memory (resident, at the end). Where the first router's JVM spends it, by thread.
+   router runs and has run `--settle` seconds, each router's CPU (its Python driver and its
+   JVM, from /proc) over `--seconds` as a share of one core, and its memory (resident and
+   proportional, at the end). Where the first router's JVM spends it, by thread. The settling
+   is long because a router's JIT compilers go on compiling for minutes: three minutes after
+   its start, half an idle router's CPU was still theirs.
+2. Beside them, metered in the same windows, Spark's floor for the first (`floor`): an
+   application of the router's size running, for each of its queries, one that does the least
+   a routing can, triggered the same way, on the same topic.
 3. One of them busy again: one event written to its fronting topic, timed until it is in the
    Real-time Mode Kafka output and in Elasticsearch.
 
@@ -26,10 +29,12 @@ import argparse
 import os
 import re
 import statistics
+import tempfile
 import time
 import uuid
 from collections import Counter
-from contextlib import ExitStack
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -37,10 +42,10 @@ import httpx
 from confluent_kafka import OFFSET_END, Consumer, TopicPartition
 from rich.console import Console
 
-from keystone.contracts import envelope
-from keystone.contracts.names import index_prefix, output_topic
+from keystone.contracts import envelope, kafka_clients
+from keystone.contracts.names import fronting_topic, index_prefix, output_topic
 from keystone.contracts.settings import Settings
-from keystone.contracts.spec import load_spec
+from keystone.contracts.spec import StreamSpec, load_spec
 from keystone.control.client import ControlClient, ControlError
 from keystone.control.launcher import Deployment
 from keystone.ingest_proxy.client import DirectProducer
@@ -58,7 +63,8 @@ from keystone.loadtest.bench import (
     write_section,
 )
 from keystone.loadtest.run import await_routers
-from keystone.router.plan import router_slots
+from keystone.loadtest.spark_floor import least_query
+from keystone.router.plan import QueryPlan, batch_limit, query_plan, started_slots
 from keystone.router.spark import end_session, spark_session
 from keystone.router.topics import delete_topics
 
@@ -101,7 +107,8 @@ def spec(name: str) -> dict:
 @dataclass
 class Idle:
     """Routers idle together: per router, CPU as % of one core and memory (MB), resident and
-    proportional (`loadtest.bench.proportional_mb`)."""
+    proportional (`loadtest.bench.proportional_mb`); beside them, in the same window, Spark's
+    floor for one of them (`floor`)."""
 
     streams: int
     cpu_percent: list[float]  # each router, its Python driver and its JVM together
@@ -109,6 +116,8 @@ class Idle:
     python_percent: list[float]
     rss_mb: list[float]
     pss_mb: list[float]
+    floor_percent: float
+    floor_pss_mb: float
 
     @property
     def median(self) -> float:
@@ -137,20 +146,37 @@ def by_thread(before: dict, after: dict, seconds: float) -> dict[str, float]:
     return {k: round(100 * v / seconds, 2) for k, v in kinds.most_common() if v > 0}
 
 
-def floor(settings: Settings, slots: int, settle: float, seconds: float) -> float:
-    """% of a core a Spark session of `slots` with no query costs."""
+@contextmanager
+def floor(settings: Settings, spec: StreamSpec) -> Iterator[Callable[[], list[int]]]:
+    """Spark's floor for an idle router of `spec`: an application as its (the same
+    configuration and task slots), running one query doing the least a routing can
+    (`spark_floor.least_query`) for each query the router runs, each triggered as the router's
+    would be (`router.plan.query_plan`), on the stream's fronting topic; yields its processes."""
+    topic, limit = fronting_topic(spec.name), batch_limit(spec)
+    plans = [query_plan(o, None, topic=topic, batch_limit=limit) for o in spec.outputs]
+    if spec.archive.enabled:
+        plans.append(QueryPlan("latest", limit, spec.archive.trigger, real_time=False))
+    slots = started_slots(spec, None, settings.spark_master)
     spark = spark_session(settings, "keystone-idle-bench-floor", slots=slots)
-    try:
-        time.sleep(settle)
-        with CpuMeter(spark_processes(spark)) as meter:
-            time.sleep(seconds)
-        return 100 * meter.seconds / seconds
-    finally:
-        end_session(spark)
+    with tempfile.TemporaryDirectory(prefix="idle-floor-") as checkpoints:
+        try:
+            for n, plan in enumerate(plans):
+                least_query(
+                    spark,
+                    settings,
+                    spec.name,
+                    sink=f"{spec.name}.floor",
+                    name=f"floor-{n}",
+                    checkpoint=f"{checkpoints}/{n}",
+                    plan=plan,
+                )
+            yield spark_processes(spark)
+        finally:
+            end_session(spark)
 
 
 def measure(
-    settings: Settings, streams: list[str], seconds: float
+    settings: Settings, streams: list[str], seconds: float, floor: Callable[[], list[int]]
 ) -> tuple[Idle, dict[str, float]]:
     routers = {}
     for name in streams:
@@ -164,9 +190,10 @@ def measure(
         name: (CpuMeter(lambda p=py: [p], every=None), CpuMeter(lambda j=jvm: j, every=None))
         for name, (py, jvm) in routers.items()
     }
+    floor_meter = CpuMeter(floor, every=None)
     threads_before = thread_cpu(first_jvm)
     with ExitStack() as running:
-        for meter in (m for pair in meters.values() for m in pair):
+        for meter in (floor_meter, *(m for pair in meters.values() for m in pair)):
             running.enter_context(meter)
         time.sleep(seconds)
     threads = by_thread(threads_before, thread_cpu(first_jvm), seconds)
@@ -175,7 +202,9 @@ def measure(
     rss = [resident_mb([p, *j]) for p, j in routers.values()]
     pss = [proportional_mb([p, *j]) for p, j in routers.values()]
     total = [a + b for a, b in zip(py, jv, strict=True)]
-    return Idle(len(streams), total, jv, py, rss, pss), threads
+    floor_percent = 100 * floor_meter.seconds / seconds
+    idle = Idle(len(streams), total, jv, py, rss, pss, floor_percent, proportional_mb(floor()))
+    return idle, threads
 
 
 def busy_again(settings: Settings, stream: str) -> dict[str, float]:
@@ -183,8 +212,8 @@ def busy_again(settings: Settings, stream: str) -> dict[str, float]:
     output and Elasticsearch have it."""
     topic = output_topic(stream, "kafka")
     consumer = Consumer(
-        {
-            "bootstrap.servers": settings.kafka_bootstrap,
+        kafka_clients.librdkafka(settings)
+        | {
             "group.id": f"idle-bench-{uuid.uuid4().hex[:8]}",
             "enable.auto.commit": False,
             "isolation.level": "read_committed",
@@ -193,7 +222,7 @@ def busy_again(settings: Settings, stream: str) -> dict[str, float]:
     parts = consumer.list_topics(topic, timeout=10).topics[topic].partitions
     consumer.assign([TopicPartition(topic, p, OFFSET_END) for p in parts])
     consumer.poll(1.0)  # the assignment takes effect: "the end" is now
-    producer = DirectProducer(settings.kafka_bootstrap, APP)
+    producer = DirectProducer(kafka_clients.librdkafka(settings), APP)
     sent = time.monotonic()
     guid = producer.send(stream, [{"n": 1, "kind": "wake"}]).guids[0]
     found: dict[str, float] = {}
@@ -230,8 +259,9 @@ def cleanup(settings: Settings, control: ControlClient, streams: list[str]) -> l
 def markdown(figures: dict) -> str:
     rows = [
         "| idle streams | CPU per stream, % of a core (median; min-max) | its JVM | its Python "
-        "| memory per router, MB | its proportional share, MB | all routers, % of the machine |",
-        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| memory per router, MB | its proportional share, MB | all routers, % of the machine "
+        "| Spark's floor beside them, % of a core | its proportional share, MB |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     cores = os.cpu_count() or 1
     for run in figures["idle"]:
@@ -241,7 +271,8 @@ def markdown(figures: dict) -> str:
             f"| {statistics.median(run['jvm_percent']):.1f} "
             f"| {statistics.median(run['python_percent']):.1f} "
             f"| {statistics.median(run['rss_mb']):,.0f} "
-            f"| {statistics.median(run['pss_mb']):,.0f} | {sum(cpu) / cores:.1f} |"
+            f"| {statistics.median(run['pss_mb']):,.0f} | {sum(cpu) / cores:.1f} "
+            f"| {run['floor_percent']:.1f} | {run['floor_pss_mb']:,.0f} |"
         )
     threads = ", ".join(f"{k} {v}" for k, v in list(figures["threads"].items())[:8])
     busy = figures["busy_again_s"]
@@ -250,8 +281,9 @@ def markdown(figures: dict) -> str:
         f"Streams like the demo's (two Real-time Mode outputs, an exactly-once Kafka output, a "
         f"back-to-back Elasticsearch output, a Hive output, the archive; {PARTITIONS} "
         f"partitions), no traffic, measured over {figures['seconds']:.0f} s once every router "
-        f"had run {figures['settle']:.0f} s. The floor, a Spark session of the same size with "
-        f"no query: {figures['floor_percent']:.1f}% of a core.\n\n"
+        f"had run {figures['settle']:.0f} s. Spark's floor: an application of the router's "
+        f"size running, for each of its queries, one that does the least a routing can "
+        f"(`loadtest.spark_floor`), triggered the same way, metered in the same window.\n\n"
         + "\n".join(rows)
         + f"\n\nWhere one idle router's JVM spends it (% of a core, by thread): {threads}.  \n"
         f"Busy again: one event after the idle period reached the Real-time Mode Kafka output "
@@ -263,7 +295,7 @@ def markdown(figures: dict) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--streams", default="1,5,10", help="counts of idle streams, rising")
-    parser.add_argument("--settle", type=float, default=180.0, help="seconds before measuring")
+    parser.add_argument("--settle", type=float, default=600.0, help="seconds before measuring")
     parser.add_argument("--seconds", type=float, default=60.0, help="seconds measured")
     args = parse_arguments(parser)
     settings = Settings()
@@ -272,11 +304,8 @@ def main() -> None:
     if args.smoke:
         counts, settle, seconds = [1], 2.0, 3.0
     names = [f"idle_{n}" for n in range(1, max(counts) + 1)]
-    slots = router_slots(load_spec(spec(names[0])))
-    floor_percent = floor(settings, slots, settle, seconds)
-    console.print(f"the floor, a Spark session with no query: {floor_percent:.1f}% of a core")
     runs, threads, busy, topics = [], {}, {}, []
-    with ControlClient.from_settings(settings) as control:
+    with ControlClient.from_settings(settings) as control, ExitStack() as floors:
         try:
             try:
                 control.create_app(APP)
@@ -284,24 +313,29 @@ def main() -> None:
                 if e.status != 409:
                     raise
             made: list[str] = []
+            floor_pids = None
             for count in counts:
                 for name in names[len(made) : count]:
                     control.put_stream(spec(name))
                     made.append(name)
                 await_routers(control, made, console)
+                if floor_pids is None:  # its queries read the first stream's fronting topic
+                    floor_pids = floors.enter_context(floor(settings, load_spec(spec(made[0]))))
                 with console.status(f"{count} idle routers settling {settle:.0f} s…"):
                     time.sleep(settle)
-                idle, seen = measure(settings, made, seconds)
+                idle, seen = measure(settings, made, seconds, floor_pids)
                 threads = threads or seen
                 runs.append(idle)
                 console.print(
                     f"{count} idle streams: {idle.median:.1f}% of a core each (median), "
                     f"{statistics.median(idle.rss_mb):,.0f} MB each "
-                    f"({statistics.median(idle.pss_mb):,.0f} MB proportional)"
+                    f"({statistics.median(idle.pss_mb):,.0f} MB proportional); Spark's floor "
+                    f"beside them {idle.floor_percent:.1f}%, {idle.floor_pss_mb:,.0f} MB"
                 )
             busy = busy_again(settings, made[0])
             console.print(f"busy again: {busy}")
         finally:
+            floors.close()  # before the topic its queries read goes
             topics = cleanup(settings, control, names)
     figures = {
         "smoke": args.smoke,
@@ -309,7 +343,6 @@ def main() -> None:
         "machine": machine(),
         "settle": settle,
         "seconds": seconds,
-        "floor_percent": round(floor_percent, 2),
         "idle": [asdict(r) for r in runs],
         "threads": threads,
         "busy_again_s": busy,

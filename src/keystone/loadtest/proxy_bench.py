@@ -38,7 +38,7 @@ from confluent_kafka import Producer
 from rich.console import Console
 from rich.table import Table
 
-from keystone.contracts import envelope
+from keystone.contracts import envelope, kafka_clients
 from keystone.contracts.errors import NotFound, StackError
 from keystone.contracts.names import fronting_topic
 from keystone.contracts.settings import Settings
@@ -94,8 +94,8 @@ def raw_producer(settings: Settings, topic: str, duration: int) -> Result:
     """Produces for `duration` seconds, as long as each peak run of the proxy, so that both
     meet the broker alike (a burst of 300,000 events, 2 to 4 s, gave 83k to 149k events/s)."""
     producer = Producer(
-        {
-            "bootstrap.servers": settings.kafka_bootstrap,
+        kafka_clients.librdkafka(settings)
+        | {
             "acks": "all",
             "enable.idempotence": True,
             "linger.ms": 5,

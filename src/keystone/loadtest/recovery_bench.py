@@ -37,7 +37,7 @@ from typing import Any
 import httpx
 from rich.console import Console
 
-from keystone.contracts import envelope
+from keystone.contracts import envelope, kafka_clients
 from keystone.contracts.names import index_prefix
 from keystone.contracts.processes import PidFile
 from keystone.contracts.recovery import Backfill
@@ -112,7 +112,7 @@ def target_spec() -> dict:
 def load(settings: Settings, events: int, hour_ms: int) -> float:
     """The events, straight to the fronting topic, their ingest times spread over the hour
     from `hour_ms`; events/s it took."""
-    producer = DirectProducer(settings.kafka_bootstrap, APP)
+    producer = DirectProducer(kafka_clients.librdkafka(settings), APP)
     started = time.monotonic()
     for first in range(0, events, LOAD_BATCH):
         batch = [make_event(n) for n in range(first, min(events, first + LOAD_BATCH))]
@@ -125,7 +125,7 @@ class LiveLoad:
     """A steady trickle of events through the stream while the rewinds run."""
 
     def __init__(self, settings: Settings, rate: float) -> None:
-        self.producer = DirectProducer(settings.kafka_bootstrap, APP)
+        self.producer = DirectProducer(kafka_clients.librdkafka(settings), APP)
         self.rate = rate
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="live-load", daemon=True)
@@ -153,7 +153,7 @@ def live_p99_ms(settings: Settings, since: float, until: float) -> tuple[float |
     """The live output's p99 delivery latency (record's Kafka timestamp minus its ingest time)
     of the records it wrote between `since` and `until` (epoch seconds), and their count."""
     latencies = []
-    for message in iter_topic(settings.kafka_bootstrap, f"{STREAM}.live", timeout=30):
+    for message in iter_topic(kafka_clients.librdkafka(settings), f"{STREAM}.live", timeout=30):
         written = message.timestamp()[1] / 1000
         if not since <= written <= until:
             continue

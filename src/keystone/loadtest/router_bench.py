@@ -49,7 +49,7 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from keystone.contracts import envelope
+from keystone.contracts import envelope, kafka_clients
 from keystone.contracts.names import fronting_topic, output_topic
 from keystone.contracts.settings import Settings
 from keystone.contracts.spec import DEFAULT_TRIGGERS, Delivery, StreamSpec, load_spec
@@ -143,7 +143,7 @@ def handwritten(
     """The same work written by hand, with a fixed schema instead of the filter language."""
     source = (
         spark.readStream.format("kafka")
-        .option("kafka.bootstrap.servers", settings.kafka_bootstrap)
+        .options(**kafka_clients.spark_options(settings))
         .option("subscribe", fronting_topic(stream))
         .option("includeHeaders", "true")
         .option("startingOffsets", "earliest")
@@ -153,7 +153,7 @@ def handwritten(
     return (
         handwritten_records(source)
         .writeStream.format("kafka")
-        .option("kafka.bootstrap.servers", settings.kafka_bootstrap)
+        .options(**kafka_clients.spark_options(settings))
         .option("topic", handwritten_topic(stream))
         .option("checkpointLocation", checkpoint)
         .trigger(processingTime="1 second")
@@ -312,7 +312,7 @@ def latency(
         time.sleep(Delivery(mode=mode, trigger=trigger).seconds + slack)  # the last epoch commits
     query.stop()
     latencies = []
-    for message in read_topic(settings.kafka_bootstrap, output_topic(name, "out")):
+    for message in read_topic(kafka_clients.librdkafka(settings), output_topic(name, "out")):
         record = json.loads(message.value())
         if record["timestamp"] >= measured_from:
             latencies.append(message.timestamp()[1] - record["timestamp"])

@@ -21,6 +21,7 @@ import httpx
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+from keystone.contracts import kafka_clients
 from keystone.contracts.errors import BadRequest, Unavailable
 from keystone.contracts.registry import RouterPhase
 from keystone.contracts.settings import Settings
@@ -248,7 +249,12 @@ def _drive(
             try:
                 if options.direct:
                     load = await loop.run_in_executor(
-                        None, drive_direct, plan, settings.kafka_bootstrap, options.direct, tick
+                        None,
+                        drive_direct,
+                        plan,
+                        kafka_clients.librdkafka(settings),
+                        options.direct,
+                        tick,
                     )
                 else:
                     assert key is not None

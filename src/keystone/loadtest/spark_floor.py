@@ -24,10 +24,13 @@ from __future__ import annotations
 import argparse
 import logging
 
+from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.streaming import StreamingQuery
 
 from keystone.contracts import envelope as headers
 from keystone.contracts.settings import Settings
+from keystone.router.plan import QueryPlan
 from keystone.router.sinks.base import to_kafka
 from keystone.router.source import first_headers, kafka_records
 from keystone.router.spark import application_logging, spark_session
@@ -35,6 +38,42 @@ from keystone.router.spark import application_logging, spark_session
 KEPT = '"variant":"a"'  # make_event's compact JSON, of the events `variant = 'a'` keeps
 
 log = logging.getLogger("keystone.loadtest.spark_floor")
+
+
+def least_query(
+    spark: SparkSession,
+    settings: Settings,
+    stream: str,
+    *,
+    sink: str,
+    name: str,
+    checkpoint: str,
+    plan: QueryPlan,
+) -> StreamingQuery:
+    """One query doing the least a routing can, run as `plan` says (`router.plan.query_plan`):
+    the router's source and Kafka sink, the kept events' guids and timestamps."""
+    records = kafka_records(
+        spark, settings, stream, starting=plan.starting, max_per_trigger=plan.max_per_trigger
+    )
+    meta = first_headers(spark, (headers.GUID, headers.TIMESTAMP))
+    kept = records.where(F.col("value").cast("string").contains(KEPT)).select(meta.alias("m"))
+    frame = kept.select(
+        F.col("m")[headers.GUID].alias("key"),
+        F.concat(
+            F.lit('{"timestamp":'), F.col("m")[headers.TIMESTAMP].cast("string"), F.lit("}")
+        ).alias("value"),
+    )
+    writer = (
+        frame.writeStream.queryName(name)
+        .option("checkpointLocation", checkpoint)
+        .option("topic", sink)
+        .outputMode("update")
+    )
+    if plan.real_time:
+        writer = writer.trigger(realTime=plan.trigger)
+    else:
+        writer = writer.trigger(processingTime=plan.trigger)
+    return to_kafka(writer, settings).start()
 
 
 def main() -> None:
@@ -51,28 +90,21 @@ def main() -> None:
     application_logging()
     settings = Settings()
     spark = spark_session(settings, f"keystone-floor-{args.stream}", slots=args.slots)
-    records = kafka_records(
-        spark, settings, args.stream, starting=args.starting, max_per_trigger=args.batch_limit
+    plan = QueryPlan(
+        args.starting,
+        args.batch_limit,
+        args.batches or f"{args.checkpoint_seconds} seconds",
+        real_time=not args.batches,
     )
-    meta = first_headers(spark, (headers.GUID, headers.TIMESTAMP))
-    kept = records.where(F.col("value").cast("string").contains(KEPT)).select(meta.alias("m"))
-    frame = kept.select(
-        F.col("m")[headers.GUID].alias("key"),
-        F.concat(
-            F.lit('{"timestamp":'), F.col("m")[headers.TIMESTAMP].cast("string"), F.lit("}")
-        ).alias("value"),
+    query = least_query(
+        spark,
+        settings,
+        args.stream,
+        sink=args.sink,
+        name=f"{args.stream}.floor",
+        checkpoint=args.checkpoint,
+        plan=plan,
     )
-    writer = (
-        frame.writeStream.queryName(f"{args.stream}.floor")
-        .option("checkpointLocation", args.checkpoint)
-        .option("topic", args.sink)
-        .outputMode("update")
-    )
-    if args.batches:
-        writer = writer.trigger(processingTime=args.batches)
-    else:
-        writer = writer.trigger(realTime=f"{args.checkpoint_seconds} seconds")
-    query = to_kafka(writer, settings).start()
     log.info("routing %s to %s", args.stream, args.sink)
     query.awaitTermination()
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from confluent_kafka import Producer
 from pyspark.sql import Column, DataFrame
@@ -136,7 +137,7 @@ class DeadLetterWriter:
 
 @dataclass(frozen=True)
 class DeadLetters:
-    bootstrap: str
+    kafka: dict[str, Any]  # the connection (`contracts.kafka_clients.librdkafka`)
     topic: str
     output: str
     max_record_bytes: int
@@ -152,8 +153,8 @@ class DeadLetters:
                 failures.append(str(error))
 
         producer = Producer(
-            {
-                "bootstrap.servers": self.bootstrap,
+            self.kafka
+            | {
                 "acks": "all",
                 "enable.idempotence": True,
                 "message.max.bytes": self.max_record_bytes,

@@ -19,6 +19,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from keystone.contracts import envelope as headers
+from keystone.contracts import kafka_clients
 from keystone.contracts.envelope import JSON_SPACE
 from keystone.contracts.names import fronting_topic
 from keystone.contracts.settings import Settings
@@ -91,7 +92,7 @@ def kafka_records(
     reader = (
         (spark.readStream if streaming else spark.read)
         .format("kafka")
-        .option("kafka.bootstrap.servers", settings.kafka_bootstrap)
+        .options(**kafka_clients.spark_options(settings))
         .option("kafka.isolation.level", "read_committed")
         .option("subscribe", fronting_topic(stream))
         .option("includeHeaders", "true")

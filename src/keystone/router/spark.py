@@ -14,6 +14,7 @@ import threading
 
 from pyspark.sql import SparkSession
 
+from keystone.contracts import kafka_clients
 from keystone.contracts.settings import Settings
 from keystone.router import jvm
 
@@ -81,6 +82,9 @@ def spark_conf(
         "spark.python.sql.dataFrameDebugging.enabled": "false",
         # The proxy accepts a repeated key and Python reads the last; Spark then reads the same.
         "spark.sql.variant.allowDuplicateKeys": "true",
+        # Kafka's secrets (a SASL login, a key) are its source's and sinks' options: redacted
+        # wherever Spark shows options (plans, the UI, event logs), beside its default (URLs).
+        "spark.sql.redaction.options.regex": f"(?i)url|{kafka_clients.SECRET_KEYS}",
         **(jvm.local_driver(settings) if master.startswith("local") else {}),
         **cluster,
     }

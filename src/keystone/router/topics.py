@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
@@ -17,6 +18,7 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from keystone.contracts import kafka_clients
 from keystone.contracts.errors import Unavailable
 from keystone.contracts.settings import Settings
 
@@ -34,7 +36,7 @@ def topic_config(settings: Settings, **more: str) -> dict[str, str]:
 def create_topics(settings: Settings, partitions: dict[str, int]) -> list[str]:
     """Creates each topic with its partition count (`topic_config`, `kafka_replication`
     replicas) unless it exists; returns those created."""
-    admin = AdminClient({"bootstrap.servers": settings.kafka_bootstrap})
+    admin = AdminClient(kafka_clients.librdkafka(settings))
     config = topic_config(settings)
     futures = admin.create_topics(
         [NewTopic(t, n, settings.kafka_replication, config=config) for t, n in partitions.items()],
@@ -53,7 +55,7 @@ def create_topics(settings: Settings, partitions: dict[str, int]) -> list[str]:
 
 def delete_topics(settings: Settings, topics: list[str]) -> None:
     """Deletes the topics and their data (a benchmark's, after it); missing ones are no error."""
-    admin = AdminClient({"bootstrap.servers": settings.kafka_bootstrap})
+    admin = AdminClient(kafka_clients.librdkafka(settings))
     for topic, future in admin.delete_topics(topics, request_timeout=15).items():
         try:
             future.result(timeout=30)
@@ -68,7 +70,7 @@ def missing_topics(settings: Settings, topics: list[str]) -> list[str]:
 
 
 def all_topics(settings: Settings) -> list[str]:
-    admin = AdminClient({"bootstrap.servers": settings.kafka_bootstrap})
+    admin = AdminClient(kafka_clients.librdkafka(settings))
     try:
         return list(admin.list_topics(timeout=15).topics)
     except KafkaException as e:
@@ -78,9 +80,7 @@ def all_topics(settings: Settings) -> list[str]:
 def watermarks(settings: Settings, topic: str) -> dict[int, tuple[int, int]]:
     """Per partition, its earliest offset (older records are past the topic's retention) and
     the offset its next record will get."""
-    consumer = Consumer(
-        {"bootstrap.servers": settings.kafka_bootstrap, "group.id": "keystone-watermarks"}
-    )
+    consumer = Consumer(kafka_clients.librdkafka(settings) | {"group.id": "keystone-watermarks"})
     try:
         metadata = consumer.list_topics(topic, timeout=15).topics.get(topic)
         if metadata is None or metadata.error is not None:
@@ -99,8 +99,8 @@ def offsets_at(settings: Settings, topic: str, epoch_ms: int) -> dict[int, int]:
     """Per partition, the first offset whose record's timestamp is at or after `epoch_ms`
     (Kafka's offsets-for-times; the partition's end when none is)."""
     consumer = Consumer(
-        {
-            "bootstrap.servers": settings.kafka_bootstrap,
+        kafka_clients.librdkafka(settings)
+        | {
             "group.id": "keystone-positions",  # never commits: only asks
             "enable.auto.commit": False,
             "isolation.level": "read_committed",
@@ -125,17 +125,18 @@ def offsets_at(settings: Settings, topic: str, epoch_ms: int) -> dict[int, int]:
         consumer.close()
 
 
-def read_topic(bootstrap: str, topic: str, timeout: float = 60) -> list[Message]:
-    """Everything the topic holds now: reads each partition from the start to its end."""
-    return list(iter_topic(bootstrap, topic, timeout))
+def read_topic(kafka: dict[str, Any], topic: str, timeout: float = 60) -> list[Message]:
+    """Everything the topic holds now: reads each partition from the start to its end.
+    `kafka`: the connection (`contracts.kafka_clients.librdkafka`)."""
+    return list(iter_topic(kafka, topic, timeout))
 
 
-def iter_topic(bootstrap: str, topic: str, timeout: float = 60) -> Iterator[Message]:
+def iter_topic(kafka: dict[str, Any], topic: str, timeout: float = 60) -> Iterator[Message]:
     """The same, one message at a time (a big topic need not fit in memory); `timeout` bounds
     each wait for the next message, not the whole read."""
     consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
+        kafka
+        | {
             "group.id": f"test-{uuid.uuid4()}",
             "enable.partition.eof": True,
             "enable.auto.commit": False,

@@ -2,10 +2,10 @@
 
 Each bundle is a small pom whose dependencies are copied into `<cache>/jars/<bundle>`; a stamp
 holding the pom's hash makes a second fetch free and a changed pin refetch. The Java classes of
-stack/java (the metastore's and Elasticsearch's launchers) and router/java (the router's, see
-`keystone.router.jvm`, which also says where all of them are in the cache) are compiled with
-the machine's javac against the jars they run with, one run for the classes that share their
-jars. On a fresh machine the bundles download side by side.
+stack/java (the metastore's and Elasticsearch's launchers, Kafka's storage formatting) and
+router/java (the router's, see `keystone.router.jvm`, which also says where all of them are in
+the cache) are compiled with the machine's javac against the jars they run with, one run for
+the classes that share their jars. On a fresh machine the bundles download side by side.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ BUNDLES = ("kafka", "spark-kafka", "elasticsearch", "metastore")
 JAVA_CLASSES: dict[str, tuple[Path, Callable[[Settings], list[Path]]]] = {
     "LoopbackMetastore": (JAVA_DIR, lambda s: [PYSPARK_JARS]),
     "LoopbackElasticsearch": (JAVA_DIR, lambda s: [bundle_dir(s, "elasticsearch")]),
+    "KafkaStorageFormat": (JAVA_DIR, lambda s: [bundle_dir(s, "kafka")]),
     **{name: (jvm.JAVA_DIR, lambda s: [PYSPARK_JARS]) for name in jvm.CLASSES},
     **{
         name: (jvm.JAVA_DIR, lambda s: [PYSPARK_JARS, bundle_dir(s, "spark-kafka")])

@@ -29,13 +29,14 @@ import httpx
 import redis
 from confluent_kafka.admin import AdminClient
 
-from keystone.contracts import http
+from keystone.contracts import http, kafka_clients
 from keystone.contracts.errors import StackError
 from keystone.contracts.processes import PidFile, stop, tcp_accepts
 from keystone.contracts.recovery import OPERATIONS, Job
 from keystone.contracts.settings import Settings, stored_secret
 from keystone.dashboards import targets
 from keystone.router import jvm
+from keystone.stack import kafka_security
 
 
 class Service(ABC):
@@ -353,6 +354,7 @@ class Kafka(Service):
 
     def prepare(self) -> None:
         self._dirs()
+        self._check_brokers()
         s, host = self.settings, self.settings.bind_host
         client, controller = s.kafka_broker_ports(self.node)
         replicas, in_sync = str(s.kafka_replication), str(s.kafka_min_insync_replicas)
@@ -364,13 +366,19 @@ class Kafka(Service):
             if s.kafka_brokers == 1
             else {"controller.quorum.voters": voters}
         )
+        listeners = {
+            "listeners": f"PLAINTEXT://{host}:{client},CONTROLLER://{host}:{controller}",
+            "advertised.listeners": f"PLAINTEXT://{host}:{client}",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        }
+        if kafka_security.secured(s):
+            kafka_security.make_certificates(s)
+            listeners = kafka_security.broker_properties(s, host, client, controller)
         props = {
             "process.roles": "broker,controller",
             "node.id": str(self.node),
-            "listeners": f"PLAINTEXT://{host}:{client},CONTROLLER://{host}:{controller}",
-            "advertised.listeners": f"PLAINTEXT://{host}:{client}",
             "controller.listener.names": "CONTROLLER",
-            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            **listeners,
             **quorum,
             "log.dirs": str(self.data / "logs"),
             # Internal topics as replicated as the project's own (one broker: one replica).
@@ -402,8 +410,9 @@ class Kafka(Service):
             # fixed 460 requests/s of 100 events, requests over 50 ms 0.47% -> 0.12% (6 pairs).
             "log.index.interval.bytes": "1048576",
         }
-        (self.conf / "server.properties").write_text(
-            "".join(f"{k}={v}\n" for k, v in props.items())
+        # Private: a secured broker's holds its user's password.
+        _write_private(
+            self.conf / "server.properties", "".join(f"{k}={v}\n" for k, v in props.items())
         )
         (self.conf / "log4j2.properties").write_text(
             "rootLogger.level = INFO\n"
@@ -413,7 +422,6 @@ class Kafka(Service):
             "appender.stdout.layout.type = PatternLayout\n"
             "appender.stdout.layout.pattern = [%d] %p %m (%c)%n\n"
         )
-        self._check_brokers()
         if not (self.data / "logs" / "meta.properties").exists():
             self._format()
 
@@ -423,18 +431,28 @@ class Kafka(Service):
         return self.settings.data_dir / "kafka" / "brokers"
 
     def _check_brokers(self) -> None:
-        made = self._brokers_file.read_text().strip() if self._brokers_file.exists() else None
+        """Refuses brokers of another count or security than the state directory's Kafka was
+        made with: its quorum's size, and its users, are formatted into its storage."""
+        made = self._brokers_file.read_text().split() if self._brokers_file.exists() else None
         if made is None and (self.settings.data_dir / "kafka" / "logs").exists():
-            made = "1"  # made before the count was recorded: one broker
-        wanted = str(self.settings.kafka_brokers)
-        if made is not None and made != wanted:
-            raise StackError(
-                f"this state directory's Kafka has {made} broker(s), not {wanted}: a quorum "
-                "cannot change its size here. Keep KEYSTONE_KAFKA_BROKERS="
-                f"{made}, or start afresh (`keystone stack down --purge`)"
-            )
+            made = ["1"]  # made before the count was recorded: one broker
+        if made is not None and len(made) == 1:
+            made.append("plaintext")  # made before the security was recorded
+        wanted = [str(self.settings.kafka_brokers), self.settings.kafka_security]
+        for (setting, what), was, now in zip(
+            [("KAFKA_BROKERS", "broker(s)"), ("KAFKA_SECURITY", "security")],
+            made or wanted,
+            wanted,
+            strict=True,
+        ):
+            if was != now:
+                raise StackError(
+                    f"this state directory's Kafka was made with {was} {what}, not {now}: "
+                    f"that is formatted into its storage. Keep KEYSTONE_{setting}={was}, or "
+                    "start afresh (`keystone stack down --purge`)"
+                )
         self._brokers_file.parent.mkdir(parents=True, exist_ok=True)
-        self._brokers_file.write_text(wanted)
+        self._brokers_file.write_text(" ".join(wanted))
 
     def _cluster_id(self) -> str:
         """One id for every broker of the cluster (Kafka's: 16 random bytes, base64), made by
@@ -447,13 +465,17 @@ class Kafka(Service):
 
     def _format(self) -> None:
         quorum = ["--standalone"] if self.settings.kafka_brokers == 1 else []
+        secured = kafka_security.secured(self.settings)
         result = subprocess.run(
             [
                 "java",
                 "-cp",
-                jvm.classpath(jvm.bundle_dir(self.settings, "kafka")),
+                jvm.classpath(
+                    jvm.classes_dir(self.settings, "KafkaStorageFormat"),
+                    jvm.bundle_dir(self.settings, "kafka"),
+                ),
                 f"-Dlog4j2.configurationFile={self.conf / 'log4j2.properties'}",
-                "kafka.tools.StorageTool",
+                "KafkaStorageFormat",  # its users (passwords) on its standard input
                 "format",
                 *quorum,
                 # One argument: an id may start with '-', which would read as an option.
@@ -461,12 +483,17 @@ class Kafka(Service):
                 "-c",
                 str(self.conf / "server.properties"),
             ],
+            input=kafka_security.scram_users(self.settings) if secured else "",
             capture_output=True,
             text=True,
             check=False,
         )
         if result.returncode != 0:
             raise StackError(f"formatting Kafka's storage failed:\n{result.stdout}{result.stderr}")
+
+    def on_healthy(self) -> None:
+        if kafka_security.secured(self.settings):
+            kafka_security.grant_services(self.settings)
 
     def argv(self) -> list[str]:
         return _java(
@@ -481,7 +508,8 @@ class Kafka(Service):
     def healthy(self) -> bool:
         # A metadata request answered, with this broker registered in the cluster; log_level 0
         # keeps librdkafka quiet meanwhile.
-        admin = AdminClient({"bootstrap.servers": self.address, "log_level": 0})
+        connection = kafka_clients.librdkafka(self.settings)
+        admin = AdminClient(connection | {"bootstrap.servers": self.address, "log_level": 0})
         try:
             brokers = admin.list_topics(timeout=2).brokers
         except Exception:
@@ -724,7 +752,11 @@ class IngestProxy(UvicornService):
 
     @property
     def env(self) -> dict[str, str]:
-        return {**super().env, "PROMETHEUS_MULTIPROC_DIR": str(self.metrics_dir)}
+        return {
+            **super().env,
+            **self.settings.kafka_principal_env("proxy"),
+            "PROMETHEUS_MULTIPROC_DIR": str(self.metrics_dir),
+        }
 
     def prepare(self) -> None:
         super().prepare()
@@ -760,6 +792,10 @@ class Control(UvicornService):
     @property
     def address(self) -> str:
         return self.settings.control_urls[self.replica - 1]
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {**super().env, **self.settings.kafka_principal_env("control")}
 
     @property
     def port(self) -> int:

@@ -207,7 +207,10 @@ public final class TransactionalKafkaWriter {
      */
     static final class Writer {
         private static final ConcurrentHashMap<String, Writer> IDLE = new ConcurrentHashMap<>();
-        private static final ConcurrentHashMap<String, Admin> ADMINS = new ConcurrentHashMap<>();
+        // One per connection (bootstrap servers and security: the config's keys that are not
+        // the producer's own).
+        private static final ConcurrentHashMap<Map<String, String>, Admin> ADMINS =
+                new ConcurrentHashMap<>();
         private static final long IDLE_MS = 60_000;  // then closed: a rewound or stopped query's
 
         final String id;
@@ -303,9 +306,16 @@ public final class TransactionalKafkaWriter {
         /** The group's committed offset of the input partition, read stable. */
         private static long committed(Map<String, String> config, String group,
                 TopicPartition source) throws Exception {
-            Admin admin = ADMINS.computeIfAbsent(config.get("bootstrap.servers"), servers -> {
+            Map<String, String> connection = new HashMap<>();
+            config.forEach((key, value) -> {
+                if (key.equals("bootstrap.servers") || key.startsWith("security.")
+                        || key.startsWith("sasl.") || key.startsWith("ssl.")) {
+                    connection.put(key, value);
+                }
+            });
+            Admin admin = ADMINS.computeIfAbsent(connection, c -> {
                 Properties props = new Properties();
-                props.put("bootstrap.servers", servers);
+                props.putAll(c);
                 return Admin.create(props);
             });
             ListConsumerGroupOffsetsSpec spec = new ListConsumerGroupOffsetsSpec()

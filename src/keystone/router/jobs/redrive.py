@@ -32,6 +32,7 @@ from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from keystone.contracts import envelope as names
+from keystone.contracts import kafka_clients
 from keystone.contracts.names import (
     STREAM_LEVEL,
     dead_letter_topic,
@@ -57,7 +58,7 @@ _DEAD_LETTER_HEADERS = (names.DLQ_REASON, names.DLQ_OUTPUT, names.REDRIVES)
 
 def ensure_redriven_topic(settings: Settings, stream: str) -> None:
     """The compacted topic of redriven positions, made if it is not there."""
-    admin = AdminClient({"bootstrap.servers": settings.kafka_bootstrap})
+    admin = AdminClient(kafka_clients.librdkafka(settings))
     topic = NewTopic(
         redriven_topic(stream),
         num_partitions=1,
@@ -93,7 +94,7 @@ def selected(
         return None
     letters = (
         spark.read.format("kafka")
-        .option("kafka.bootstrap.servers", settings.kafka_bootstrap)
+        .options(**kafka_clients.spark_options(settings))
         # An exactly-once output dead-letters in its transactions: an aborted one's are not.
         .option("kafka.isolation.level", "read_committed")
         .option("subscribe", topic)
@@ -118,7 +119,7 @@ def selected(
         letters = letters.where(stamp < choice.end)
     marks = (
         spark.read.format("kafka")
-        .option("kafka.bootstrap.servers", settings.kafka_bootstrap)
+        .options(**kafka_clients.spark_options(settings))
         .option("kafka.isolation.level", "read_committed")
         .option("subscribe", redriven_topic(stream))
         .option("startingOffsets", "earliest")

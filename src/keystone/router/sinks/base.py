@@ -34,7 +34,7 @@ from pyspark.sql import Column, DataFrame, DataFrameWriter, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import DataStreamWriter
 
-from keystone.contracts import envelope
+from keystone.contracts import envelope, kafka_clients
 from keystone.contracts.errors import SinkError
 from keystone.contracts.names import dead_letter_topic
 from keystone.contracts.settings import Settings
@@ -234,7 +234,7 @@ def to_kafka(writer: W, settings: Settings) -> W:
     """The writer pointed at Spark's Kafka sink, taking records as large as the project's."""
     return (
         writer.format("kafka")
-        .option("kafka.bootstrap.servers", settings.kafka_bootstrap)
+        .options(**kafka_clients.spark_options(settings))
         .option("kafka.max.request.size", settings.max_record_bytes)
         .option("kafka.linger.ms", settings.router_kafka_linger_ms)
     )

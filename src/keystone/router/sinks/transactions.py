@@ -28,6 +28,7 @@ import logging
 
 from pyspark.sql import DataFrame
 
+from keystone.contracts import kafka_clients
 from keystone.contracts.names import dead_letter_topic, fronting_topic, transactional_group
 from keystone.router.counts import Outcome
 from keystone.router.sinks.route import Route
@@ -60,8 +61,7 @@ class Transactions:
         returning, or raises: its transactions are then aborted, and the query, started again,
         runs the batch again."""
         settings, stream = self.route.settings, self.route.stream.name
-        config = {
-            "bootstrap.servers": settings.kafka_bootstrap,
+        config = kafka_clients.java(settings) | {
             "max.request.size": str(settings.max_record_bytes),
             "transaction.timeout.ms": str(settings.kafka_transaction_timeout_ms),
             "linger.ms": str(settings.router_kafka_linger_ms),

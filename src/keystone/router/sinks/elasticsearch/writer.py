@@ -23,7 +23,7 @@ import orjson
 from pyspark.sql import DataFrame, Row
 from pyspark.sql import functions as F
 
-from keystone.contracts import http
+from keystone.contracts import http, kafka_clients
 from keystone.contracts.errors import SinkError
 from keystone.contracts.names import dead_letter_topic, index_prefix
 from keystone.router.counts import Outcome, latency_counts, merge_counts
@@ -209,7 +209,7 @@ class ElasticsearchWriter(BatchWriter, TakesOut):
             url=route.settings.elasticsearch_url,
             prefix=self.prefix,
             dead_letters=DeadLetters(
-                route.settings.kafka_bootstrap,
+                kafka_clients.librdkafka(route.settings),
                 dead_letter_topic(route.stream.name),
                 route.output.name,
                 route.settings.max_record_bytes,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import ClassVar
 
+from keystone.contracts import kafka_clients
 from keystone.router.sinks.readback import Copy, SinkReader, count_records
 from keystone.router.topics import read_topic
 
@@ -26,4 +27,6 @@ class KafkaReader(SinkReader):
         return f"topic {self.topic}"
 
     def deliveries(self) -> Counter[Copy]:
-        return count_records(read_topic(self.settings.kafka_bootstrap, self.topic), self.by_header)
+        return count_records(
+            read_topic(kafka_clients.librdkafka(self.settings), self.topic), self.by_header
+        )

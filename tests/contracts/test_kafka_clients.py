@@ -1,0 +1,142 @@
+"""Every Kafka client's configuration comes from `contracts.kafka_clients`, and says the same
+connection in each client kind's words."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+from keystone.contracts import kafka_clients
+from keystone.contracts.settings import Settings
+
+SRC = Path(kafka_clients.__file__).parents[1]
+
+
+def secured(tmp_path: Path, **more: object) -> Settings:
+    ca = tmp_path / "ca.pem"
+    ca.write_text("-----BEGIN CERTIFICATE-----\n")
+    given: dict[str, object] = {
+        "kafka_bootstrap": "broker:9094",
+        "kafka_security_protocol": "SASL_SSL",
+        "kafka_sasl_username": "router",
+        "kafka_sasl_password": 'pa"ss\\word',
+        "kafka_ssl_ca_file": str(ca),
+    }
+    return Settings(**(given | more))  # type: ignore[arg-type]
+
+
+def test_plaintext_is_the_bootstrap_servers_alone() -> None:
+    settings = Settings(kafka_bootstrap="broker:9092")
+    connection = {"bootstrap.servers": "broker:9092", "security.protocol": "PLAINTEXT"}
+    assert kafka_clients.librdkafka(settings) == connection
+    assert kafka_clients.java(settings) == connection
+    assert kafka_clients.spark_options(settings) == {
+        "kafka.bootstrap.servers": "broker:9092",
+        "kafka.security.protocol": "PLAINTEXT",
+    }
+
+
+def test_sasl_over_tls_in_librdkafkas_words(tmp_path: Path) -> None:
+    settings = secured(tmp_path)
+    assert kafka_clients.librdkafka(settings) == {
+        "bootstrap.servers": "broker:9094",
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanism": "SCRAM-SHA-512",
+        "sasl.username": "router",
+        "sasl.password": 'pa"ss\\word',
+        "ssl.ca.location": str(tmp_path / "ca.pem"),
+    }
+
+
+def test_sasl_over_tls_in_kafka_clients_words_with_the_login_quoted(tmp_path: Path) -> None:
+    java = kafka_clients.java(secured(tmp_path, kafka_sasl_mechanism="SCRAM-SHA-256"))
+    assert java["sasl.mechanism"] == "SCRAM-SHA-256"
+    assert java["sasl.jaas.config"] == (
+        "org.apache.kafka.common.security.scram.ScramLoginModule required "
+        'username="router" password="pa\\"ss\\\\word";'
+    )
+    assert java["ssl.truststore.type"] == "PEM"
+    assert java["ssl.truststore.location"] == str(tmp_path / "ca.pem")
+    assert kafka_clients.spark_options(secured(tmp_path)) == {
+        f"kafka.{k}": v for k, v in kafka_clients.java(secured(tmp_path)).items()
+    }
+
+
+def test_a_password_file_is_read_by_each_client_made(tmp_path: Path) -> None:
+    password = tmp_path / "password"
+    password.write_text("first\n")
+    settings = secured(tmp_path, kafka_sasl_password="", kafka_sasl_password_file=str(password))
+    assert kafka_clients.librdkafka(settings)["sasl.password"] == "first"
+    password.write_text("rotated\n")
+    assert kafka_clients.librdkafka(settings)["sasl.password"] == "rotated"
+    assert 'password="rotated"' in kafka_clients.java(settings)["sasl.jaas.config"]
+
+
+def test_a_client_certificate_reaches_kafka_clients_as_values(tmp_path: Path) -> None:
+    (tmp_path / "me.pem").write_text("CERT")
+    (tmp_path / "me.key").write_text("KEY")
+    settings = Settings(
+        kafka_bootstrap="broker:9093",
+        kafka_security_protocol="SSL",
+        kafka_ssl_certificate_file=str(tmp_path / "me.pem"),
+        kafka_ssl_key_file=str(tmp_path / "me.key"),
+        kafka_ssl_key_password="k",
+    )
+    assert kafka_clients.librdkafka(settings) == {
+        "bootstrap.servers": "broker:9093",
+        "security.protocol": "SSL",
+        "ssl.certificate.location": str(tmp_path / "me.pem"),
+        "ssl.key.location": str(tmp_path / "me.key"),
+        "ssl.key.password": "k",
+    }
+    java = kafka_clients.java(settings)
+    assert (java["ssl.keystore.certificate.chain"], java["ssl.keystore.key"]) == ("CERT", "KEY")
+    assert "sasl.jaas.config" not in java
+
+
+def test_every_secret_key_is_one_spark_redacts(tmp_path: Path) -> None:
+    (tmp_path / "me.pem").write_text("CERT")
+    (tmp_path / "me.key").write_text("KEY")
+    settings = secured(
+        tmp_path,
+        kafka_ssl_certificate_file=str(tmp_path / "me.pem"),
+        kafka_ssl_key_file=str(tmp_path / "me.key"),
+        kafka_ssl_key_password="key-password",
+    )
+    secrets = {'pa"ss\\word', "KEY", "key-password"}
+    redacted = re.compile(kafka_clients.SECRET_KEYS)
+    for name, configuration in [
+        ("librdkafka", kafka_clients.librdkafka(settings)),
+        ("spark", kafka_clients.spark_options(settings)),
+    ]:
+        for key, value in configuration.items():
+            if any(secret in str(value) for secret in secrets):
+                assert redacted.search(key), f"{name}'s {key} holds a secret, unredacted"
+
+
+def _string_literals(path: Path) -> list[tuple[int, str]]:
+    tree = ast.parse(path.read_text())
+    return [
+        (node.lineno, node.value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str)
+    ]
+
+
+def test_no_client_outside_kafka_clients_names_its_own_connection() -> None:
+    """A client that set `bootstrap.servers` (or Spark's `kafka.bootstrap.servers`) itself
+    would connect without the settings' security. Allowed: replacing the servers of a
+    connection made here (a broker's own health check) and the class archive's training run,
+    which connects nowhere."""
+    allowed = {("stack/services.py", "bootstrap.servers"), ("stack/cds.py", "bootstrap.servers")}
+    allowed |= {("stack/cds.py", "kafka.bootstrap.servers")}
+    found = [
+        f"{path.relative_to(SRC)}:{line}"
+        for path in SRC.rglob("*.py")
+        if path.name != "kafka_clients.py"
+        for line, text in _string_literals(path)
+        if text in ("bootstrap.servers", "kafka.bootstrap.servers")
+        and (path.relative_to(SRC).as_posix(), text) not in allowed
+    ]
+    assert found == []

@@ -1,0 +1,149 @@
+"""The suite's stack runs its Kafka secured (`KEYSTONE_KAFKA_SECURITY=sasl_ssl`, issue 44), so
+every test of it routes over TLS with SCRAM users: here, what that security refuses, and that
+no secret leaks into a log, a process' arguments or an API answer."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka.admin import (
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    AdminClient,
+    ResourcePatternType,
+    ResourceType,
+)
+
+from keystone.contracts import kafka_clients
+from keystone.contracts.names import fronting_topic
+from keystone.contracts.settings import Settings
+from tests.support.api import Api
+from tests.support.good_tenant import GOOD_OUTPUT, GOOD_STREAM, Good
+from tests.support.stack import Stack
+
+OUTPUT_TOPIC = f"{GOOD_STREAM}.{GOOD_OUTPUT['name']}"
+
+
+def as_user(stack: Stack, principal: str, password: str | None = None) -> dict:
+    """A client's connection to the stack's Kafka as one of its users."""
+    settings = stack.settings
+    secret = password or settings.kafka_password_file(principal).read_text().strip()
+    return kafka_clients.librdkafka(settings) | {
+        "sasl.username": principal,
+        "sasl.password": secret,
+    }
+
+
+def write(connection: dict, topic: str) -> KafkaError | None:
+    """One record written; the error Kafka answered, if any."""
+    errors: list[KafkaError] = []
+    producer = Producer(connection | {"message.timeout.ms": 10_000, "enable.idempotence": True})
+    producer.produce(
+        topic,
+        b'{"n": 1}',
+        headers=[("ks_guid", uuid.uuid4().hex.encode())],
+        on_delivery=lambda e, _m: errors.append(e) if e is not None else None,
+    )
+    producer.flush(15)
+    return errors[0] if errors else None
+
+
+def test_the_stack_runs_kafka_over_tls_with_scram(stack: Stack) -> None:
+    settings = stack.settings
+    assert settings.kafka_security_protocol == "SASL_SSL"
+    assert kafka_clients.librdkafka(settings)["sasl.mechanism"] == "SCRAM-SHA-512"
+    assert AdminClient(stack.kafka()).list_topics(timeout=20).brokers
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"security.protocol": "PLAINTEXT"},  # no TLS, no login
+        {"security.protocol": "SSL"},  # TLS, no login
+        {"sasl.password": "not-the-password"},
+        {"sasl.username": "nobody"},
+    ],
+    ids=["plaintext", "tls-without-login", "wrong-password", "unknown-user"],
+)
+def test_a_client_without_a_valid_login_gets_nothing(stack: Stack, change: dict) -> None:
+    connection = stack.kafka() | change | {"log_level": 0}
+    with pytest.raises(KafkaException):
+        AdminClient(connection).list_topics(timeout=3)
+
+
+def test_the_proxys_user_writes_fronting_topics_only(stack: Stack, good: Good) -> None:
+    proxy = as_user(stack, "proxy")
+    assert write(proxy, fronting_topic(GOOD_STREAM)) is None
+    refused = write(proxy, OUTPUT_TOPIC)
+    assert refused is not None and refused.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    good.works()
+
+
+def test_a_services_user_cannot_grant_itself_more(stack: Stack) -> None:
+    for principal in ("proxy", "router"):
+        admin = AdminClient(as_user(stack, principal))
+        grant = AclBinding(
+            ResourceType.TOPIC,
+            "*",
+            ResourcePatternType.LITERAL,
+            f"User:{principal}",
+            "*",
+            AclOperation.ALL,
+            AclPermissionType.ALLOW,
+        )
+        [future] = admin.create_acls([grant], request_timeout=20).values()
+        with pytest.raises(KafkaException) as refused:
+            future.result()
+        assert refused.value.args[0].code() == KafkaError.CLUSTER_AUTHORIZATION_FAILED
+
+
+def _secrets(settings: Settings) -> dict[str, str]:
+    users = settings.kafka_password_file("admin").parent
+    found = {f"kafka user {p.name}": p.read_text().strip() for p in users.iterdir()}
+    found["redis"] = settings.redis_password_file.read_text().strip()
+    return found
+
+
+def _stack_processes(state_dir: Path) -> list[int]:
+    """Every process whose command line or environment names the stack's state directory."""
+    found = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            seen = (entry / "cmdline").read_bytes() + (entry / "environ").read_bytes()
+        except OSError:
+            continue
+        if str(state_dir).encode() in seen:
+            found.append(int(entry.name))
+    return found
+
+
+def test_no_secret_reaches_a_log_an_argument_list_or_an_answer(
+    stack: Stack, good: Good, admin: Api
+) -> None:
+    good.works()  # a routing, through the proxy, the router and their Kafka clients
+    secrets = _secrets(stack.settings)
+    logs = [p for p in stack.settings.logs_dir.rglob("*") if p.is_file()]
+    assert any("routers" in p.parts for p in logs), "a router's log among them"
+    for path in logs:
+        text = path.read_text(errors="replace")
+        leaked = [name for name, secret in secrets.items() if secret in text]
+        assert not leaked, f"{path} holds {leaked}"
+    processes = _stack_processes(stack.state_dir)
+    assert len(processes) > 5, "the stack's services and the router"
+    for pid in processes:
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            continue  # ended meanwhile
+        leaked = [name for name, secret in secrets.items() if secret in argv]
+        assert not leaked, f"process {pid}'s arguments hold {leaked}: {argv[:300]}"
+    stream = f"/v1/streams/{GOOD_STREAM}"
+    for path in ("/v1/streams", stream, f"{stream}/status", f"{stream}/dead-letters", "/v1/apps"):
+        answer = admin.call("GET", path)
+        assert answer.status_code == 200, f"GET {path}: {answer.status_code}"
+        leaked = [name for name, secret in secrets.items() if secret in answer.text]
+        assert not leaked, f"GET {path} answered {leaked}"
