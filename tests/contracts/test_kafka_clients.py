@@ -7,8 +7,11 @@ import ast
 import re
 from pathlib import Path
 
+import pytest
+
 from keystone.contracts import kafka_clients
 from keystone.contracts.settings import Settings
+from keystone.router.spark import spark_conf
 
 SRC = Path(kafka_clients.__file__).parents[1]
 
@@ -100,19 +103,21 @@ def test_every_secret_key_is_one_spark_redacts(tmp_path: Path) -> None:
     (tmp_path / "me.key").write_text("KEY")
     settings = secured(
         tmp_path,
+        kafka_sasl_password="sasl-password",
         kafka_ssl_certificate_file=str(tmp_path / "me.pem"),
         kafka_ssl_key_file=str(tmp_path / "me.key"),
         kafka_ssl_key_password="key-password",
     )
-    secrets = {'pa"ss\\word', "KEY", "key-password"}
-    redacted = re.compile(kafka_clients.SECRET_KEYS)
-    for name, configuration in [
-        ("librdkafka", kafka_clients.librdkafka(settings)),
-        ("spark", kafka_clients.spark_options(settings)),
-    ]:
-        for key, value in configuration.items():
-            if any(secret in str(value) for secret in secrets):
-                assert redacted.search(key), f"{name}'s {key} holds a secret, unredacted"
+    secrets = ("sasl-password", "KEY", "key-password")
+    # What routers are started with: Spark shows an option's value as "*********(redacted)"
+    # when its key matches.
+    redacted = re.compile(spark_conf(settings, "router")["spark.sql.redaction.options.regex"])
+    options = kafka_clients.spark_options(settings)
+    holding = [k for k, v in options.items() if any(secret in v for secret in secrets)]
+    assert len(holding) == 3, holding  # the login, the key and its password
+    for key in holding:
+        assert redacted.search(key), f"Spark's option {key} holds a secret, unredacted"
+    assert redacted.search("kafka.bootstrap.servers") is None  # the rest shown as it is
 
 
 def _string_literals(path: Path) -> list[tuple[int, str]]:
@@ -124,19 +129,61 @@ def _string_literals(path: Path) -> list[tuple[int, str]]:
     ]
 
 
-def test_no_client_outside_kafka_clients_names_its_own_connection() -> None:
-    """A client that set `bootstrap.servers` (or Spark's `kafka.bootstrap.servers`) itself
-    would connect without the settings' security. Allowed: replacing the servers of a
-    connection made here (a broker's own health check) and the class archive's training run,
-    which connects nowhere."""
-    allowed = {("stack/services.py", "bootstrap.servers"), ("stack/cds.py", "bootstrap.servers")}
-    allowed |= {("stack/cds.py", "kafka.bootstrap.servers")}
-    found = [
-        f"{path.relative_to(SRC)}:{line}"
-        for path in SRC.rglob("*.py")
-        if path.name != "kafka_clients.py"
-        for line, text in _string_literals(path)
-        if text in ("bootstrap.servers", "kafka.bootstrap.servers")
-        and (path.relative_to(SRC).as_posix(), text) not in allowed
+def _settings_with_a_bootstrap(path: Path) -> list[int]:
+    """Lines that make settings with bootstrap servers of their own: an embedded secured
+    Kafka's login and CA are then not derived."""
+    tree = ast.parse(path.read_text())
+    return [
+        node.lineno
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and any(k.arg == "kafka_bootstrap" for k in node.keywords)
     ]
-    assert found == []
+
+
+def test_no_client_outside_kafka_clients_names_its_own_connection() -> None:
+    """A client that set `bootstrap.servers` (or Spark's `kafka.bootstrap.servers`, or Flink's
+    `properties.bootstrap.servers`) itself would connect without the settings' security, and
+    so would one of settings made with their own servers. Allowed: a broker's health check,
+    which replaces the servers of a connection made here, and the class archive's training
+    run, which connects nowhere."""
+    allowed = {("stack/services.py", 1), ("stack/cds.py", 2)}  # (file, how many)
+    found: dict[str, int] = {}
+    for path in SRC.rglob("*.py"):
+        if path.name == "kafka_clients.py":
+            continue
+        name = path.relative_to(SRC).as_posix()
+        for _line, text in _string_literals(path):
+            client = text in ("bootstrap.servers", "kafka.bootstrap.servers")
+            if client or "properties.bootstrap.servers" in text:
+                found[name] = found.get(name, 0) + 1
+        for _line in _settings_with_a_bootstrap(path):
+            found[name] = found.get(name, 0) + 1
+    assert set(found.items()) == allowed
+    for path in SRC.rglob("*.java"):  # the Java writer takes its whole configuration given
+        assert 'put("bootstrap.servers"' not in path.read_text(), path
+
+
+def test_the_embedded_secured_kafka_is_logged_in_to_as_the_user_named(tmp_path: Path) -> None:
+    admin = Settings(state_dir=tmp_path, kafka_security="sasl_ssl")
+    assert admin.kafka_security_protocol == "SASL_SSL"
+    assert admin.kafka_ssl_ca_file == str(admin.kafka_tls_dir / "ca.pem")
+    assert admin.kafka_sasl_username == "admin"
+    assert admin.kafka_sasl_password_file == str(admin.kafka_password_file("admin"))
+    router = Settings(state_dir=tmp_path, kafka_security="sasl_ssl", kafka_sasl_username="router")
+    assert router.kafka_sasl_password_file == str(router.kafka_password_file("router"))
+    assert Settings(state_dir=tmp_path).kafka_principal_env("router") == {}  # plaintext
+
+
+def test_a_child_started_as_a_service_user_logs_in_with_its_file_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    parent = Settings(
+        state_dir=tmp_path, kafka_security="sasl_ssl", kafka_sasl_password="given-to-the-parent"
+    )
+    for name, value in (parent.to_env() | parent.kafka_principal_env("proxy")).items():
+        monkeypatch.setenv(name, value)
+    child = Settings()
+    (tmp_path / "conf" / "kafka" / "users").mkdir(parents=True)
+    child.kafka_password_file("proxy").write_text("the-proxys")
+    login = kafka_clients.librdkafka(child)
+    assert (login["sasl.username"], login["sasl.password"]) == ("proxy", "the-proxys")

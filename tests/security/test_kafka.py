@@ -38,10 +38,11 @@ def as_user(stack: Stack, principal: str, password: str | None = None) -> dict:
     }
 
 
-def write(connection: dict, topic: str) -> KafkaError | None:
+def write(connection: dict, topic: str, idempotent: bool = True) -> KafkaError | None:
     """One record written; the error Kafka answered, if any."""
     errors: list[KafkaError] = []
-    producer = Producer(connection | {"message.timeout.ms": 10_000, "enable.idempotence": True})
+    config = {"message.timeout.ms": 10_000, "enable.idempotence": idempotent}
+    producer = Producer(connection | config)
     producer.produce(
         topic,
         b'{"n": 1}',
@@ -60,19 +61,37 @@ def test_the_stack_runs_kafka_over_tls_with_scram(stack: Stack) -> None:
 
 
 @pytest.mark.parametrize(
-    "change",
+    ("change", "refusal"),
     [
-        {"security.protocol": "PLAINTEXT"},  # no TLS, no login
-        {"security.protocol": "SSL"},  # TLS, no login
-        {"sasl.password": "not-the-password"},
-        {"sasl.username": "nobody"},
+        # No TLS, or TLS without a login: the broker answers no request, and drops the
+        # connection; the client finds every broker down.
+        ({"security.protocol": "PLAINTEXT"}, KafkaError._ALL_BROKERS_DOWN),
+        ({"security.protocol": "SSL"}, KafkaError._ALL_BROKERS_DOWN),
+        ({"sasl.password": "not-the-password"}, KafkaError._AUTHENTICATION),
+        ({"sasl.username": "nobody"}, KafkaError._AUTHENTICATION),
+        ({"ssl.ca.location": "probe"}, KafkaError._SSL),  # the system's CAs: not the broker's
     ],
-    ids=["plaintext", "tls-without-login", "wrong-password", "unknown-user"],
+    ids=["plaintext", "tls-without-login", "wrong-password", "unknown-user", "untrusted"],
 )
-def test_a_client_without_a_valid_login_gets_nothing(stack: Stack, change: dict) -> None:
-    connection = stack.kafka() | change | {"log_level": 0}
+def test_a_client_without_a_valid_login_gets_nothing(
+    stack: Stack, change: dict, refusal: int
+) -> None:
+    seen: list[int] = []
+    connection = (
+        stack.kafka() | change | {"log_level": 0, "error_cb": lambda e: seen.append(e.code())}
+    )
+    admin = AdminClient(connection)
     with pytest.raises(KafkaException):
-        AdminClient(connection).list_topics(timeout=3)
+        admin.list_topics(timeout=3)
+    admin.poll(1)  # its errors' callbacks served
+    assert refusal in seen, [KafkaError(code).name() for code in seen]
+
+
+def test_the_broker_has_no_plaintext_listener(stack: Stack) -> None:
+    properties = (stack.state_dir / "conf" / "kafka" / "server.properties").read_text()
+    [listeners] = [line for line in properties.splitlines() if line.startswith("listeners=")]
+    assert "PLAINTEXT" not in listeners.replace("SASL_SSL", "")
+    assert "listener.name.controller.ssl.client.auth=required" in properties
 
 
 def test_the_proxys_user_writes_fronting_topics_only(stack: Stack, good: Good) -> None:
@@ -81,6 +100,20 @@ def test_the_proxys_user_writes_fronting_topics_only(stack: Stack, good: Good) -
     refused = write(proxy, OUTPUT_TOPIC)
     assert refused is not None and refused.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
     good.works()
+
+
+def test_controls_user_writes_no_topic_and_the_routers_deletes_none(
+    stack: Stack, good: Good
+) -> None:
+    # Not idempotently: control's user may not do that either, which would refuse it first.
+    refused = write(as_user(stack, "control"), fronting_topic(GOOD_STREAM), idempotent=False)
+    assert refused is not None and refused.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    router = AdminClient(as_user(stack, "router"))
+    [future] = router.delete_topics([OUTPUT_TOPIC], operation_timeout=20).values()
+    with pytest.raises(KafkaException) as caught:
+        future.result()
+    assert caught.value.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    good.works()  # its topics all there
 
 
 def test_a_services_user_cannot_grant_itself_more(stack: Stack) -> None:
@@ -105,7 +138,22 @@ def _secrets(settings: Settings) -> dict[str, str]:
     users = settings.kafka_password_file("admin").parent
     found = {f"kafka user {p.name}": p.read_text().strip() for p in users.iterdir()}
     found["redis"] = settings.redis_password_file.read_text().strip()
+    found["admin token"] = settings.admin_token_file.read_text().strip()
     return found
+
+
+def test_the_secrets_files_are_their_owners_alone(stack: Stack) -> None:
+    settings = stack.settings
+    private = [
+        settings.kafka_password_file("admin").parent,
+        settings.kafka_tls_dir,
+        *settings.kafka_password_file("admin").parent.iterdir(),
+        settings.kafka_tls_dir / "broker-keystore.pem",
+        stack.state_dir / "conf" / "kafka" / "server.properties",  # the broker's password
+    ]
+    for path in private:
+        assert path.stat().st_mode & 0o077 == 0, f"{path} is readable by others"
+    assert not list(settings.kafka_tls_dir.glob("*.key")), "no CA key is left to sign with"
 
 
 def _stack_processes(state_dir: Path) -> list[int]:
@@ -142,6 +190,7 @@ def test_no_secret_reaches_a_log_an_argument_list_or_an_answer(
         leaked = [name for name, secret in secrets.items() if secret in argv]
         assert not leaked, f"process {pid}'s arguments hold {leaked}: {argv[:300]}"
     stream = f"/v1/streams/{GOOD_STREAM}"
+    del secrets["admin token"]  # the caller's own, which the API is asked with
     for path in ("/v1/streams", stream, f"{stream}/status", f"{stream}/dead-letters", "/v1/apps"):
         answer = admin.call("GET", path)
         assert answer.status_code == 200, f"GET {path}: {answer.status_code}"

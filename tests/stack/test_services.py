@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 import uuid
 
@@ -16,6 +17,7 @@ from keystone.contracts.errors import StackError
 from keystone.contracts.settings import Settings
 from keystone.dashboards import targets
 from keystone.router.topics import create_topics, missing_topics
+from keystone.stack import kafka_security
 from keystone.stack.services import Kafka, all_services
 from tests.support.kafka import consume_all, produce
 from tests.support.stack import Stack, checked
@@ -220,3 +222,33 @@ def test_a_kafka_made_in_plaintext_is_not_taken_for_a_secured_one(tmp_path) -> N
     with pytest.raises(StackError, match="KEYSTONE_KAFKA_SECURITY=plaintext"):
         Kafka(Settings(state_dir=tmp_path, kafka_security="sasl_ssl")).prepare()
     assert not (tmp_path / "conf" / "kafka" / "users").exists()
+
+
+def test_the_brokers_certificate_is_made_again_for_new_addresses_only(tmp_path) -> None:
+    settings = Settings(state_dir=tmp_path, kafka_security="sasl_ssl")
+    kafka_security.make_certificates(settings)
+    store, ca = settings.kafka_tls_dir / "broker-keystore.pem", settings.kafka_tls_dir / "ca.pem"
+    first = (store.read_text(), ca.read_text())
+    kafka_security.make_certificates(settings)
+    assert (store.read_text(), ca.read_text()) == first  # made once
+    moved = Settings(state_dir=tmp_path, kafka_security="sasl_ssl", bind_host="127.0.0.2")
+    kafka_security.make_certificates(moved)
+    assert store.read_text() != first[0] and ca.read_text() != first[1]  # a new CA signed it
+    shown = subprocess.run(
+        ["openssl", "x509", "-noout", "-ext", "subjectAltName", "-in", str(store)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "IP Address:127.0.0.2" in shown and "IP Address:127.0.0.1" in shown
+    assert not list(settings.kafka_tls_dir.rglob("*.key"))  # nothing left to sign another
+
+
+def test_a_formatted_kafkas_lost_password_is_refused_not_made_anew(tmp_path) -> None:
+    settings = Settings(state_dir=tmp_path, kafka_security="sasl_ssl")
+    made = kafka_security.passwords(settings, create=True)
+    assert kafka_security.passwords(settings, create=False) == made
+    settings.kafka_password_file("router").unlink()
+    with pytest.raises(StackError, match="users/router is missing"):
+        kafka_security.passwords(settings, create=False)
+    assert not settings.kafka_password_file("router").exists()

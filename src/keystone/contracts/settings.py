@@ -365,13 +365,14 @@ class Settings(BaseSettings, Limits):
         if self.is_embedded("kafka") and self.kafka_security == "sasl_ssl":
             # The stack's own CA, and the admin unless a process is given its principal
             # (`kafka_principal_env`).
+            user = self.kafka_sasl_username or "admin"
             defaults |= {
                 "kafka_security_protocol": "SASL_SSL",
                 "kafka_ssl_ca_file": str(self.kafka_tls_dir / "ca.pem"),
-                "kafka_sasl_username": "admin",
+                "kafka_sasl_username": user,
             }
-            if "kafka_sasl_password" not in self.model_fields_set:
-                defaults["kafka_sasl_password_file"] = str(self.kafka_password_file("admin"))
+            if not self.kafka_sasl_password.get_secret_value():  # the user's own, from its file
+                defaults["kafka_sasl_password_file"] = str(self.kafka_password_file(user))
         for name, value in defaults.items():
             if not getattr(self, name):
                 object.__setattr__(self, name, value)
@@ -390,12 +391,14 @@ class Settings(BaseSettings, Limits):
 
     def kafka_principal_env(self, principal: str) -> dict[str, str]:
         """KEYSTONE_* variables that make a child process of the embedded secured Kafka's stack
-        connect as `principal` (its password in a file, never in the environment); none when
-        Kafka is not the embedded secured one: a child then connects as this process does."""
+        connect as `principal`, with its password file (a password this process was given is
+        not passed on); none when Kafka is not the embedded secured one: a child then connects
+        as this process does."""
         if not self.is_embedded("kafka") or self.kafka_security != "sasl_ssl":
             return {}
         return {
             "KEYSTONE_KAFKA_SASL_USERNAME": principal,
+            "KEYSTONE_KAFKA_SASL_PASSWORD": "",
             "KEYSTONE_KAFKA_SASL_PASSWORD_FILE": str(self.kafka_password_file(principal)),
         }
 

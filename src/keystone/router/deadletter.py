@@ -11,7 +11,7 @@ tasks.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -137,7 +137,7 @@ class DeadLetterWriter:
 
 @dataclass(frozen=True)
 class DeadLetters:
-    kafka: dict[str, Any]  # the connection (`contracts.kafka_clients.librdkafka`)
+    kafka: dict[str, Any] = field(repr=False)  # the connection (`kafka_clients.librdkafka`)
     topic: str
     output: str
     max_record_bytes: int

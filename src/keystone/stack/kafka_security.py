@@ -1,10 +1,10 @@
 """The embedded Kafka secured (`KEYSTONE_KAFKA_SECURITY=sasl_ssl`): its certificates, its users
 and what each service's user may do.
 
-- **TLS**: a CA made once into `<state_dir>/conf/kafka/tls` (openssl), and the brokers'
-  certificate signed by it, for the loopback addresses. Clients trust that CA
-  (`kafka_ssl_ca_file`). The controllers' listener takes TLS with a certificate of that CA
-  only: the brokers are its only clients.
+- **TLS**: the brokers' certificate for the stack's addresses, and the CA that signed it
+  (openssl, into `<state_dir>/conf/kafka/tls`; the CA's key is gone once it has signed).
+  Clients trust that CA (`kafka_ssl_ca_file`). The controllers' listener takes TLS with a
+  certificate of that CA only: the brokers are its only clients.
 - **SASL/SCRAM-SHA-512 users**, made with the cluster's metadata when the storage is formatted
   (their passwords reach the formatting tool on its standard input, never its argv):
   `broker` (between brokers), `admin` (the `keystone` command, the tests and benchmarks),
@@ -16,13 +16,18 @@ and what each service's user may do.
 
 from __future__ import annotations
 
+import ipaddress
+import os
+import secrets
 import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from confluent_kafka import KafkaException
 from confluent_kafka.admin import (
     AclBinding,
+    AclBindingFilter,
     AclOperation,
     AclPermissionType,
     AdminClient,
@@ -82,23 +87,11 @@ SERVICE_USERS = (
     ),
     ServiceUser(
         "control",
-        "provisions, alters and deletes topics, reads them (previews, dead letters, positions) "
-        "and moves groups (rewinds)",
+        "provisions topics, reads them (previews, dead letters, positions) and the groups' "
+        "committed positions",
         (
-            *(
-                (_TOPIC, "*", _ANY, op)
-                for op in (
-                    _Op.CREATE,
-                    _Op.DELETE,
-                    _Op.ALTER,
-                    _Op.ALTER_CONFIGS,
-                    _Op.DESCRIBE,
-                    _Op.DESCRIBE_CONFIGS,
-                    _Op.READ,
-                )
-            ),
-            *((_GROUP, "*", _ANY, op) for op in (_Op.READ, _Op.DESCRIBE, _Op.DELETE)),
-            (_CLUSTER, "kafka-cluster", _ANY, _Op.DESCRIBE),
+            *((_TOPIC, "*", _ANY, op) for op in (_Op.CREATE, _Op.DESCRIBE, _Op.READ)),
+            *((_GROUP, "*", _ANY, op) for op in (_Op.READ, _Op.DESCRIBE)),
         ),
     ),
 )
@@ -108,12 +101,22 @@ def secured(settings: Settings) -> bool:
     return settings.is_embedded("kafka") and settings.kafka_security == "sasl_ssl"
 
 
-def passwords(settings: Settings) -> dict[str, str]:
-    """Each user's password, made once."""
+def passwords(settings: Settings, *, create: bool) -> dict[str, str]:
+    """Each user's password: made where missing when `create` (before the storage is
+    formatted with them); afterwards a missing one is refused, since the storage keeps the users
+    it was formatted with."""
+    users = settings.kafka_password_file("admin").parent
+    users.mkdir(parents=True, exist_ok=True)
+    users.chmod(0o700)
     found = {}
     for principal in PRINCIPALS:
-        password = stored_secret(settings.kafka_password_file(principal), create=True)
-        assert password is not None, "made when missing"
+        path = settings.kafka_password_file(principal)
+        password = stored_secret(path, create=create)
+        if password is None:
+            raise StackError(
+                f"{path} is missing, but Kafka's storage was formatted with its user: restore "
+                "it, or start afresh (`keystone stack down --purge`)"
+            )
         found[principal] = password
     return found
 
@@ -122,48 +125,69 @@ def scram_users(settings: Settings) -> str:
     """The formatting tool's `--add-scram` values, a line each (for its standard input)."""
     return "".join(
         f"{MECHANISM}=[name={principal},password={password}]\n"
-        for principal, password in passwords(settings).items()
+        for principal, password in passwords(settings, create=True).items()
     )
 
 
+def subject_names(settings: Settings) -> str:
+    """The addresses the brokers' certificate is for (clients check them)."""
+
+    def name(host: str) -> str:
+        try:
+            return f"IP:{ipaddress.ip_address(host)}"
+        except ValueError:
+            return f"DNS:{host}"
+
+    return ",".join([*sorted({name(settings.bind_host), "IP:127.0.0.1"}), "DNS:localhost"])
+
+
 def make_certificates(settings: Settings) -> None:
-    """The CA and the brokers' certificate and key store, each made once."""
+    """The brokers' key store and the CA that signed it, made again only when the addresses it
+    is for change. A CA signs once: its key never leaves the work folder, so nobody can sign
+    another certificate that the controllers (which take the CA's) would take for a broker's."""
     tls = settings.kafka_tls_dir
+    names, stamp = subject_names(settings), tls / "subject-names"
+    made = [tls / "ca.pem", tls / "broker-keystore.pem"]
+    if stamp.exists() and stamp.read_text() == names and all(p.exists() for p in made):
+        return
     tls.mkdir(parents=True, exist_ok=True)
     tls.chmod(0o700)
-    if not (tls / "ca.pem").exists():
+    with tempfile.TemporaryDirectory(dir=tls) as folder:
+        work = Path(folder)
         _openssl(
             "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "3650",
             "-subj", "/CN=keystone-embedded-ca",
-            "-keyout", tls / "ca.key", "-out", tls / "ca.pem",
+            "-keyout", work / "ca.key", "-out", work / "ca.pem",
         )  # fmt: skip
-    if (tls / "broker-keystore.pem").exists():
-        return
-    hosts = sorted({settings.bind_host, "127.0.0.1"})
-    names = ",".join([*(f"IP:{h}" for h in hosts), "DNS:localhost"])
-    with tempfile.TemporaryDirectory(dir=tls) as work:
-        request, extensions = Path(work) / "broker.csr", Path(work) / "ext.cnf"
-        extensions.write_text(f"subjectAltName={names}\nextendedKeyUsage=serverAuth,clientAuth\n")
+        (work / "ext.cnf").write_text(
+            f"subjectAltName={names}\nextendedKeyUsage=serverAuth,clientAuth\n"
+        )
         _openssl(
             "req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/{BROKER_SUBJECT}",
-            "-keyout", tls / "broker.key", "-out", request,
+            "-keyout", work / "broker.key", "-out", work / "broker.csr",
         )  # fmt: skip
         _openssl(
-            "x509", "-req", "-in", request, "-CA", tls / "ca.pem", "-CAkey", tls / "ca.key",
-            "-CAcreateserial", "-days", "825", "-extfile", extensions,
-            "-out", tls / "broker.pem",
+            "x509", "-req", "-in", work / "broker.csr", "-CA", work / "ca.pem",
+            "-CAkey", work / "ca.key", "-set_serial", str(secrets.randbits(63)),
+            "-days", "825", "-extfile", work / "ext.cnf", "-out", work / "broker.pem",
         )  # fmt: skip
-    # Kafka's PEM key store: the key, then the certificate chain, in one file.
-    store = tls / "broker-keystore.pem"
-    store.touch(mode=0o600)
-    store.write_text((tls / "broker.key").read_text() + (tls / "broker.pem").read_text())
+        # Kafka's PEM key store: the key, then the certificate chain, in one file.
+        store = work / "broker-keystore.pem"
+        store.touch(mode=0o600)
+        store.write_text((work / "broker.key").read_text() + (work / "broker.pem").read_text())
+        for path in made:  # into place whole; the stamp last, so a crash meanwhile redoes it
+            os.replace(work / path.name, path)
+    stamp.write_text(names)
 
 
-def broker_properties(settings: Settings, host: str, client: int, controller: int) -> dict:
-    """The listeners' part of a secured broker's server.properties."""
+def broker_properties(
+    settings: Settings, host: str, client: int, controller: int, *, formatted: bool
+) -> dict:
+    """The listeners' part of a secured broker's server.properties (`formatted`: its storage
+    is, with its users)."""
     tls = settings.kafka_tls_dir
     login = kafka_clients.LOGIN_MODULES[MECHANISM]
-    password = passwords(settings)["broker"]
+    password = passwords(settings, create=not formatted)["broker"]
     return {
         "listeners": f"SASL_SSL://{host}:{client},CONTROLLER://{host}:{controller}",
         "advertised.listeners": f"SASL_SSL://{host}:{client}",
@@ -186,18 +210,43 @@ def broker_properties(settings: Settings, host: str, client: int, controller: in
 
 
 def grant_services(settings: Settings) -> None:
-    """Creates every service user's ACLs (Kafka keeps an ACL made twice once)."""
-    bindings = [
+    """Makes each service user's ACLs what `SERVICE_USERS` grants: the missing created, those
+    no longer granted deleted (Kafka keeps an ACL made twice once)."""
+    wanted = {
         AclBinding(kind, name, pattern, f"User:{user.name}", "*", op, AclPermissionType.ALLOW)
         for user in SERVICE_USERS
         for kind, name, pattern, op in user.grants
-    ]
+    }
     admin = AdminClient(kafka_clients.librdkafka(settings))
-    for binding, future in admin.create_acls(bindings, request_timeout=30).items():
-        try:
-            future.result()
-        except Exception as e:
-            raise StackError(f"Kafka refused the ACL {binding}: {e}") from e
+    try:
+        found: set[AclBinding] = set()
+        for user in SERVICE_USERS:
+            of_user = AclBindingFilter(
+                ResourceType.ANY,
+                None,
+                ResourcePatternType.ANY,
+                f"User:{user.name}",
+                None,
+                AclOperation.ANY,
+                AclPermissionType.ANY,
+            )
+            found |= set(admin.describe_acls(of_user, request_timeout=30).result())
+        if wanted - found:
+            for future in admin.create_acls(list(wanted - found), request_timeout=30).values():
+                future.result()
+        if found - wanted:
+            stale = [_filter(binding) for binding in found - wanted]
+            for future in admin.delete_acls(stale, request_timeout=30).values():
+                future.result()
+    except KafkaException as e:
+        raise StackError(f"Kafka did not take the services' ACLs: {e}") from e
+
+
+def _filter(binding: AclBinding) -> AclBindingFilter:
+    """The filter that matches `binding` alone (what `delete_acls` takes)."""
+    b = binding
+    fields = (b.restype, b.name, b.resource_pattern_type, b.principal, b.host, b.operation)
+    return AclBindingFilter(*fields, b.permission_type)
 
 
 def _openssl(*args: str | Path) -> None:

@@ -371,9 +371,12 @@ class Kafka(Service):
             "advertised.listeners": f"PLAINTEXT://{host}:{client}",
             "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
         }
+        formatted = (self.data / "logs" / "meta.properties").exists()
         if kafka_security.secured(s):
             kafka_security.make_certificates(s)
-            listeners = kafka_security.broker_properties(s, host, client, controller)
+            listeners = kafka_security.broker_properties(
+                s, host, client, controller, formatted=formatted
+            )
         props = {
             "process.roles": "broker,controller",
             "node.id": str(self.node),
@@ -422,7 +425,7 @@ class Kafka(Service):
             "appender.stdout.layout.type = PatternLayout\n"
             "appender.stdout.layout.pattern = [%d] %p %m (%c)%n\n"
         )
-        if not (self.data / "logs" / "meta.properties").exists():
+        if not formatted:
             self._format()
 
     @property
@@ -433,8 +436,8 @@ class Kafka(Service):
     def _check_brokers(self) -> None:
         """Refuses brokers of another count or security than the state directory's Kafka was
         made with: its quorum's size, and its users, are formatted into its storage."""
-        made = self._brokers_file.read_text().split() if self._brokers_file.exists() else None
-        if made is None and (self.settings.data_dir / "kafka" / "logs").exists():
+        made = self._brokers_file.read_text().split()[:2] if self._brokers_file.exists() else None
+        if not made and (self.settings.data_dir / "kafka" / "logs").exists():
             made = ["1"]  # made before the count was recorded: one broker
         if made is not None and len(made) == 1:
             made.append("plaintext")  # made before the security was recorded
@@ -489,7 +492,9 @@ class Kafka(Service):
             check=False,
         )
         if result.returncode != 0:
-            raise StackError(f"formatting Kafka's storage failed:\n{result.stdout}{result.stderr}")
+            said = f"{result.stdout}{result.stderr}".splitlines()
+            shown = "\n".join(line for line in said if "password" not in line.lower())
+            raise StackError(f"formatting Kafka's storage failed:\n{shown}")
 
     def on_healthy(self) -> None:
         if kafka_security.secured(self.settings):

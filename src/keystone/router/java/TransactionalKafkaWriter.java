@@ -207,10 +207,11 @@ public final class TransactionalKafkaWriter {
      */
     static final class Writer {
         private static final ConcurrentHashMap<String, Writer> IDLE = new ConcurrentHashMap<>();
-        // One per connection (bootstrap servers and security: the config's keys that are not
-        // the producer's own).
-        private static final ConcurrentHashMap<Map<String, String>, Admin> ADMINS =
-                new ConcurrentHashMap<>();
+        // The admin client of the connection last asked for (bootstrap servers and security:
+        // the config's keys that are not the producer's own); one of another connection (a
+        // rotated password, say) replaces it.
+        private static Map<String, String> adminConnection;
+        private static Admin admin;
         private static final long IDLE_MS = 60_000;  // then closed: a rewound or stopped query's
 
         final String id;
@@ -303,6 +304,19 @@ public final class TransactionalKafkaWriter {
             }
         }
 
+        private static synchronized Admin admin(Map<String, String> connection) {
+            if (!connection.equals(adminConnection)) {
+                if (admin != null) {
+                    admin.close(Duration.ZERO);
+                }
+                Properties props = new Properties();
+                props.putAll(connection);
+                admin = Admin.create(props);
+                adminConnection = connection;
+            }
+            return admin;
+        }
+
         /** The group's committed offset of the input partition, read stable. */
         private static long committed(Map<String, String> config, String group,
                 TopicPartition source) throws Exception {
@@ -313,11 +327,7 @@ public final class TransactionalKafkaWriter {
                     connection.put(key, value);
                 }
             });
-            Admin admin = ADMINS.computeIfAbsent(connection, c -> {
-                Properties props = new Properties();
-                props.putAll(c);
-                return Admin.create(props);
-            });
+            Admin admin = admin(connection);
             ListConsumerGroupOffsetsSpec spec = new ListConsumerGroupOffsetsSpec()
                     .topicPartitions(List.of(source));
             Map<TopicPartition, OffsetAndMetadata> offsets = admin
