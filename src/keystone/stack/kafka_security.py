@@ -217,7 +217,9 @@ def grant_services(settings: Settings) -> None:
         for user in SERVICE_USERS
         for kind, name, pattern, op in user.grants
     }
-    admin = AdminClient(kafka_clients.librdkafka(settings))
+    # Quiet: the cluster's other brokers may still be starting (refused connections), and
+    # what fails is raised from the answers.
+    admin = AdminClient(kafka_clients.librdkafka(settings) | {"log_level": 0})
     try:
         found: set[AclBinding] = set()
         for user in SERVICE_USERS:
