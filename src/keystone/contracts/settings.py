@@ -362,7 +362,7 @@ class Settings(BaseSettings, Limits):
             ),
             "warehouse_dir": (self.state_dir / "warehouse").as_uri(),
         }
-        if self.is_embedded("kafka") and self.kafka_security == "sasl_ssl":
+        if self.kafka_embedded_secured:
             # The stack's own CA, and the admin unless a process is given its principal
             # (`kafka_principal_env`).
             user = self.kafka_sasl_username or "admin"
@@ -394,13 +394,18 @@ class Settings(BaseSettings, Limits):
         connect as `principal`, with its password file (a password this process was given is
         not passed on); none when Kafka is not the embedded secured one: a child then connects
         as this process does."""
-        if not self.is_embedded("kafka") or self.kafka_security != "sasl_ssl":
+        if not self.kafka_embedded_secured:
             return {}
         return {
             "KEYSTONE_KAFKA_SASL_USERNAME": principal,
             "KEYSTONE_KAFKA_SASL_PASSWORD": "",
             "KEYSTONE_KAFKA_SASL_PASSWORD_FILE": str(self.kafka_password_file(principal)),
         }
+
+    @property
+    def kafka_embedded_secured(self) -> bool:
+        """The stack runs Kafka itself, secured (`kafka_security` sasl_ssl)."""
+        return self.is_embedded("kafka") and self.kafka_security == "sasl_ssl"
 
     @property
     def kafka_tls_dir(self) -> Path:

@@ -97,10 +97,6 @@ SERVICE_USERS = (
 )
 
 
-def secured(settings: Settings) -> bool:
-    return settings.is_embedded("kafka") and settings.kafka_security == "sasl_ssl"
-
-
 def passwords(settings: Settings, *, create: bool) -> dict[str, str]:
     """Each user's password: made where missing when `create` (before the storage is
     formatted with them); afterwards a missing one is refused, since the storage keeps the users

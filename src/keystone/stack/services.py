@@ -372,7 +372,7 @@ class Kafka(Service):
             "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
         }
         formatted = (self.data / "logs" / "meta.properties").exists()
-        if kafka_security.secured(s):
+        if s.kafka_embedded_secured:
             kafka_security.make_certificates(s)
             listeners = kafka_security.broker_properties(
                 s, host, client, controller, formatted=formatted
@@ -468,7 +468,6 @@ class Kafka(Service):
 
     def _format(self) -> None:
         quorum = ["--standalone"] if self.settings.kafka_brokers == 1 else []
-        secured = kafka_security.secured(self.settings)
         result = subprocess.run(
             [
                 "java",
@@ -486,7 +485,9 @@ class Kafka(Service):
                 "-c",
                 str(self.conf / "server.properties"),
             ],
-            input=kafka_security.scram_users(self.settings) if secured else "",
+            input=kafka_security.scram_users(self.settings)
+            if self.settings.kafka_embedded_secured
+            else "",
             capture_output=True,
             text=True,
             check=False,
@@ -497,7 +498,7 @@ class Kafka(Service):
             raise StackError(f"formatting Kafka's storage failed:\n{shown}")
 
     def on_healthy(self) -> None:
-        if kafka_security.secured(self.settings):
+        if self.settings.kafka_embedded_secured:
             kafka_security.grant_services(self.settings)
 
     def argv(self) -> list[str]:
