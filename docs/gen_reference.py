@@ -980,19 +980,24 @@ if __name__ == "__main__":
 
 
 def kafka_users_reference() -> str:
+    from keystone.contracts import kafka_clients
+    from keystone.control import kafka_access
     from keystone.stack import kafka_security as ks
 
-    rows = [
+    def allowed(grants) -> str:
+        return "<br>".join(
+            f"{'cluster' if name == 'kafka-cluster' else kind.name.lower()} {code(name)}"
+            f"{' (prefix)' if pattern.name == 'PREFIXED' else ''}: {op.name.lower()}"
+            for kind, name, pattern, op in sorted(grants, key=lambda g: (g[0].name, g[1], g[3]))
+        )
+
+    rows = [[code(user.name), cell(user.does), allowed(user.grants)] for user in ks.SERVICE_USERS]
+    app = [
         [
-            code(user.name),
-            cell(user.does),
-            "<br>".join(
-                f"{'cluster' if name == 'kafka-cluster' else kind.name.lower()} {code(name)}"
-                f"{' (prefix)' if pattern.name == 'PREFIXED' else ''}: {op.name.lower()}"
-                for kind, name, pattern, op in user.grants
-            ),
+            code(kafka_clients.app_user("APP")),
+            "an app's own user, to write straight to Kafka (granted APP the streams s1 and s2)",
+            allowed(kafka_access.app_grants(["s1", "s2"])),
         ]
-        for user in ks.SERVICE_USERS
     ]
     return (
         GENERATED
@@ -1001,5 +1006,9 @@ def kafka_users_reference() -> str:
         + "\n\n"
         + f"Super users: {', '.join(code(u) for u in ks.SUPER_USERS)}.\n\n"
         + table(["user", "what it does", "allowed"], rows)
+        + "\n\n## Apps' own users\n\n"
+        + prose(inspect.cleandoc(kafka_access.__doc__ or ""))
+        + "\n\n"
+        + table(["user", "what it is", "allowed"], app)
         + "\n"
     )

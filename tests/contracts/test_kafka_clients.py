@@ -10,8 +10,12 @@ from pathlib import Path
 import pytest
 
 from keystone.contracts import kafka_clients
+from keystone.contracts.errors import BadRequest, Conflict
 from keystone.contracts.settings import Settings
+from keystone.control.kafka_access import AppAccess
+from keystone.ingest_proxy.client import DirectProducer
 from keystone.router.spark import spark_conf
+from keystone.stack.kafka_security import PRINCIPALS
 
 SRC = Path(kafka_clients.__file__).parents[1]
 
@@ -187,3 +191,27 @@ def test_a_child_started_as_a_service_user_logs_in_with_its_file_only(
     child.kafka_password_file("proxy").write_text("the-proxys")
     login = kafka_clients.librdkafka(child)
     assert (login["sasl.username"], login["sasl.password"]) == ("proxy", "the-proxys")
+
+
+def test_control_issues_app_credentials_only_where_kafka_takes_scram(tmp_path: Path) -> None:
+    assert kafka_clients.scram(secured(tmp_path))
+    assert kafka_clients.scram(secured(tmp_path, kafka_sasl_mechanism="SCRAM-SHA-256"))
+    assert not kafka_clients.scram(secured(tmp_path, kafka_sasl_mechanism="PLAIN"))
+    assert not kafka_clients.scram(secured(tmp_path, kafka_security_protocol="SSL"))
+    plaintext = Settings(kafka_bootstrap="broker:9092")
+    assert not kafka_clients.scram(plaintext)
+    with pytest.raises(Conflict, match="no credential to issue"):
+        AppAccess(plaintext, None).require()  # type: ignore[arg-type]  # no store read
+    # No app's user is a service's: the services' users have no such prefix.
+    assert all(not p.startswith(kafka_clients.APP_USER_PREFIX) for p in PRINCIPALS)
+    assert kafka_clients.app_user("x") == "app-x"
+
+
+def test_the_honest_direct_producer_names_its_own_app_only(tmp_path: Path) -> None:
+    settings = secured(
+        tmp_path, kafka_security_protocol="SASL_PLAINTEXT", kafka_sasl_username="app-mine"
+    )
+    connection = kafka_clients.librdkafka(settings)
+    with pytest.raises(BadRequest, match="as that app only"):
+        DirectProducer(connection, "someone-else")
+    DirectProducer(connection, "mine")  # made; it connects only when it sends

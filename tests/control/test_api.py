@@ -144,6 +144,8 @@ def test_owners_see_and_change_only_their_own_streams_and_apps(admin: Api, uniqu
         ("POST", f"/v1/streams/{mine}/outputs/copy/preview", {"filter": "a = 1"}),
         ("PUT", f"/v1/streams/{mine}/producers/{app}", None),
         ("POST", f"/v1/apps/{app}/key", None),
+        ("POST", f"/v1/apps/{app}/kafka-credential", None),
+        ("DELETE", f"/v1/apps/{app}/kafka-credential", None),
         ("DELETE", f"/v1/apps/{app}", None),
     ]
     for method, path, body in hidden:

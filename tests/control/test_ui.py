@@ -1,5 +1,6 @@
 """The web UI in a real headless Chromium: an owner signs in, creates a stream and an output
-through the pages (errors shown inline, a preview on recent events), then sees events flow."""
+through the pages (errors shown inline, a preview on recent events), then sees events flow;
+gives an app a Kafka user of its own on the apps page, and takes it back."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from keystone.ingest_proxy.client import ProxyClient
 from keystone.loadtest.run import await_key
 from tests.support.api import Api, owner
 from tests.support.browser import artifact, chromium
+from tests.support.kafka_users import as_user, login_errors
 from tests.support.stack import Stack
 
 STREAM, OWNER, APP = "ui_stream", "team-ui", "ui-app"
@@ -110,3 +112,29 @@ def test_an_owner_creates_a_stream_and_an_output_in_the_browser_and_sees_events_
     row = page.locator(f'tr[data-stream="{STREAM}"]')
     expect(row.locator(".state")).to_have_text("running")
     expect(row).to_contain_text("picked · kafka")
+
+
+def test_an_owner_gives_an_app_a_kafka_user_on_the_apps_page_and_takes_it_back(
+    stack: Stack, admin: Api, page: Page
+) -> None:
+    team = owner(admin, "team-ui-apps")
+    team.ok("POST", "/v1/apps", {"name": "ui-direct-app"})
+    ui = f"{admin.url}/ui"
+    page.context.clear_cookies()
+    page.goto(f"{ui}/login")
+    page.fill("#token", team.token)
+    page.click("button[type=submit]")
+    page.click("nav >> text=Apps")
+    row = page.locator('tr[data-app="ui-direct-app"]')
+    row.locator("text=Kafka user").click()
+    secret = page.locator(".secret code")
+    expect(secret).to_have_count(1)
+    password = secret.inner_text().strip()
+    expect(row).to_contain_text("app-ui-direct-app")
+    # The password shown is the user's: Kafka takes it.
+    assert not login_errors(as_user(stack, "app-ui-direct-app", password))
+    row.locator("text=Revoke Kafka user").click()
+    expect(page).to_have_url(f"{ui}/apps")
+    expect(row).not_to_contain_text("app-ui-direct-app")
+    expect(page.locator(".secret")).to_have_count(0)
+    page.screenshot(path=artifact("ui-apps.png"), full_page=True)

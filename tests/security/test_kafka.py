@@ -4,11 +4,10 @@ no secret leaks into a log, a process' arguments or an API answer."""
 
 from __future__ import annotations
 
-import uuid
 from pathlib import Path
 
 import pytest
-from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import (
     AclBinding,
     AclOperation,
@@ -23,34 +22,10 @@ from keystone.contracts.names import fronting_topic
 from keystone.contracts.settings import Settings
 from tests.support.api import Api
 from tests.support.good_tenant import GOOD_OUTPUT, GOOD_STREAM, Good
+from tests.support.kafka_users import as_user, write
 from tests.support.stack import Stack
 
 OUTPUT_TOPIC = f"{GOOD_STREAM}.{GOOD_OUTPUT['name']}"
-
-
-def as_user(stack: Stack, principal: str, password: str | None = None) -> dict:
-    """A client's connection to the stack's Kafka as one of its users."""
-    settings = stack.settings
-    secret = password or settings.kafka_password_file(principal).read_text().strip()
-    return kafka_clients.librdkafka(settings) | {
-        "sasl.username": principal,
-        "sasl.password": secret,
-    }
-
-
-def write(connection: dict, topic: str, idempotent: bool = True) -> KafkaError | None:
-    """One record written; the error Kafka answered, if any."""
-    errors: list[KafkaError] = []
-    config = {"message.timeout.ms": 10_000, "enable.idempotence": idempotent}
-    producer = Producer(connection | config)
-    producer.produce(
-        topic,
-        b'{"n": 1}',
-        headers=[("ks_guid", uuid.uuid4().hex.encode())],
-        on_delivery=lambda e, _m: errors.append(e) if e is not None else None,
-    )
-    producer.flush(15)
-    return errors[0] if errors else None
 
 
 def test_the_stack_runs_kafka_over_tls_with_scram(stack: Stack) -> None:

@@ -1,13 +1,15 @@
-"""`keystone app create | list | grant | ungrant | rotate | delete`: producing apps and keys."""
+"""`keystone app create | list | grant | ungrant | rotate | kafka | delete`: producing apps,
+their keys and their own Kafka credentials."""
 
 from __future__ import annotations
 
+import json
 from typing import Annotated
 
 import typer
 from rich.table import Table
 
-from keystone.cli.common import JsonOption, console, control, done, emit, show_secret
+from keystone.cli.common import JsonOption, console, control, done, emit, plain, show_secret
 from keystone.contracts.registry import check_label
 
 app = typer.Typer(
@@ -44,9 +46,10 @@ def app_list(ctx: typer.Context, as_json: JsonOption = False) -> None:
     if as_json:
         emit(found)
         return
-    table = Table("app", "owner", "quota (events/s)", "streams")
+    table = Table("app", "owner", "quota (events/s)", "streams", "Kafka user")
     for a in found:
-        table.add_row(a.name, a.owner, str(a.rate or "none"), ", ".join(a.streams))
+        row = (a.name, a.owner, str(a.rate or "none"), ", ".join(a.streams), a.kafka_user or "")
+        table.add_row(*row)
     console.print(table)
 
 
@@ -74,6 +77,38 @@ def app_rotate(ctx: typer.Context, name: str, as_json: JsonOption = False) -> No
     with control(ctx) as client:
         answer = client.rotate_app(name)
     show_secret(answer, as_json, f"app [bold]{name}[/]'s new key")
+
+
+@app.command("kafka")
+def app_kafka(
+    ctx: typer.Context,
+    name: str,
+    revoke: Annotated[
+        bool, typer.Option("--revoke", help="Delete its Kafka user and ACLs instead.")
+    ] = False,
+    as_json: JsonOption = False,
+) -> None:
+    """Give an app its own Kafka user, to write straight to the streams it is granted (a new
+    password each time; the old one stops working), or take it back with --revoke."""
+    with control(ctx) as client:
+        if revoke:
+            client.revoke_kafka_credential(name)
+            done(
+                {"app": name, "kafka": False}, as_json, f"app [bold]{name}[/]'s Kafka user deleted"
+            )
+            return
+        answer = client.issue_kafka_credential(name)
+    if as_json:
+        print(json.dumps(plain(answer)))
+        return
+    console.print(
+        f"app [bold]{name}[/]'s Kafka user [bold]{answer.username}[/] "
+        f"({answer.mechanism} over {answer.security_protocol}, {answer.bootstrap_servers}); "
+        f"it may write {', '.join(answer.topics) or 'no topic yet'}. Its password (shown only "
+        f"now):\n{answer.password}\nTo send as it: KEYSTONE_KAFKA_SASL_USERNAME={answer.username} "
+        "KEYSTONE_KAFKA_SASL_PASSWORD_FILE=<a file holding it> keystone send STREAM "
+        f"--direct {name}"
+    )
 
 
 @app.command("delete")

@@ -68,6 +68,8 @@ def show_secret(answer: AppKey | OwnerToken, as_json: bool, what: str) -> None:
     else:
         secret = answer.key if isinstance(answer, AppKey) else answer.token
         console.print(f"{what} (shown only now):\n{secret}")
+        if isinstance(answer, AppKey) and answer.kafka_password:
+            console.print(f"its new Kafka password (shown only now):\n{answer.kafka_password}")
 
 
 def needs_extra(module: str, extra: str, what: str) -> None:

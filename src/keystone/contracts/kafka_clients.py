@@ -112,3 +112,18 @@ def spark_options(settings: Settings) -> dict[str, str]:
 def _quoted(value: str) -> str:
     """A JAAS option value: double-quoted, its quotes and backslashes escaped."""
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+# A direct producer's own Kafka user (issued by control, `control.kafka_access`): the app's
+# name after a prefix no service user has, so no app can be given a service's name.
+APP_USER_PREFIX = "app-"
+
+
+def app_user(app: str) -> str:
+    return f"{APP_USER_PREFIX}{app}"
+
+
+def scram(settings: Settings) -> bool:
+    """Kafka here takes SCRAM logins, the kind control can issue to apps (a PLAIN user is the
+    brokers' configuration's, not something a client can make)."""
+    return uses_sasl(settings) and settings.kafka_sasl_mechanism.startswith("SCRAM-")

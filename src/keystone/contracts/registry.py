@@ -111,6 +111,7 @@ class App:
     rate: int  # events per second across all proxies; 0 means no quota
     created: float
     owner: str = ""  # the owner who registered it; "" for the admin's
+    kafka: bool = False  # it holds a Kafka credential of its own (`control.kafka_access`)
 
 
 class RouterPhase(StrEnum):
@@ -276,6 +277,7 @@ class RegistryReader:
                         rate=int(record.get(b"rate", 0)),
                         created=float(record.get(b"created", 0)),
                         owner=record.get(b"owner", b"").decode(),
+                        kafka=record.get(b"kafka", b"0") == b"1",
                     )
                 )
             except (KeyError, ValueError, UnicodeDecodeError) as e:  # skipped, not fatal

@@ -7,17 +7,19 @@ post to it (`Streams.grant`). A secret is answered once, when made, and stored o
 
 from __future__ import annotations
 
-from keystone.contracts.errors import Conflict, LimitExceeded
+from keystone.contracts.errors import Conflict, LimitExceeded, NotFound
 from keystone.contracts.limits import Limits, check_limit
 from keystone.contracts.registry import App
+from keystone.control.kafka_access import AppAccess
 from keystone.control.store import Store, audit
 from keystone.control.tenancy import ADMIN, Caller
 
 
 class Accounts:
-    def __init__(self, store: Store, limits: Limits) -> None:
+    def __init__(self, store: Store, limits: Limits, access: AppAccess) -> None:
         self.store = store
         self.limits = limits
+        self.access = access
 
     # Owners
 
@@ -80,17 +82,38 @@ class Accounts:
     def app(self, caller: Caller, name: str) -> App:
         return caller.visible_app(self.store.get_app(name))
 
-    def rotate_app(self, caller: Caller, name: str) -> str:
+    def rotate_app(self, caller: Caller, name: str) -> tuple[str, str | None]:
+        """A new key, and a new Kafka password if the app holds a credential (the old ones
+        stop working)."""
         app = self.app(caller, name)
-        return self.store.principals.rotate_app(
+        key = self.store.principals.rotate_app(
             name, audit(caller.name, "app.rotate", name, owner=app.owner or ADMIN), _holder(caller)
         )
+        return key, self.access.issue(name) if app.kafka else None
 
     def delete_app(self, caller: Caller, name: str) -> None:
         app = self.app(caller, name)
         self.store.principals.delete_app(
             name, audit(caller.name, "app.delete", name, owner=app.owner or ADMIN), _holder(caller)
         )
+        if app.kafka:
+            self.access.sync()  # its credential and ACLs deleted
+
+    def issue_kafka(self, caller: Caller, name: str) -> str:
+        """The app's Kafka password (made anew if it had one), shown once."""
+        app = self.app(caller, name)
+        self.access.require()
+        entry = audit(caller.name, "app.kafka.issue", name, owner=app.owner or ADMIN)
+        self.store.principals.set_app_kafka(name, True, entry, _holder(caller))
+        return self.access.issue(name)
+
+    def revoke_kafka(self, caller: Caller, name: str) -> None:
+        app = self.app(caller, name)
+        if not app.kafka:
+            raise NotFound(f"app {name!r} holds no Kafka credential")
+        entry = audit(caller.name, "app.kafka.revoke", name, owner=app.owner or ADMIN)
+        self.store.principals.set_app_kafka(name, False, entry, _holder(caller))
+        self.access.sync()
 
 
 def _holder(caller: Caller) -> str | None:

@@ -19,6 +19,7 @@ from keystone.control.models import (
     BackfillPublic,
     BackfillRequest,
     DeadLettersPublic,
+    KafkaCredential,
     LineagePublic,
     OwnerCreate,
     OwnerToken,
@@ -358,8 +359,25 @@ def list_apps(plane: PlaneDep, who: CallerDep) -> list[AppPublic]:
 
 @router.post("/apps/{app}/key", response_model=AppKey, tags=["apps"])
 def rotate_app(app: str, plane: PlaneDep, who: CallerDep) -> AppKey:
-    """A new key; the old one stops working within a second."""
-    return AppKey(name=app, key=plane.accounts.rotate_app(who, app))
+    """A new key; the old one stops working within a second. An app that holds a Kafka
+    credential gets a new password too, and its old one stops working at once."""
+    key, kafka_password = plane.accounts.rotate_app(who, app)
+    return AppKey(name=app, key=key, kafka_password=kafka_password)
+
+
+@router.post("/apps/{app}/kafka-credential", response_model=KafkaCredential, tags=["apps"])
+def issue_kafka_credential(app: str, plane: PlaneDep, who: CallerDep) -> KafkaCredential:
+    """The app's own Kafka user, to write straight to the fronting topics of the streams it is
+    granted (on a cluster with SCRAM logins; else 409). Its password is in this answer only;
+    asked again, the app gets a new one and the old one stops working."""
+    password = plane.accounts.issue_kafka(who, app)
+    return KafkaCredential.of(app, password, plane.settings, plane.store.streams())
+
+
+@router.delete("/apps/{app}/kafka-credential", status_code=204, tags=["apps"])
+def revoke_kafka_credential(app: str, plane: PlaneDep, who: CallerDep) -> None:
+    """Deletes the app's Kafka user and its ACLs; its key is untouched."""
+    plane.accounts.revoke_kafka(who, app)
 
 
 @router.delete("/apps/{app}", status_code=204, tags=["apps"])

@@ -18,6 +18,7 @@ from keystone.control.models import (
     AuditPublic,
     BackfillPublic,
     DeadLettersPublic,
+    KafkaCredential,
     LineagePublic,
     OwnerToken,
     PreviewPublic,
@@ -38,6 +39,7 @@ _PREVIEW = TypeAdapter(PreviewPublic)
 _LINEAGE = TypeAdapter(LineagePublic)
 _APP_KEY = TypeAdapter(AppKey)
 _APPS = TypeAdapter(list[AppPublic])
+_KAFKA_CREDENTIAL = TypeAdapter(KafkaCredential)
 _OWNER_TOKEN = TypeAdapter(OwnerToken)
 _OWNERS = TypeAdapter(list[str])
 _AUDIT = TypeAdapter(list[AuditPublic])
@@ -234,6 +236,12 @@ class ControlClient:
 
     def delete_app(self, name: str) -> None:
         self.call("DELETE", f"/v1/apps/{name}")
+
+    def issue_kafka_credential(self, name: str) -> KafkaCredential:
+        return self._read(_KAFKA_CREDENTIAL, "POST", f"/v1/apps/{name}/kafka-credential")
+
+    def revoke_kafka_credential(self, name: str) -> None:
+        self.call("DELETE", f"/v1/apps/{name}/kafka-credential")
 
     def grant(self, stream: str, app: str) -> StreamPublic:
         return self._read(_STREAM, "PUT", f"/v1/streams/{stream}/producers/{app}")

@@ -1,4 +1,5 @@
-"""The fleet: every stream's dashboard and alert rules kept current, and one router application
+"""The fleet: every stream's dashboard and alert rules kept current, apps' Kafka access kept
+what the registry says (`keystone.control.kafka_access`), and one router application
 per stream that has outputs (`python -m keystone.router`, whose Spark session pyspark launches
 through spark-submit, with the master from settings), watched, restarted with backoff when it
 dies, redeployed when its spec changes, and stopped gracefully when its stream is deleted.
@@ -37,6 +38,7 @@ from keystone.contracts.names import valid_name
 from keystone.contracts.registry import RouterPhase, RouterState
 from keystone.contracts.settings import Settings
 from keystone.contracts.spec import StreamSpec
+from keystone.control.kafka_access import AppAccess
 from keystone.control.launcher import Deployment, Launcher, ProcessLauncher
 from keystone.control.recovery import Recovery
 from keystone.control.sizing import Sizer
@@ -49,6 +51,7 @@ log = logging.getLogger(__name__)
 LEASE = "fleet:leader"
 LEASE_SECONDS = 15.0
 PASS_SECONDS = 1.0
+ACCESS_SECONDS = 10.0  # how often apps' Kafka credentials and ACLs are made what the registry says
 HEALTHY_AFTER = 60.0  # a router up this long has recovered: its failure count starts again
 FAILED_AFTER = 3  # deaths in a row that make a router "failed" (still retried, slowly)
 MAX_BACKOFF = 300.0
@@ -97,6 +100,7 @@ class Fleet:
         dashboards: Dashboards | None = None,
         recovery: Keeper | None = None,
         sizer: Sizer | None = None,
+        access: AppAccess | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.settings = settings
@@ -108,6 +112,8 @@ class Fleet:
             recovery if recovery is not None else Recovery(settings, store, clock)
         )
         self.sizer = sizer if sizer is not None else Sizer(settings, store, clock)
+        self.access = access if access is not None else AppAccess(settings, store)
+        self._access_synced = float("-inf")
         self.holder = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.leading = False
         self._unreadable: dict[str, str] = {}  # stream -> why, as last said
@@ -156,6 +162,9 @@ class Fleet:
             self.sizer.observe(specs)
         except KeystoneError as e:  # sized as they were; sampled again next time
             log.warning("traffic not sampled: %s", e)
+        if self.clock() - self._access_synced >= ACCESS_SECONDS:
+            self._access_synced = self.clock()
+            self.access.sync()
         desired = {s.name: s for s in specs if s.outputs}
         running = self.launcher.deployments()
         states = self.store.router_states()

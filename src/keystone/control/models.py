@@ -18,6 +18,8 @@ from pydantic import (
     model_validator,
 )
 
+from keystone.contracts import kafka_clients
+from keystone.contracts.names import fronting_topic
 from keystone.contracts.recovery import (
     Backfill,
     BackfillProgress,
@@ -30,6 +32,7 @@ from keystone.contracts.recovery import (
     Selection,
 )
 from keystone.contracts.registry import App, RouterPhase, RouterState
+from keystone.contracts.settings import Settings
 from keystone.contracts.spec import Principal, StreamSpec
 from keystone.control.backfills import BackfillPlan
 from keystone.control.deadletters import Listing
@@ -630,6 +633,9 @@ class AppPublic(BaseModel):
     rate: int
     created: float
     streams: list[str] = Field(description="Streams it may post to.")
+    kafka_user: str | None = Field(
+        None, description="Its own Kafka user, if it holds a credential to write directly."
+    )
 
     @classmethod
     def of(cls, app: App, streams: list[StreamSpec]) -> AppPublic:
@@ -639,6 +645,7 @@ class AppPublic(BaseModel):
             rate=app.rate,
             created=app.created,
             streams=[s.name for s in streams if app.name in s.producers],
+            kafka_user=kafka_clients.app_user(app.name) if app.kafka else None,
         )
 
     @classmethod
@@ -652,6 +659,36 @@ class AppKey(BaseModel):
     name: str
     key: str = Field(description="Shown only now: it is stored hashed.")
     rate: int | None = None
+    kafka_password: str | None = Field(
+        None, description="The app's new Kafka password, if it holds a credential: shown only now."
+    )
+
+
+class KafkaCredential(BaseModel):
+    """How an app writes straight to Kafka: its own user, which may write the fronting topics
+    of the streams it is granted, and nothing else."""
+
+    app: str
+    username: str
+    password: str = Field(description="Shown only now: Kafka keeps its salted hash only.")
+    mechanism: str
+    security_protocol: str
+    bootstrap_servers: str
+    topics: list[str] = Field(description="The fronting topics it may write now.")
+
+    @classmethod
+    def of(
+        cls, app: str, password: str, settings: Settings, streams: list[StreamSpec]
+    ) -> KafkaCredential:
+        return cls(
+            app=app,
+            username=kafka_clients.app_user(app),
+            password=password,
+            mechanism=settings.kafka_sasl_mechanism,
+            security_protocol=kafka_clients.protocol(settings),
+            bootstrap_servers=settings.kafka_bootstrap,
+            topics=[fronting_topic(s.name) for s in streams if app in s.producers],
+        )
 
 
 class OwnerCreate(BaseModel):

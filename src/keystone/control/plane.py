@@ -9,6 +9,7 @@ from keystone.control.accounts import Accounts
 from keystone.control.backfills import Backfills
 from keystone.control.deadletters import DeadLetters
 from keystone.control.fleet import Fleet
+from keystone.control.kafka_access import AppAccess
 from keystone.control.redrives import Redrives
 from keystone.control.rewinds import Rewinds
 from keystone.control.store import Store
@@ -32,16 +33,17 @@ class Plane:
     @classmethod
     def build(cls, settings: Settings) -> Plane:
         store = Store.connect(settings)
-        streams = Streams(settings, store)
+        access = AppAccess(settings, store)
+        streams = Streams(settings, store, access)
         return cls(
             settings=settings,
             store=store,
             auth=Authenticator(settings, store),
             streams=streams,
-            accounts=Accounts(store, settings),
+            accounts=Accounts(store, settings, access),
             rewinds=Rewinds(settings, store, streams),
             backfills=Backfills(settings, store, streams),
             dead_letters=DeadLetters(settings, streams),
             redrives=Redrives(settings, store, streams),
-            fleet=Fleet(settings, store),
+            fleet=Fleet(settings, store, access=access),
         )

@@ -19,6 +19,7 @@ from keystone.contracts.registry import Unreadable
 from keystone.contracts.schema import schema_limit_problems
 from keystone.contracts.settings import Settings
 from keystone.contracts.spec import OutputSpec, StreamSpec, load_spec
+from keystone.control.kafka_access import AppAccess
 from keystone.control.lineage import check_schema_change
 from keystone.control.provisioner import provision
 from keystone.control.store import Store, audit
@@ -40,9 +41,10 @@ class Applied:
 
 
 class Streams:
-    def __init__(self, settings: Settings, store: Store) -> None:
+    def __init__(self, settings: Settings, store: Store, access: AppAccess | None = None) -> None:
         self.settings = settings
         self.store = store
+        self.access = access if access is not None else AppAccess(settings, store)
 
     def list(self, caller: Caller) -> list[StreamSpec]:
         return [s for s in self.store.streams() if caller.owns(s.owner)]
@@ -171,6 +173,8 @@ class Streams:
         owner = (draft or before).owner  # type: ignore[union-attr]
         entry = audit(caller.name, action, name, owner=owner, provisioned=provisioned, **detail)
         old, new = self.store.specs.change(name, change, entry, replace_unreadable=replace)
+        if _producers(old) != _producers(new):  # apps' Kafka ACLs follow their grants
+            self.access.sync()
         return Applied(spec=new, created=old is None, provisioned=provisioned)
 
     def _checked(self, caller: Caller, spec: StreamSpec, old: StreamSpec | None) -> StreamSpec:
@@ -261,3 +265,7 @@ def _replace(spec: StreamSpec, **changes: list) -> StreamSpec:
     for key, items in changes.items():
         data[key] = [i.model_dump(by_alias=True) if isinstance(i, OutputSpec) else i for i in items]
     return load_spec(data)
+
+
+def _producers(spec: StreamSpec | None) -> list[str]:
+    return spec.producers if spec is not None else []

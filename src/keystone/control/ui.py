@@ -1,5 +1,6 @@
 """The web UI for stream owners, served by control under /ui/: the streams with their health,
-a stream's page (outputs, rates, its dashboard), and forms to create a stream and add an output,
+a stream's page (outputs, rates, its dashboard), the apps with their keys and Kafka users, and
+forms to create a stream and add an output,
 with a filter and projection editor that previews on recent events and shows errors inline. On
 the stream's page, each output's restore points and a rewind, confirmed once its plan is shown,
 followed until it has caught up.
@@ -28,9 +29,11 @@ from keystone.contracts.spec import DEFAULT_TRIGGERS, OutputSpec, StreamSpec, fi
 from keystone.control.api import PlaneDep
 from keystone.control.lineage import lineage
 from keystone.control.models import (
+    AppPublic,
     BackfillPublic,
     BackfillRequest,
     DeadLettersPublic,
+    KafkaCredential,
     PreviewRequest,
     RedrivePublic,
     RedriveRequest,
@@ -160,6 +163,46 @@ def streams_page(request: Request, plane: PlaneDep, who: UICaller) -> HTMLRespon
         {"spec": s, "router": states.get(s.name), "rates": rates.get(s.name, {})} for s in specs
     ]
     return page(request, "streams.html", who, rows=rows, metrics_error=metrics_error)
+
+
+@router.get("/apps", response_class=HTMLResponse)
+def apps_page(request: Request, plane: PlaneDep, who: UICaller) -> HTMLResponse:
+    return _apps_page(request, plane, who)
+
+
+@router.post("/apps/{app}/key", response_class=HTMLResponse, dependencies=[Depends(same_site)])
+def rotate_app_key(request: Request, app: str, plane: PlaneDep, who: UICaller) -> HTMLResponse:
+    key, kafka_password = plane.accounts.rotate_app(who, app)
+    shown = [(f"{app}'s new key", key)]
+    if kafka_password:
+        shown.append((f"{app}'s new Kafka password", kafka_password))
+    return _apps_page(request, plane, who, shown)
+
+
+@router.post("/apps/{app}/kafka", response_class=HTMLResponse, dependencies=[Depends(same_site)])
+def issue_kafka(request: Request, app: str, plane: PlaneDep, who: UICaller) -> HTMLResponse:
+    password = plane.accounts.issue_kafka(who, app)
+    credential = KafkaCredential.of(app, password, plane.settings, plane.store.streams())
+    user = f"{credential.username} ({credential.mechanism} over {credential.security_protocol})"
+    return _apps_page(request, plane, who, [(f"Kafka password of {user}", password)])
+
+
+@router.post(
+    "/apps/{app}/kafka/revoke", response_class=HTMLResponse, dependencies=[Depends(same_site)]
+)
+def revoke_kafka(request: Request, app: str, plane: PlaneDep, who: UICaller) -> Response:
+    plane.accounts.revoke_kafka(who, app)
+    return RedirectResponse("/ui/apps", status_code=303)
+
+
+def _apps_page(
+    request: Request, plane: Plane, who: Caller, shown: list[tuple[str, str]] | None = None
+) -> HTMLResponse:
+    """The caller's apps; `shown`: secrets just made, each with what it is (shown only now)."""
+    streams = plane.store.streams()
+    apps = [AppPublic.seen_by(a, streams, who) for a in plane.accounts.apps(who)]
+    kafka = plane.accounts.access.enabled
+    return page(request, "apps.html", who, apps=apps, shown=shown or [], kafka=kafka)
 
 
 @router.get("/streams/new", response_class=HTMLResponse)

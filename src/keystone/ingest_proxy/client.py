@@ -19,8 +19,8 @@ from typing import Any
 import httpx
 from confluent_kafka import Producer
 
-from keystone.contracts import envelope
-from keystone.contracts.errors import KeystoneError, PayloadTooLarge, Unavailable
+from keystone.contracts import envelope, kafka_clients
+from keystone.contracts.errors import BadRequest, KeystoneError, PayloadTooLarge, Unavailable
 from keystone.contracts.names import fronting_topic
 from keystone.contracts.settings import MAX_EVENT_BYTES, RECORD_HEADROOM
 
@@ -159,7 +159,9 @@ def _fits(status: int, body: dict[str, Any], sent: int) -> int:
 
 class DirectProducer:
     """Writes to a stream's fronting topic with the proxy's metadata, skipping HTTP, and holds
-    events to the proxy's size limit (the router's dead letters carry an event whole)."""
+    events to the proxy's size limit (the router's dead letters carry an event whole). Logged
+    in as an app's own Kafka user, it stamps that app only: Kafka cannot tell a record's
+    reader who wrote it, so the one honest client must not name another."""
 
     def __init__(
         self,
@@ -168,6 +170,9 @@ class DirectProducer:
         ack_timeout: float = 30.0,
         max_event_bytes: int = MAX_EVENT_BYTES,
     ) -> None:
+        user = kafka.get("sasl.username", "")
+        if user.startswith(kafka_clients.APP_USER_PREFIX) and user != kafka_clients.app_user(app):
+            raise BadRequest(f"logged in to Kafka as {user}, this producer writes as that app only")
         self.app = app
         self.max_event_bytes = max_event_bytes
         self.host = socket.gethostname()

@@ -25,20 +25,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from confluent_kafka import KafkaException
-from confluent_kafka.admin import (
-    AclBinding,
-    AclBindingFilter,
-    AclOperation,
-    AclPermissionType,
-    AdminClient,
-    ResourcePatternType,
-    ResourceType,
-)
+from confluent_kafka.admin import AclOperation, AdminClient, ResourcePatternType, ResourceType
 
 from keystone.contracts import kafka_clients
 from keystone.contracts.errors import StackError
 from keystone.contracts.names import fronting_topic
 from keystone.contracts.settings import Settings, stored_secret
+from keystone.control.kafka_access import Grant, bindings, reconcile_acls
 
 MECHANISM = "SCRAM-SHA-512"
 PRINCIPALS = ("broker", "admin", "control", "router", "proxy")
@@ -46,7 +39,6 @@ BROKER_SUBJECT = "CN=keystone-broker"  # the brokers' certificate: their name on
 SUPER_USERS = ("User:broker", "User:admin", f"User:{BROKER_SUBJECT}")
 FRONTING_PREFIX = fronting_topic("xx")[: -len("xx")]  # every stream's fronting and dead letters
 
-Grant = tuple[ResourceType, str, ResourcePatternType, AclOperation]
 _ANY, _PREFIX = ResourcePatternType.LITERAL, ResourcePatternType.PREFIXED
 _TOPIC, _GROUP, _CLUSTER = ResourceType.TOPIC, ResourceType.GROUP, ResourceType.BROKER
 _TRANSACTION = ResourceType.TRANSACTIONAL_ID
@@ -88,10 +80,13 @@ SERVICE_USERS = (
     ServiceUser(
         "control",
         "provisions topics, reads them (previews, dead letters, positions) and the groups' "
-        "committed positions",
+        "committed positions; issues apps' credentials and keeps their ACLs, which Kafka "
+        "allows only to a user that may alter the cluster (so any ACL: control is the "
+        "cluster's ACL administrator)",
         (
             *((_TOPIC, "*", _ANY, op) for op in (_Op.CREATE, _Op.DESCRIBE, _Op.READ)),
             *((_GROUP, "*", _ANY, op) for op in (_Op.READ, _Op.DESCRIBE)),
+            *((_CLUSTER, "kafka-cluster", _ANY, op) for op in (_Op.ALTER, _Op.DESCRIBE)),
         ),
     ),
 )
@@ -206,45 +201,17 @@ def broker_properties(
 
 
 def grant_services(settings: Settings) -> None:
-    """Makes each service user's ACLs what `SERVICE_USERS` grants: the missing created, those
-    no longer granted deleted (Kafka keeps an ACL made twice once)."""
-    wanted = {
-        AclBinding(kind, name, pattern, f"User:{user.name}", "*", op, AclPermissionType.ALLOW)
-        for user in SERVICE_USERS
-        for kind, name, pattern, op in user.grants
-    }
+    """Makes each service user's ACLs what `SERVICE_USERS` grants (apps' users are control's:
+    `control.kafka_access`)."""
+    wanted = set().union(*(bindings(f"User:{u.name}", u.grants) for u in SERVICE_USERS))
+    services = {f"User:{u.name}" for u in SERVICE_USERS}
     # Quiet: the cluster's other brokers may still be starting (refused connections), and
     # what fails is raised from the answers.
     admin = AdminClient(kafka_clients.librdkafka(settings) | {"log_level": 0})
     try:
-        found: set[AclBinding] = set()
-        for user in SERVICE_USERS:
-            of_user = AclBindingFilter(
-                ResourceType.ANY,
-                None,
-                ResourcePatternType.ANY,
-                f"User:{user.name}",
-                None,
-                AclOperation.ANY,
-                AclPermissionType.ANY,
-            )
-            found |= set(admin.describe_acls(of_user, request_timeout=30).result())
-        if wanted - found:
-            for future in admin.create_acls(list(wanted - found), request_timeout=30).values():
-                future.result()
-        if found - wanted:
-            stale = [_filter(binding) for binding in found - wanted]
-            for future in admin.delete_acls(stale, request_timeout=30).values():
-                future.result()
+        reconcile_acls(admin, wanted, lambda binding: binding.principal in services)
     except KafkaException as e:
         raise StackError(f"Kafka did not take the services' ACLs: {e}") from e
-
-
-def _filter(binding: AclBinding) -> AclBindingFilter:
-    """The filter that matches `binding` alone (what `delete_acls` takes)."""
-    b = binding
-    fields = (b.restype, b.name, b.resource_pattern_type, b.principal, b.host, b.operation)
-    return AclBindingFilter(*fields, b.permission_type)
 
 
 def _openssl(*args: str | Path) -> None:

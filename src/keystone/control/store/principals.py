@@ -111,6 +111,19 @@ class Principals(Repository):
 
         self._delete_principal("app", "key", name, audit, leave_streams, owner)
 
+    def set_app_kafka(
+        self, name: str, holds: bool, audit: dict[str, Any], owner: str | None = None
+    ) -> None:
+        """Records whether the app holds a Kafka credential (`control.kafka_access`); with
+        `owner`, only if the app is theirs when it changes (else 404, as for no app)."""
+
+        def write(tx: redis.client.Pipeline) -> None:
+            self._digest(tx, "app", "key", name, owner)
+            tx.multi()
+            tx.hset(key("app", name), "kafka", "1" if holds else "0")
+
+        self.tx.versioned(write, audit)
+
     # Owners and apps alike: a record with one hashed secret, its hash the way back to it.
 
     def _create(
