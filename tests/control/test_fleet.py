@@ -16,9 +16,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import pytest
-from hmsclient.hmsclient import HMSClient
 
-from keystone.contracts import http
+from keystone.contracts import http, metastore
 from keystone.contracts.names import HIVE_DATABASE
 from keystone.contracts.processes import PidFile, stop
 from keystone.control.launcher import Deployment
@@ -145,9 +144,8 @@ def test_a_stream_created_through_the_api_is_provisioned_deployed_and_delivers(
     es = fleet.stack.address("elasticsearch")
     template = http.client().get(f"{es}/_template/{STREAM}-search", timeout=10).json()
     assert template[f"{STREAM}-search"]["index_patterns"] == [f"{STREAM}-search-*"]
-    host, port = fleet.stack.address("metastore").removeprefix("thrift://").split(":")
-    with HMSClient(host=host, port=int(port)) as metastore:
-        assert metastore.get_database(HIVE_DATABASE).name == HIVE_DATABASE
+    with metastore.thrift_client(fleet.stack.settings) as client:
+        assert client.get_database(HIVE_DATABASE).name == HIVE_DATABASE
 
     eventually("the router to run", fleet.running, timeout=120)
     guids = fleet.send(range(300))

@@ -10,7 +10,8 @@ from collections import Counter
 import httpx
 import pytest
 
-from keystone.contracts import envelope
+from keystone.contracts import elasticsearch, envelope
+from keystone.contracts.elasticsearch import Connection
 from keystone.contracts.errors import SinkError
 from keystone.contracts.settings import Settings
 from keystone.contracts.spec import load_spec
@@ -198,7 +199,9 @@ def _serve(monkeypatch: pytest.MonkeyPatch, searches: list[httpx.Response]) -> N
 
     real = httpx.Client
     monkeypatch.setattr(
-        es_readback.httpx, "Client", lambda **kw: real(**kw, transport=httpx.MockTransport(answer))
+        elasticsearch.httpx,
+        "Client",
+        lambda **kw: real(**kw, transport=httpx.MockTransport(answer)),
     )
 
 
@@ -210,7 +213,9 @@ def test_an_index_not_yet_searchable_is_asked_again(monkeypatch: pytest.MonkeyPa
     searches = [unready, httpx.Response(200, json=page), httpx.Response(200, json=last)]
     _serve(monkeypatch, searches)
     monkeypatch.setattr(es_readback.time, "sleep", lambda _: None)
-    assert es_readback.search_documents("http://es", "s-o-*", source=True) == [("a", {"n": 1})]
+    assert es_readback.search_documents(Connection("http://es"), "s-o-*", source=True) == [
+        ("a", {"n": 1})
+    ]
     assert not searches
 
 
@@ -221,4 +226,4 @@ def test_a_refused_search_is_an_error_never_an_empty_sink(
     refused = httpx.Response(400, json={"error": {"type": "query_shard_exception"}})
     _serve(monkeypatch, [refused])
     with pytest.raises(SinkError, match=r"400 .*query_shard_exception"):
-        es_readback.search_documents("http://es", "s-o-*")
+        es_readback.search_documents(Connection("http://es"), "s-o-*")

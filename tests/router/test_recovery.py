@@ -28,6 +28,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from keystone.contracts import envelope
+from keystone.contracts.elasticsearch import Connection
 from keystone.contracts.processes import PidFile, stop
 from keystone.contracts.recovery import Backfill
 from keystone.control.launcher import Deployment
@@ -177,8 +178,9 @@ class Rewound:
         return found
 
     def search(self, output: str = "search") -> list[tuple[str, dict]]:
-        es = self.stack.address("elasticsearch")
-        return search_documents(es, f"{STREAM}-{output}-*", source=True)
+        return search_documents(
+            Connection.of(self.stack.settings), f"{STREAM}-{output}-*", source=True
+        )
 
     def warehouse(self, output: str = "warehouse") -> list[tuple[str, dict]]:
         rows = self.tables.read(f"keystone.{STREAM}__{output}")

@@ -20,6 +20,7 @@ import pytest
 from confluent_kafka import Producer
 
 from keystone.contracts import envelope
+from keystone.contracts.elasticsearch import Connection
 from keystone.control.launcher import Deployment
 from keystone.ingest_proxy.client import DirectProducer
 from keystone.router.lang.evaluate import project
@@ -96,8 +97,9 @@ class Redriven:
         ]
 
     def search(self) -> dict[str, dict]:
-        es = self.stack.address("elasticsearch")
-        return dict(search_documents(es, f"{STREAM}-search-*", source=True))
+        return dict(
+            search_documents(Connection.of(self.stack.settings), f"{STREAM}-search-*", source=True)
+        )
 
     def warehouse(self) -> list[tuple[str, dict]]:
         rows = self.tables.read(f"keystone.{STREAM}__warehouse")

@@ -28,6 +28,7 @@ from typing import Any
 import pytest
 
 from keystone.contracts import envelope, http
+from keystone.contracts.elasticsearch import Connection
 from keystone.contracts.processes import PidFile, stat_fields, stop
 from keystone.contracts.registry import RegistryReader
 from keystone.contracts.settings import MAX_EVENT_BYTES
@@ -215,8 +216,8 @@ class Routed:
         return self.stack.kafka()
 
     @property
-    def es(self) -> str:
-        return self.stack.address("elasticsearch")
+    def es(self) -> Connection:
+        return Connection.of(self.stack.settings)
 
     def record(self, stream: str = STREAM) -> Path:
         return self.stack.state_dir / "run" / "routers" / f"{stream}.json"

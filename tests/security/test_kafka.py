@@ -113,6 +113,7 @@ def _secrets(settings: Settings) -> dict[str, str]:
     users = settings.kafka_password_file("admin").parent
     found = {f"kafka user {p.name}": p.read_text().strip() for p in users.iterdir()}
     found["redis"] = settings.redis_password_file.read_text().strip()
+    found["metastore key store"] = (settings.metastore_tls_dir / "keystore-password").read_text()
     found["admin token"] = settings.admin_token_file.read_text().strip()
     return found
 

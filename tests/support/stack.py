@@ -44,6 +44,8 @@ def stack_env(state_dir: Path, port_offset: int) -> dict[str, str]:
     # tests/security/test_kafka.py): a client configured anywhere but in one place would fail.
     # The cluster stack and the demo run it in plaintext, the default.
     env["KEYSTONE_KAFKA_SECURITY"] = "sasl_ssl"
+    # And every Hive write reaches the metastore over TLS (tests/security/test_metastore.py).
+    env["KEYSTONE_METASTORE_SECURITY"] = "tls"
     for name, model_field in Settings.model_fields.items():
         if name.endswith("_port"):
             env[f"KEYSTONE_{name.upper()}"] = str(model_field.default + port_offset)

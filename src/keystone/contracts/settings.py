@@ -182,9 +182,36 @@ class Settings(BaseSettings, Limits):
     elasticsearch_url: str = Field(
         "", description=f"Elasticsearch's URL (default: the embedded node).{_EXTERNAL}"
     )
+    # How every Elasticsearch client connects (`contracts.elasticsearch` turns these into one).
+    elasticsearch_username: str = Field(
+        "", description="A user for Elasticsearch's basic authentication, where it asks for one."
+    )
+    elasticsearch_password: SecretStr = Field(
+        SecretStr(""), description="That user's password; or give elasticsearch_password_file."
+    )
+    elasticsearch_password_file: str = Field(
+        "", description="A file holding that user's password, read when a client is made."
+    )
+    elasticsearch_ca_file: str = Field(
+        "",
+        description="The PEM CA that signed Elasticsearch's certificate, for an https URL "
+        "(default: the system's authorities).",
+    )
     metastore_uri: str = Field(
         "",
         description=f"The Hive metastore's URI (default: the embedded one).{_EXTERNAL}",
+    )
+    metastore_security: Literal["plaintext", "tls"] = Field(
+        "plaintext",
+        description="The embedded metastore's Thrift listener. tls: a certificate of a CA made "
+        "in <state_dir>/conf/metastore/tls, which clients trust; no client reaches it in "
+        "plaintext.",
+    )
+    metastore_ssl_ca_file: str = Field(
+        "",
+        description="The PEM CA that signed the metastore's certificate: set, every client "
+        "reaches the metastore over TLS (Spark's Hive client by `hive.metastore.use.SSL`). "
+        "Default: the embedded one's, when it runs with tls.",
     )
     prometheus_url: str = Field(
         "", description=f"Prometheus's URL (default: the embedded Prometheus).{_EXTERNAL}"
@@ -373,6 +400,8 @@ class Settings(BaseSettings, Limits):
             }
             if not self.kafka_sasl_password.get_secret_value():  # the user's own, from its file
                 defaults["kafka_sasl_password_file"] = str(self.kafka_password_file(user))
+        if self.metastore_embedded_tls:
+            defaults["metastore_ssl_ca_file"] = str(self.metastore_tls_dir / "ca.pem")
         for name, value in defaults.items():
             if not getattr(self, name):
                 object.__setattr__(self, name, value)
@@ -406,6 +435,16 @@ class Settings(BaseSettings, Limits):
     def kafka_embedded_secured(self) -> bool:
         """The stack runs Kafka itself, secured (`kafka_security` sasl_ssl)."""
         return self.is_embedded("kafka") and self.kafka_security == "sasl_ssl"
+
+    @property
+    def metastore_embedded_tls(self) -> bool:
+        """The stack runs the metastore itself, over TLS (`metastore_security` tls)."""
+        return self.is_embedded("metastore") and self.metastore_security == "tls"
+
+    @property
+    def metastore_tls_dir(self) -> Path:
+        """The embedded metastore's CA, certificate and key store."""
+        return self.conf_dir / "metastore" / "tls"
 
     @property
     def kafka_tls_dir(self) -> Path:

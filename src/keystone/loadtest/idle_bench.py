@@ -38,11 +38,11 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import httpx
 from confluent_kafka import OFFSET_END, Consumer, TopicPartition
 from rich.console import Console
 
 from keystone.contracts import envelope, kafka_clients
+from keystone.contracts.elasticsearch import Connection
 from keystone.contracts.names import fronting_topic, index_prefix, output_topic
 from keystone.contracts.settings import Settings
 from keystone.contracts.spec import StreamSpec, load_spec
@@ -226,8 +226,9 @@ def busy_again(settings: Settings, stream: str) -> dict[str, float]:
     sent = time.monotonic()
     guid = producer.send(stream, [{"n": 1, "kind": "wake"}]).guids[0]
     found: dict[str, float] = {}
-    search = f"{settings.elasticsearch_url}/{index_prefix(stream, 'search')}*/_search"
+    search = f"/{index_prefix(stream, 'search')}*/_search"
     deadline = sent + BUSY_WAIT_SECONDS
+    es = Connection.of(settings).client(timeout=5)
     try:
         while len(found) < 2 and time.monotonic() < deadline:
             message = consumer.poll(0.05)
@@ -236,11 +237,12 @@ def busy_again(settings: Settings, stream: str) -> dict[str, float]:
                 if headers.get(envelope.GUID, b"").decode() == guid:
                     found["kafka"] = time.monotonic() - sent
             if "elasticsearch" not in found:
-                answer = httpx.get(search, params={"q": f"_id:{guid}"}, timeout=5)
+                answer = es.get(search, params={"q": f"_id:{guid}"})
                 if answer.status_code == 200 and answer.json()["hits"]["total"]["value"]:
                     found["elasticsearch"] = time.monotonic() - sent
     finally:
         consumer.close()
+        es.close()
     return {k: round(v, 2) for k, v in found.items()}
 
 
@@ -252,7 +254,8 @@ def cleanup(settings: Settings, control: ControlClient, streams: list[str]) -> l
         deleted += stream_topics(made)
         delete_topics(settings, stream_topics(made))
         prefix = index_prefix(made.name, "search")
-        httpx.delete(f"{settings.elasticsearch_url}/{prefix}*", timeout=60)
+        with Connection.of(settings).client() as es:
+            es.delete(f"/{prefix}*")
     return deleted
 
 

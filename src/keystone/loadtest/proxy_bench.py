@@ -29,7 +29,7 @@ import subprocess
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -322,6 +322,27 @@ def measure(
     return results
 
 
+@contextlib.contextmanager
+def bench_stream(settings: Settings) -> Iterator[tuple[StreamSpec, str]]:
+    """A stream of 6 partitions and an app that may post to it (its key), registered straight
+    in the registry, until the block ends: then they go, and the run's gigabytes of events."""
+    store = Store.connect(settings)
+    suffix = uuid.uuid4().hex[:6]
+    app = f"bench-{suffix}"
+    spec = StreamSpec(name=f"bench_{suffix}", owner="bench", partitions=6, producers=[app])
+    try:
+        key = store.principals.create_app(app)
+        ensure_topics(settings, spec)
+        store.specs.put(spec)
+        time.sleep(settings.registry_refresh_seconds * 2 + 0.5)  # the proxy reloads the registry
+        yield spec, key
+    finally:
+        store.specs.change(spec.name, lambda _: None)
+        with contextlib.suppress(NotFound):  # not registered if it failed before
+            store.principals.delete_app(app, audit("bench", "app.delete", app, owner=ADMIN))
+        delete_topics(settings, stream_topics(spec))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--duration", type=int, default=15, help="seconds per load run")
@@ -333,21 +354,8 @@ def main() -> None:
     with console.status(f"CPU steadiness, idle, for {seconds:.0f} s…"):
         cpu = cpu_steadiness(seconds)
     console.print(f"CPU steadiness: {cpu}")
-    store = Store.connect(settings)
-    suffix = uuid.uuid4().hex[:6]
-    app = f"bench-{suffix}"
-    spec = StreamSpec(name=f"bench_{suffix}", owner="bench", partitions=6, producers=[app])
-    try:
-        key = store.principals.create_app(app)
-        ensure_topics(settings, spec)
-        store.specs.put(spec)
-        time.sleep(settings.registry_refresh_seconds * 2 + 0.5)  # the proxy reloads the registry
+    with bench_stream(settings) as (spec, key):
         results = measure(settings, spec, key, duration, args.smoke)
-    finally:  # the run's gigabytes of events and its registrations go with it
-        store.specs.change(spec.name, lambda _: None)
-        with contextlib.suppress(NotFound):  # not registered if it failed before
-            store.principals.delete_app(app, audit("bench", "app.delete", app, owner=ADMIN))
-        delete_topics(settings, stream_topics(spec))
 
     table = Table(
         "run",

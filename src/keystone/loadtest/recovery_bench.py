@@ -34,10 +34,10 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-import httpx
 from rich.console import Console
 
 from keystone.contracts import envelope, kafka_clients
+from keystone.contracts.elasticsearch import Connection
 from keystone.contracts.names import index_prefix
 from keystone.contracts.processes import PidFile
 from keystone.contracts.recovery import Backfill
@@ -278,7 +278,8 @@ def cleanup(settings: Settings, control: ControlClient) -> list[str]:
         return []
     delete_topics(settings, topics)
     prefix = index_prefix(STREAM, "elasticsearch")
-    httpx.delete(f"{settings.elasticsearch_url}/{prefix}*", timeout=60)
+    with Connection.of(settings).client() as es:
+        es.delete(f"/{prefix}*")
     return topics
 
 

@@ -14,7 +14,7 @@ import threading
 
 from pyspark.sql import SparkSession
 
-from keystone.contracts import kafka_clients
+from keystone.contracts import kafka_clients, metastore
 from keystone.contracts.settings import Settings
 from keystone.router import jvm
 
@@ -60,7 +60,7 @@ def spark_conf(
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.catalogImplementation": "hive",
-        "spark.hadoop.hive.metastore.uris": settings.metastore_uri,
+        **metastore.spark_conf(settings),
         "spark.sql.warehouse.dir": settings.warehouse_dir,
         "spark.hadoop.hive.exec.dynamic.partition.mode": "nonstrict",
         "spark.sql.session.timeZone": "UTC",

@@ -16,11 +16,6 @@ and what each service's user may do.
 
 from __future__ import annotations
 
-import ipaddress
-import os
-import secrets
-import subprocess
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,10 +27,12 @@ from keystone.contracts.errors import StackError
 from keystone.contracts.names import fronting_topic
 from keystone.contracts.settings import Settings, stored_secret
 from keystone.control.kafka_access import Grant, bindings, reconcile_acls
+from keystone.stack import tls
 
 MECHANISM = "SCRAM-SHA-512"
 PRINCIPALS = ("broker", "admin", "control", "router", "proxy")
-BROKER_SUBJECT = "CN=keystone-broker"  # the brokers' certificate: their name on the controllers
+BROKER_NAME = "keystone-broker"
+BROKER_SUBJECT = f"CN={BROKER_NAME}"  # the brokers' certificate: their name on the controllers
 SUPER_USERS = ("User:broker", "User:admin", f"User:{BROKER_SUBJECT}")
 FRONTING_PREFIX = fronting_topic("xx")[: -len("xx")]  # every stream's fronting and dead letters
 
@@ -120,55 +117,20 @@ def scram_users(settings: Settings) -> str:
     )
 
 
-def subject_names(settings: Settings) -> str:
-    """The addresses the brokers' certificate is for (clients check them)."""
-
-    def name(host: str) -> str:
-        try:
-            return f"IP:{ipaddress.ip_address(host)}"
-        except ValueError:
-            return f"DNS:{host}"
-
-    return ",".join([*sorted({name(settings.bind_host), "IP:127.0.0.1"}), "DNS:localhost"])
-
-
 def make_certificates(settings: Settings) -> None:
-    """The brokers' key store and the CA that signed it, made again only when the addresses it
-    is for change. A CA signs once: its key never leaves the work folder, so nobody can sign
-    another certificate that the controllers (which take the CA's) would take for a broker's."""
-    tls = settings.kafka_tls_dir
-    names, stamp = subject_names(settings), tls / "subject-names"
-    made = [tls / "ca.pem", tls / "broker-keystore.pem"]
-    if stamp.exists() and stamp.read_text() == names and all(p.exists() for p in made):
-        return
-    tls.mkdir(parents=True, exist_ok=True)
-    tls.chmod(0o700)
-    with tempfile.TemporaryDirectory(dir=tls) as folder:
-        work = Path(folder)
-        _openssl(
-            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "3650",
-            "-subj", "/CN=keystone-embedded-ca",
-            "-keyout", work / "ca.key", "-out", work / "ca.pem",
-        )  # fmt: skip
-        (work / "ext.cnf").write_text(
-            f"subjectAltName={names}\nextendedKeyUsage=serverAuth,clientAuth\n"
-        )
-        _openssl(
-            "req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/{BROKER_SUBJECT}",
-            "-keyout", work / "broker.key", "-out", work / "broker.csr",
-        )  # fmt: skip
-        _openssl(
-            "x509", "-req", "-in", work / "broker.csr", "-CA", work / "ca.pem",
-            "-CAkey", work / "ca.key", "-set_serial", str(secrets.randbits(63)),
-            "-days", "825", "-extfile", work / "ext.cnf", "-out", work / "broker.pem",
-        )  # fmt: skip
-        # Kafka's PEM key store: the key, then the certificate chain, in one file.
+    """The brokers' key store (their key, then their certificate, in one PEM file: Kafka's PEM
+    key store) and the CA that signed it (`stack.tls`). The certificate serves clients and is
+    the brokers' name on the controllers, so it is for both ends of a connection."""
+
+    def keystore(work: Path, key: Path, certificate: Path) -> None:
         store = work / "broker-keystore.pem"
         store.touch(mode=0o600)
-        store.write_text((work / "broker.key").read_text() + (work / "broker.pem").read_text())
-        for path in made:  # into place whole; the stamp last, so a crash meanwhile redoes it
-            os.replace(work / path.name, path)
-    stamp.write_text(names)
+        store.write_text(key.read_text() + certificate.read_text())
+
+    usage = "serverAuth,clientAuth"
+    tls.issue(
+        settings.kafka_tls_dir, settings, BROKER_NAME, usage, ("broker-keystore.pem",), keystore
+    )
 
 
 def broker_properties(
@@ -212,11 +174,3 @@ def grant_services(settings: Settings) -> None:
         reconcile_acls(admin, wanted, lambda binding: binding.principal in services)
     except KafkaException as e:
         raise StackError(f"Kafka did not take the services' ACLs: {e}") from e
-
-
-def _openssl(*args: str | Path) -> None:
-    result = subprocess.run(
-        ["openssl", *map(str, args)], capture_output=True, text=True, check=False
-    )
-    if result.returncode != 0:
-        raise StackError(f"openssl {args[0]} failed: {result.stderr.strip()}")

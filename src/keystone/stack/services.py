@@ -28,15 +28,16 @@ from xml.sax.saxutils import escape
 import httpx
 import redis
 from confluent_kafka.admin import AdminClient
+from thrift.Thrift import TException
 
-from keystone.contracts import http, kafka_clients
+from keystone.contracts import http, kafka_clients, metastore
 from keystone.contracts.errors import StackError
-from keystone.contracts.processes import PidFile, stop, tcp_accepts
+from keystone.contracts.processes import PidFile, stop
 from keystone.contracts.recovery import OPERATIONS, Job
 from keystone.contracts.settings import Settings, stored_secret
 from keystone.dashboards import targets
 from keystone.router import jvm
-from keystone.stack import kafka_security
+from keystone.stack import kafka_security, tls
 
 
 class Service(ABC):
@@ -268,6 +269,9 @@ def _reachable_by(user: str, path: Path) -> None:
             )
 
 
+KEYSTORE = ("metastore.p12",)  # the embedded metastore's key store, over TLS
+
+
 class Metastore(Service):
     """The Hive metastore service every Spark application shares (Thrift, on loopback)."""
 
@@ -301,6 +305,37 @@ class Metastore(Service):
             for k, v in props.items()
         )
         _write_private(self.conf / "hive-site.xml", f"<configuration>\n{body}\n</configuration>\n")
+        if self.settings.metastore_embedded_tls:
+            self._certificate()
+
+    def _certificate(self) -> None:
+        """Its key and certificate as a PKCS12 key store (Thrift's Java server reads no PEM),
+        and the CA that signed it, which clients trust (`stack.tls`)."""
+        folder = self.settings.metastore_tls_dir
+        password = self._keystore_password()
+
+        def keystore(work: Path, key: Path, certificate: Path) -> None:
+            tls.openssl(
+                "pkcs12", "-export", "-inkey", key, "-in", certificate, "-name", "metastore",
+                "-out", work / "metastore.p12", "-passout", "env:KEYSTORE_PASSWORD",
+                env={"KEYSTORE_PASSWORD": password},
+            )  # fmt: skip
+
+        tls.issue(folder, self.settings, "keystone-metastore", "serverAuth", KEYSTORE, keystore)
+
+    def _keystore_password(self) -> str:
+        folder = self.settings.metastore_tls_dir
+        folder.mkdir(parents=True, exist_ok=True)
+        folder.chmod(0o700)
+        password = stored_secret(folder / "keystore-password", create=True)
+        assert password is not None  # made when missing
+        return password
+
+    @property
+    def env(self) -> dict[str, str]:
+        if not self.settings.metastore_embedded_tls:
+            return {}
+        return {"KEYSTONE_METASTORE_KEYSTORE_PASSWORD": self._keystore_password()}
 
     def argv(self) -> list[str]:
         cp = jvm.classpath(
@@ -309,12 +344,24 @@ class Metastore(Service):
             jvm.PYSPARK_JARS,
             jvm.bundle_dir(self.settings, "metastore"),
         )
-        host, port = self.settings.bind_host, self.settings.metastore_port
-        return _java(self.settings.metastore_heap, "-cp", cp, "LoopbackMetastore", host, str(port))
+        host, port = self.settings.bind_host, str(self.settings.metastore_port)
+        tls_args = (
+            [str(self.settings.metastore_tls_dir / KEYSTORE[0])]
+            if self.settings.metastore_embedded_tls
+            else []
+        )
+        return _java(
+            self.settings.metastore_heap, "-cp", cp, "LoopbackMetastore", host, port, *tls_args
+        )
 
     def healthy(self) -> bool:
-        # The launcher opens its socket only once the schema exists and it serves.
-        return tcp_accepts(*_host_port(self.settings.metastore_uri))
+        # A request served, over TLS when it is: the launcher serves once the schema exists.
+        try:
+            with metastore.thrift_client(self.settings, timeout=2) as client:
+                client.get_all_databases()
+        except (TException, OSError):
+            return False
+        return True
 
 
 def broker_service(node: int) -> str:

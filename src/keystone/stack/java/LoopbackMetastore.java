@@ -14,6 +14,7 @@ import org.apache.hadoop.hive.metastore.ObjectStore;
 import org.apache.hadoop.hive.metastore.TSetIpAddressProcessor;
 import org.apache.thrift.protocol.TBinaryProtocol;
 import org.apache.thrift.server.TThreadPoolServer;
+import org.apache.thrift.transport.TSSLTransportFactory;
 import org.apache.thrift.transport.TServerSocket;
 import org.apache.thrift.transport.TTransportFactory;
 import org.datanucleus.api.jdo.JDOPersistenceManager;
@@ -25,8 +26,10 @@ import org.w3c.dom.NodeList;
  * The Hive metastore service (Hive 2.3, as shipped inside pyspark) on one chosen address.
  *
  * Two things differ from Hive 2.3's own HiveMetaStore main, both on purpose:
- * - it binds the address it is given ({@code host port}); Hive's binds every interface and has
- *   no bind-host setting, and the embedded stack listens on loopback only;
+ * - it binds the address it is given ({@code host port [keystore]}); Hive's binds every
+ *   interface and has no bind-host setting, and the embedded stack listens on loopback only.
+ *   Given a PKCS12 key store (its password in KEYSTONE_METASTORE_KEYSTORE_PASSWORD, never an
+ *   argument), it serves over TLS only;
  * - it creates the whole metastore schema before serving. Left to DataNucleus' lazy creation,
  *   two Spark applications creating their first tables at once deadlock in the database.
  * Everything else (database, warehouse) comes from hive-site.xml on the classpath.
@@ -37,13 +40,21 @@ public final class LoopbackMetastore {
         HiveConf conf = new HiveConf(LoopbackMetastore.class);
         createSchema(conf);
         IHMSHandler handler = (IHMSHandler) HiveMetaStore.newRetryingHMSHandler("keystone metastore", conf, false);
-        TThreadPoolServer.Args server = new TThreadPoolServer.Args(new TServerSocket(address))
+        TServerSocket socket;
+        if (args.length > 2) {
+            TSSLTransportFactory.TSSLTransportParameters tls = new TSSLTransportFactory.TSSLTransportParameters();
+            tls.setKeyStore(args[2], System.getenv("KEYSTONE_METASTORE_KEYSTORE_PASSWORD"), null, "PKCS12");
+            socket = TSSLTransportFactory.getServerSocket(address.getPort(), 0, address.getAddress(), tls);
+        } else {
+            socket = new TServerSocket(address);
+        }
+        TThreadPoolServer.Args server = new TThreadPoolServer.Args(socket)
                 .processor(new TSetIpAddressProcessor<>(handler))
                 .transportFactory(new TTransportFactory())
                 .protocolFactory(new TBinaryProtocol.Factory())
                 .minWorkerThreads(conf.getIntVar(HiveConf.ConfVars.METASTORESERVERMINTHREADS))
                 .maxWorkerThreads(conf.getIntVar(HiveConf.ConfVars.METASTORESERVERMAXTHREADS));
-        System.out.println("Keystone metastore serving on " + address);
+        System.out.println("Keystone metastore serving on " + address + (args.length > 2 ? " over TLS" : ""));
         new TThreadPoolServer(server).serve();
     }
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import httpx
 
+from keystone.contracts.elasticsearch import Connection
 from keystone.contracts.errors import SinkError
 from keystone.contracts.names import index_prefix
 from keystone.router.sinks.provision import Provisioner
@@ -19,10 +20,11 @@ class ElasticsearchProvisioner(Provisioner):
             "index_patterns": [f"{prefix}*"],
             "settings": {"number_of_shards": 1, "number_of_replicas": replicas},
         }
-        url = f"{self.route.settings.elasticsearch_url}/_template/{name}"
+        path = f"/_template/{name}"
         try:
-            existed = httpx.head(url, timeout=30).status_code == 200
-            response = httpx.put(url, json=template, timeout=30)
+            with Connection.of(self.route.settings).client(timeout=30) as es:
+                existed = es.head(path).status_code == 200
+                response = es.put(path, json=template)
         except httpx.TransportError as e:
             raise SinkError(f"Elasticsearch unreachable: {e}") from e
         if response.status_code >= 300:

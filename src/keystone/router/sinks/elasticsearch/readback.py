@@ -5,8 +5,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 
-import httpx
-
+from keystone.contracts.elasticsearch import Connection
 from keystone.contracts.errors import SinkError
 from keystone.contracts.names import index_prefix
 from keystone.router.sinks.readback import Copy, SinkReader
@@ -29,13 +28,13 @@ class ElasticsearchReader(SinkReader):
         found: Counter[Copy] = Counter()
         found.update(
             (doc_id, None)
-            for doc_id, _ in search_documents(self.settings.elasticsearch_url, self.pattern)
+            for doc_id, _ in search_documents(Connection.of(self.settings), self.pattern)
         )
         return found
 
 
 def search_documents(
-    url: str, pattern: str, source: bool = False, unready_for: float = 30
+    connection: Connection, pattern: str, source: bool = False, unready_for: float = 30
 ) -> list[tuple[str, dict]]:
     """Every document of the indices `pattern` names, refreshed first, through the scroll API:
     (id, source) pairs, the source empty unless asked for. An index the router created a moment
@@ -43,7 +42,7 @@ def search_documents(
     again for `unready_for` seconds. Any other refusal raises with Elasticsearch's answer, never
     reads as an empty sink (an audit would count every event lost)."""
     deadline = time.monotonic() + unready_for
-    with httpx.Client(base_url=url, timeout=60) as es:
+    with connection.client() as es:
         while True:
             es.post(f"/{pattern}/_refresh", params={"ignore_unavailable": "true"})
             answer = es.post(

@@ -23,7 +23,8 @@ import orjson
 from pyspark.sql import DataFrame, Row
 from pyspark.sql import functions as F
 
-from keystone.contracts import http, kafka_clients
+from keystone.contracts import kafka_clients
+from keystone.contracts.elasticsearch import Connection
 from keystone.contracts.errors import SinkError
 from keystone.contracts.names import dead_letter_topic, index_prefix
 from keystone.router.counts import Outcome, latency_counts, merge_counts
@@ -92,7 +93,7 @@ def _reason(result: dict) -> str:
 class BulkWriter:
     """What one Spark task runs over its rows; yields one summary of what it did."""
 
-    url: str
+    es: Connection
     prefix: str
     dead_letters: DeadLetters
     policy: RetryPolicy = RetryPolicy()
@@ -102,7 +103,7 @@ class BulkWriter:
     def __call__(self, rows: Iterable[Row]) -> Iterator[dict]:
         summary: dict = {"delivered": 0, "dead_lettered": 0, "removed": 0}
         # The Python worker's one client, kept from task to task (Spark reuses its workers).
-        client = http.client()
+        client = self.es.shared()
         for chunk in self._chunks(rows):
             merge_counts(summary, self.write(client, chunk))
         yield summary
@@ -127,7 +128,7 @@ class BulkWriter:
         while pending:
             try:
                 response = client.post(
-                    f"{self.url}/_bulk",
+                    "/_bulk",
                     content=b"".join(d.lines for d in pending),
                     headers={"Content-Type": "application/x-ndjson"},
                     timeout=60,
@@ -206,7 +207,7 @@ class ElasticsearchWriter(BatchWriter, TakesOut):
     def _bulk(self, rows: DataFrame) -> Outcome:
         route = self.route
         writer = BulkWriter(
-            url=route.settings.elasticsearch_url,
+            es=Connection.of(route.settings),
             prefix=self.prefix,
             dead_letters=DeadLetters(
                 kafka_clients.librdkafka(route.settings),

@@ -7,9 +7,9 @@ from hmsclient.genthrift.hive_metastore.ttypes import (
     Database,
     NoSuchObjectException,
 )
-from hmsclient.hmsclient import HMSClient
 from thrift.Thrift import TException
 
+from keystone.contracts import metastore
 from keystone.contracts.errors import SinkError
 from keystone.contracts.names import HIVE_DATABASE
 from keystone.contracts.settings import Settings
@@ -24,9 +24,8 @@ class HiveProvisioner(Provisioner):
 def ensure_database(settings: Settings) -> list[str]:
     """Creates the Hive database of every stream's tables through the metastore's Thrift API
     (no Spark needed), where Spark itself would put it."""
-    host, _, port = settings.metastore_uri.removeprefix("thrift://").partition(":")
     try:
-        with HMSClient(host=host, port=int(port)) as client:
+        with metastore.thrift_client(settings) as client:
             try:
                 client.get_database(HIVE_DATABASE)
                 return []
