@@ -105,3 +105,8 @@ def test_no_client_outside_the_connection_reads_elasticsearchs_url() -> None:
         if "elasticsearch_url" in path.read_text()
     }
     assert found == allowed
+
+
+def test_basic_credentials_over_plain_http_are_refused() -> None:
+    with pytest.raises(ValueError, match="give an https URL"):
+        Settings(elasticsearch_url="http://search:9200", elasticsearch_username="keystone")

@@ -200,16 +200,23 @@ def test_control_issues_app_credentials_only_where_kafka_takes_scram(tmp_path: P
     assert not kafka_clients.scram(secured(tmp_path, kafka_security_protocol="SSL"))
     plaintext = Settings(kafka_bootstrap="broker:9092")
     assert not kafka_clients.scram(plaintext)
-    with pytest.raises(Conflict, match="no credential to issue"):
-        AppAccess(plaintext, None).require()  # type: ignore[arg-type]  # no store read
+    access = AppAccess(plaintext, None)  # type: ignore[arg-type]  # no store may be read
+    with pytest.raises(Conflict, match="control issues no Kafka credentials here"):
+        access.require()
+    access.sync()  # nothing to do, nothing touched
+    # Control manages apps' users on the embedded secured Kafka, on another only if told to.
+    embedded = Settings(state_dir=tmp_path, kafka_security="sasl_ssl")
+    assert embedded.kafka_app_users and AppAccess(embedded, None).enabled  # type: ignore[arg-type]
+    assert not secured(tmp_path).kafka_app_users
+    assert secured(tmp_path, kafka_app_users=True).kafka_app_users
     # No app's user is a service's: the services' users have no such prefix.
     assert all(not p.startswith(kafka_clients.APP_USER_PREFIX) for p in PRINCIPALS)
-    assert kafka_clients.app_user("x") == "app-x"
+    assert kafka_clients.app_user("x") == "keystone-app-x"
 
 
 def test_the_honest_direct_producer_names_its_own_app_only(tmp_path: Path) -> None:
     settings = secured(
-        tmp_path, kafka_security_protocol="SASL_PLAINTEXT", kafka_sasl_username="app-mine"
+        tmp_path, kafka_security_protocol="SASL_PLAINTEXT", kafka_sasl_username="keystone-app-mine"
     )
     connection = kafka_clients.librdkafka(settings)
     with pytest.raises(BadRequest, match="as that app only"):

@@ -151,6 +151,8 @@ def test_owners_see_and_change_only_their_own_streams_and_apps(admin: Api, uniqu
     for method, path, body in hidden:
         answer = bob.call(method, path, body)
         assert answer.status_code == 404, (method, path, answer.text)
+    # Alice may (a route that did not exist would have answered Bob 404 as well).
+    assert alice.call("POST", f"/v1/apps/{app}/kafka-credential").status_code == 200
     # The name is taken, as POST says too; nothing tells whose it is.
     replaced = bob.call("PUT", f"/v1/streams/{mine}", spec(mine, f"bob-{unique}"))
     assert replaced.status_code == 409 and "already exists" in replaced.text
@@ -164,7 +166,11 @@ def test_owners_see_and_change_only_their_own_streams_and_apps(admin: Api, uniqu
     assert alice.ok("GET", f"/v1/streams/{mine}")["spec"]["producers"] == [app]
     assert mine in [s["spec"]["name"] for s in admin.ok("GET", "/v1/streams")]
     actions = [(e["who"], e["action"]) for e in alice.audit()]
-    assert actions == [(f"alice-{unique}", "stream.create"), (f"alice-{unique}", "app.create")]
+    assert actions == [
+        (f"alice-{unique}", "app.kafka.issue"),
+        (f"alice-{unique}", "stream.create"),
+        (f"alice-{unique}", "app.create"),
+    ]
     alice.ok("DELETE", f"/v1/streams/{mine}")
 
     # Its topics keep Alice's events: the name stays hers, never Bob's.

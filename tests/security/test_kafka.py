@@ -4,8 +4,6 @@ no secret leaks into a log, a process' arguments or an API answer."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import (
@@ -23,6 +21,7 @@ from keystone.contracts.settings import Settings
 from tests.support.api import Api
 from tests.support.good_tenant import GOOD_OUTPUT, GOOD_STREAM, Good
 from tests.support.kafka_users import as_user, write
+from tests.support.secrets import leaks, stack_processes
 from tests.support.stack import Stack
 
 OUTPUT_TOPIC = f"{GOOD_STREAM}.{GOOD_OUTPUT['name']}"
@@ -132,19 +131,6 @@ def test_the_secrets_files_are_their_owners_alone(stack: Stack) -> None:
     assert not list(settings.kafka_tls_dir.glob("*.key")), "no CA key is left to sign with"
 
 
-def _stack_processes(state_dir: Path) -> list[int]:
-    """Every process whose command line or environment names the stack's state directory."""
-    found = []
-    for entry in Path("/proc").glob("[0-9]*"):
-        try:
-            seen = (entry / "cmdline").read_bytes() + (entry / "environ").read_bytes()
-        except OSError:
-            continue
-        if str(state_dir).encode() in seen:
-            found.append(int(entry.name))
-    return found
-
-
 def test_no_secret_reaches_a_log_an_argument_list_or_an_answer(
     stack: Stack, good: Good, admin: Api
 ) -> None:
@@ -152,19 +138,8 @@ def test_no_secret_reaches_a_log_an_argument_list_or_an_answer(
     secrets = _secrets(stack.settings)
     logs = [p for p in stack.settings.logs_dir.rglob("*") if p.is_file()]
     assert any("routers" in p.parts for p in logs), "a router's log among them"
-    for path in logs:
-        text = path.read_text(errors="replace")
-        leaked = [name for name, secret in secrets.items() if secret in text]
-        assert not leaked, f"{path} holds {leaked}"
-    processes = _stack_processes(stack.state_dir)
-    assert len(processes) > 5, "the stack's services and the router"
-    for pid in processes:
-        try:
-            argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
-        except OSError:
-            continue  # ended meanwhile
-        leaked = [name for name, secret in secrets.items() if secret in argv]
-        assert not leaked, f"process {pid}'s arguments hold {leaked}: {argv[:300]}"
+    assert len(stack_processes(stack.state_dir)) > 5, "the stack's services and the router"
+    assert leaks(stack, secrets) == []
     stream = f"/v1/streams/{GOOD_STREAM}"
     del secrets["admin token"]  # the caller's own, which the API is asked with
     for path in ("/v1/streams", stream, f"{stream}/status", f"{stream}/dead-letters", "/v1/apps"):

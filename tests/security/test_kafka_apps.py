@@ -1,7 +1,7 @@
 """Direct producers' own Kafka users (issue 44, decision 0038), on the suite's secured Kafka:
 an app's credential writes exactly the fronting topics of the streams it is granted, follows
-its grants, its key and its life, and the fleet leader repairs what is changed behind control's
-back."""
+its grants, its key and its life, and control (its fleet leader's pass, or any change of apps'
+access) puts right what is changed behind its back."""
 
 from __future__ import annotations
 
@@ -30,6 +30,7 @@ from tests.security.test_kafka import OUTPUT_TOPIC
 from tests.support.api import Api, owner
 from tests.support.good_tenant import Good
 from tests.support.kafka_users import as_user, login_errors, refused, write
+from tests.support.secrets import leaks
 from tests.support.stack import Stack
 from tests.support.waiting import eventually
 
@@ -63,7 +64,7 @@ def test_an_apps_kafka_user_writes_the_streams_it_is_granted_and_nothing_else(
     stack: Stack, team: Api, good: Good
 ) -> None:
     credential = app_with_credential(team, "direct-writer", MINE)
-    assert credential["username"] == "app-direct-writer"
+    assert credential["username"] == "keystone-app-direct-writer"
     assert credential["topics"] == [fronting_topic(MINE)]
     assert credential["mechanism"] == "SCRAM-SHA-512"
     connection = login(stack, credential)
@@ -78,7 +79,9 @@ def test_an_apps_kafka_user_writes_the_streams_it_is_granted_and_nothing_else(
     with pytest.raises(BadRequest, match="as that app only"):
         DirectProducer(connection, "good-app")  # the honest client names its own app only
     [listed] = [a for a in team.ok("GET", "/v1/apps") if a["name"] == "direct-writer"]
-    assert listed["kafka_user"] == "app-direct-writer"
+    assert listed["kafka_user"] == "keystone-app-direct-writer"
+    assert credential["password"] not in str(team.ok("GET", "/v1/apps"))
+    assert leaks(stack, {"the app's Kafka password": credential["password"]}) == []
     good.works()
 
 
@@ -116,7 +119,7 @@ def test_an_apps_kafka_access_follows_its_grants_its_key_and_its_life(
     eventually("a deleted app's login refused", lambda: bool(login_errors(again)))
 
 
-def test_the_fleet_leader_makes_apps_kafka_access_what_the_registry_says(
+def test_control_puts_right_apps_kafka_access_changed_behind_its_back(
     stack: Stack, team: Api
 ) -> None:
     connection = login(stack, app_with_credential(team, "direct-repaired", MINE))
@@ -127,7 +130,7 @@ def test_the_fleet_leader_makes_apps_kafka_access_what_the_registry_says(
         ResourceType.ANY,
         None,
         ResourcePatternType.ANY,
-        "User:app-direct-repaired",
+        "User:keystone-app-direct-repaired",
         None,
         AclOperation.ANY,
         AclPermissionType.ANY,
@@ -151,4 +154,4 @@ def test_the_fleet_leader_makes_apps_kafka_access_what_the_registry_says(
         timeout=ACCESS_WAIT,
     )
     eventually("the ghost user gone", lambda: ghost not in known_users(), timeout=ACCESS_WAIT)
-    assert "app-direct-repaired" in known_users()
+    assert "keystone-app-direct-repaired" in known_users()

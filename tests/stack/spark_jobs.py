@@ -4,6 +4,7 @@ session builder (router.spark) with the test stack's KEYSTONE_* settings.
     python -m tests.stack.spark_jobs kafka-copy SOURCE_TOPIC TARGET_TOPIC
     python -m tests.stack.spark_jobs hive-write DATABASE TABLE ROWS
     python -m tests.stack.spark_jobs local-files FOLDER
+    python -m tests.stack.spark_jobs quiet
 
 Each prints one JSON line with what it did.
 """
@@ -18,7 +19,7 @@ from pyspark.sql import functions as F
 
 from keystone.contracts import kafka_clients
 from keystone.contracts.settings import Settings
-from keystone.router.spark import spark_session
+from keystone.router.spark import end_session, jvm_log, spark_session
 
 
 def kafka_copy(source: str, target: str) -> dict:
@@ -156,6 +157,16 @@ def _archive_pages(pid: int) -> dict[str, dict[str, int]]:
     return pages
 
 
+def quiet() -> dict:
+    """A session whose JVM writes to its log, not to this process' output: a count, then
+    where its log is."""
+    settings = Settings()
+    spark = spark_session(settings, "test-quiet", "local[1]", quiet=True)
+    count = spark.range(5).count()
+    end_session(spark)
+    return {"count": count, "log": str(jvm_log(settings, "test-quiet"))}
+
+
 if __name__ == "__main__":
     job, *args = sys.argv[1:]
     if job == "kafka-copy":
@@ -164,6 +175,8 @@ if __name__ == "__main__":
         result = hive_write(args[0], args[1], int(args[2]))
     elif job == "local-files":
         result = local_files(args[0])
+    elif job == "quiet":
+        result = quiet()
     else:
         sys.exit(f"unknown job {job!r}")
     print(json.dumps(result))

@@ -100,3 +100,36 @@ def test_a_taken_port_fails_fast_naming_the_port() -> None:
         assert processes_mentioning(str(state_dir)) == {}
     finally:
         shutil.rmtree(state_dir, ignore_errors=True)
+
+
+def test_a_stack_its_kafka_refuses_starts_nothing() -> None:
+    """The state directory's Kafka was made with one broker: a start with three is refused
+    before any service starts (PostgreSQL once started first and was left running)."""
+    state_dir = private_state_dir()
+    (state_dir / "data" / "kafka").mkdir(parents=True)
+    (state_dir / "data" / "kafka" / "brokers").write_text("1 plaintext")
+    env = stack_env(state_dir, port_offset=5000) | {"KEYSTONE_KAFKA_BROKERS": "3"}
+    try:
+        result = Stack(env=env, state_dir=state_dir).keystone("stack", "up", timeout=120)
+        assert result.returncode == 1
+        assert "Keep KEYSTONE_KAFKA_BROKERS=1" in result.stderr
+        assert not list((state_dir / "run").glob("*.pid"))
+        assert processes_mentioning(str(state_dir)) == {}
+    finally:
+        shutil.rmtree(state_dir, ignore_errors=True)
+
+
+@pytest.mark.stack  # it starts services of a stack of its own: a minute of the suite's time
+def test_a_service_that_fails_to_start_takes_the_ones_started_before_it_down() -> None:
+    state_dir = private_state_dir()
+    # Elasticsearch's JVM refuses the heap at once, after Redis, PostgreSQL and Kafka started.
+    env = stack_env(state_dir, port_offset=5000) | {"KEYSTONE_ELASTICSEARCH_HEAP": "not-a-size"}
+    try:
+        result = Stack(env=env, state_dir=state_dir).keystone("stack", "up", timeout=300)
+        assert result.returncode == 1
+        assert "elasticsearch exited while starting" in result.stderr
+        assert "stopped" in result.stdout + result.stderr  # what it had started, said
+        assert not [p for p in (state_dir / "run").glob("*.pid") if PidFile(p).running_pid()]
+        assert processes_mentioning(str(state_dir)) == {}
+    finally:
+        shutil.rmtree(state_dir, ignore_errors=True)

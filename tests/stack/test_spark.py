@@ -72,3 +72,16 @@ def test_the_drivers_class_archive_stays_the_files_pages_shared_by_every_driver(
     [pages] = [p for a, p in result["archive_pages"].items() if "/cds/spark-driver-" in a]
     assert pages["Rss"] > 10_000, pages  # it is in use: 10 MB and more of its classes read
     assert pages["Anonymous"] < pages["Rss"] / 2, pages
+
+
+def test_a_quiet_session_leaves_the_commands_output_its_own(stack: Stack) -> None:
+    """The demo's, the load test's and `keystone sql`'s sessions: Spark's and the JVM's lines
+    go to the application's log, not between the command's own."""
+    job = run_module("tests.stack.spark_jobs", "quiet", env=stack.env, timeout=300)
+    assert job.returncode == 0, job.stderr[-3000:]
+    assert job.stderr == ""
+    [line] = job.stdout.splitlines()
+    said = json.loads(line)
+    assert said["count"] == 5
+    log = Path(said["log"]).read_text()
+    assert "WARN" in log or "Setting default log level" in log, log[-2000:]

@@ -133,7 +133,7 @@ def sql(
 
     from keystone.router.spark import spark_session
 
-    session = spark_session(ctx.obj, "keystone-sql")
+    session = spark_session(ctx.obj, "keystone-sql", quiet=True)
     try:
         try:
             frame = session.sql(query)

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import httpx
 
+from keystone.contracts.errors import SinkError
 from keystone.contracts.settings import Settings
 
 _shared: dict[Connection, httpx.Client] = {}
@@ -39,7 +40,10 @@ class Connection:
         next connection made)."""
         password = settings.elasticsearch_password.get_secret_value()
         if not password and settings.elasticsearch_password_file:
-            password = Path(settings.elasticsearch_password_file).read_text().strip()
+            try:
+                password = Path(settings.elasticsearch_password_file).read_text().strip()
+            except OSError as e:
+                raise SinkError(f"Elasticsearch's password file is unreadable: {e}") from e
         return cls(
             settings.elasticsearch_url,
             settings.elasticsearch_username,
@@ -49,10 +53,14 @@ class Connection:
 
     def client(self, timeout: float = 60) -> httpx.Client:
         """A new client, its paths relative to the URL."""
+        try:
+            verify = ssl.create_default_context(cafile=self.ca_file) if self.ca_file else True
+        except OSError as e:
+            raise SinkError(f"Elasticsearch's CA file is unreadable: {e}") from e
         return httpx.Client(
             base_url=self.url,
             auth=httpx.BasicAuth(self.username, self.password) if self.username else None,
-            verify=ssl.create_default_context(cafile=self.ca_file) if self.ca_file else True,
+            verify=verify,
             timeout=timeout,
         )
 

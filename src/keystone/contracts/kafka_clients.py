@@ -116,7 +116,7 @@ def _quoted(value: str) -> str:
 
 # A direct producer's own Kafka user (issued by control, `control.kafka_access`): the app's
 # name after a prefix no service user has, so no app can be given a service's name.
-APP_USER_PREFIX = "app-"
+APP_USER_PREFIX = "keystone-app-"
 
 
 def app_user(app: str) -> str:

@@ -75,7 +75,10 @@ def spark_conf(settings: Settings) -> dict[str, str]:
 def trust_store(settings: Settings) -> Path:
     """The CA file as a PKCS12 trust store (Java's), made once per CA: named by the CA's
     digest, so a new CA gets a new store and a store is never changed under a reader."""
-    ca = Path(settings.metastore_ssl_ca_file).read_bytes()
+    try:
+        ca = Path(settings.metastore_ssl_ca_file).read_bytes()
+    except OSError as e:
+        raise SinkError(f"the metastore's CA file is unreadable: {e}") from e
     folder = settings.conf_dir / "metastore-trust"
     store = folder / f"{hashlib.sha256(ca).hexdigest()[:16]}.p12"
     if store.exists():
@@ -88,13 +91,16 @@ def trust_store(settings: Settings) -> Path:
             "-file", settings.metastore_ssl_ca_file, "-keystore", str(made),
             "-storetype", "PKCS12", "-storepass:env", "KEYSTONE_TRUST_STORE_PASSWORD",
         ]  # fmt: skip
-        result = subprocess.run(
-            command,
-            capture_output=True,
-            text=True,
-            check=False,
-            env={**os.environ, "KEYSTONE_TRUST_STORE_PASSWORD": TRUST_STORE_PASSWORD},
-        )
+        try:
+            result = subprocess.run(
+                command,
+                capture_output=True,
+                text=True,
+                check=False,
+                env={**os.environ, "KEYSTONE_TRUST_STORE_PASSWORD": TRUST_STORE_PASSWORD},
+            )
+        except OSError as e:  # no keytool: a JDK's, which Spark needs anyway
+            raise SinkError(f"keytool could not run: {e}") from e
         if result.returncode != 0:
             raise SinkError(
                 f"keytool could not make a trust store of {settings.metastore_ssl_ca_file}: "

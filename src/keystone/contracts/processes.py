@@ -185,11 +185,3 @@ def port_in_use(host: str, port: int) -> bool:
                 return True
             raise
     return False
-
-
-def tcp_accepts(host: str, port: int, timeout: float = 1.0) -> bool:
-    try:
-        with socket.create_connection((host, port), timeout=timeout):
-            return True
-    except OSError:
-        return False

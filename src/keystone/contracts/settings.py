@@ -11,6 +11,7 @@ import os
 import secrets
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -178,6 +179,13 @@ class Settings(BaseSettings, Limits):
     kafka_ssl_key_file: str = Field("", description="The PEM private key of that certificate.")
     kafka_ssl_key_password: SecretStr = Field(
         SecretStr(""), description="The password of that key, if it has one."
+    )
+    kafka_app_users: bool = Field(
+        False,
+        description="Control issues apps their own Kafka users (SCRAM, named keystone-app-<app>) "
+        "with ACLs on their granted streams' fronting topics, and manages every Kafka user "
+        "of that prefix and its ACLs: needs SCRAM logins and a control user that may alter the "
+        "cluster. Default: on for the embedded secured Kafka, off for any other.",
     )
     elasticsearch_url: str = Field(
         "", description=f"Elasticsearch's URL (default: the embedded node).{_EXTERNAL}"
@@ -402,9 +410,16 @@ class Settings(BaseSettings, Limits):
                 defaults["kafka_sasl_password_file"] = str(self.kafka_password_file(user))
         if self.metastore_embedded_tls:
             defaults["metastore_ssl_ca_file"] = str(self.metastore_tls_dir / "ca.pem")
+        if self.kafka_embedded_secured and "kafka_app_users" not in self.model_fields_set:
+            object.__setattr__(self, "kafka_app_users", True)
         for name, value in defaults.items():
             if not getattr(self, name):
                 object.__setattr__(self, name, value)
+        if self.elasticsearch_username and urlsplit(self.elasticsearch_url).scheme == "http":
+            raise ValueError(
+                "elasticsearch_username is set, but elasticsearch_url is http: the password "
+                "would cross the network in the clear; give an https URL"
+            )
         return self
 
     def to_env(self) -> dict[str, str]:

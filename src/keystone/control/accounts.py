@@ -83,13 +83,21 @@ class Accounts:
         return caller.visible_app(self.store.get_app(name))
 
     def rotate_app(self, caller: Caller, name: str) -> tuple[str, str | None]:
-        """A new key, and a new Kafka password if the app holds a credential (the old ones
-        stop working)."""
+        """A new key, and a new Kafka password if the app holds a credential: Kafka's first,
+        so that a Kafka away changes nothing (the old key and password go on working)."""
         app = self.app(caller, name)
-        key = self.store.principals.rotate_app(
-            name, audit(caller.name, "app.rotate", name, owner=app.owner or ADMIN), _holder(caller)
-        )
-        return key, self.access.issue(name) if app.kafka else None
+
+        def rotate() -> str:
+            return self.store.principals.rotate_app(
+                name,
+                audit(caller.name, "app.rotate", name, owner=app.owner or ADMIN),
+                _holder(caller),
+            )
+
+        if not app.kafka:
+            return rotate(), None
+        password, key = self.access.issue(name, rotate)
+        return key, password
 
     def delete_app(self, caller: Caller, name: str) -> None:
         app = self.app(caller, name)
@@ -104,11 +112,14 @@ class Accounts:
         app = self.app(caller, name)
         self.access.require()
         entry = audit(caller.name, "app.kafka.issue", name, owner=app.owner or ADMIN)
-        self.store.principals.set_app_kafka(name, True, entry, _holder(caller))
-        return self.access.issue(name)
+        password, _ = self.access.issue(
+            name, lambda: self.store.principals.set_app_kafka(name, True, entry, _holder(caller))
+        )
+        return password
 
     def revoke_kafka(self, caller: Caller, name: str) -> None:
         app = self.app(caller, name)
+        self.access.require()
         if not app.kafka:
             raise NotFound(f"app {name!r} holds no Kafka credential")
         entry = audit(caller.name, "app.kafka.revoke", name, owner=app.owner or ADMIN)

@@ -114,6 +114,7 @@ class Fleet:
         self.sizer = sizer if sizer is not None else Sizer(settings, store, clock)
         self.access = access if access is not None else AppAccess(settings, store)
         self._access_synced = float("-inf")
+        self._access_sync: threading.Thread | None = None
         self.holder = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.leading = False
         self._unreadable: dict[str, str] = {}  # stream -> why, as last said
@@ -162,9 +163,7 @@ class Fleet:
             self.sizer.observe(specs)
         except KeystoneError as e:  # sized as they were; sampled again next time
             log.warning("traffic not sampled: %s", e)
-        if self.clock() - self._access_synced >= ACCESS_SECONDS:
-            self._access_synced = self.clock()
-            self.access.sync()
+        self._sync_access()
         desired = {s.name: s for s in specs if s.outputs}
         running = self.launcher.deployments()
         states = self.store.router_states()
@@ -178,6 +177,25 @@ class Fleet:
                 log.warning("router %s: %s", stream, e)
             except Exception:  # one stream's trouble must not hold back the others
                 log.exception("router %s: fleet step failed", stream)
+
+    def _sync_access(self) -> None:
+        """Apps' Kafka access made current every ACCESS_SECONDS, on a thread of its own: a
+        Kafka that answers slowly must not hold the pass (and the lease) of every router."""
+        running = self._access_sync is not None and self._access_sync.is_alive()
+        if running or not self.access.enabled:
+            return
+        if self.clock() - self._access_synced < ACCESS_SECONDS:
+            return
+
+        def sync() -> None:
+            try:
+                self.access.sync()
+            except Exception:  # its own boundary: it says what failed and the next pass retries
+                log.exception("apps' Kafka access: sync failed")
+            self._access_synced = self.clock()
+
+        self._access_sync = threading.Thread(target=sync, name="kafka-access", daemon=True)
+        self._access_sync.start()
 
     def _step(
         self,

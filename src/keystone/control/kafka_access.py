@@ -4,8 +4,14 @@ An app may hold a SCRAM credential (`kafka_clients.app_user`): issued on request
 once, made anew when its key is rotated, deleted when it is revoked or the app is. Its ACLs let it
 write exactly the fronting topics of the streams it is granted (`Write` on each, literally, and
 `IdempotentWrite` on the cluster), and control keeps them so: at once when a grant, a credential
-or an app changes, and every `fleet.ACCESS_SECONDS` by the fleet leader, which also
-deletes a credential whose app no longer holds one (a deletion Kafka missed is made then).
+or an app changes, and every `fleet.ACCESS_SECONDS` by the fleet leader, which also deletes a
+credential whose app no longer holds one (a deletion Kafka missed is made then). Every change
+of apps' access takes one lock in Redis, so that a pass never acts on what it read before
+another change: it cannot delete a credential issued meanwhile, nor bring back a revoked grant.
+
+Control manages the Kafka users whose names start with `kafka_clients.APP_USER_PREFIX` and
+their ACLs, and no others; only where `kafka_app_users` says so (the embedded secured Kafka by
+default), since on another cluster such users could be someone else's.
 
 Kafka cannot carry the writing principal on a record: what an app's credential proves is that a
 record in a stream's fronting topic was written by one of the stream's granted apps (or by the
@@ -17,14 +23,15 @@ from __future__ import annotations
 
 import logging
 import secrets
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from typing import TypeVar
 
-from confluent_kafka import KafkaException
+import redis
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import (
     AclBinding,
-    AclBindingFilter,
     AclOperation,
-    AclPermissionType,
     AdminClient,
     ResourcePatternType,
     ResourceType,
@@ -35,18 +42,21 @@ from confluent_kafka.admin import (
 )
 
 from keystone.contracts import kafka_clients
-from keystone.contracts.errors import Conflict, Unavailable
-from keystone.contracts.names import fronting_topic
+from keystone.contracts.errors import Conflict, KeystoneError, Unavailable
+from keystone.contracts.kafka_acls import TIMEOUT, Grant, bindings, reconcile_acls
+from keystone.contracts.names import fronting_topic, valid_name
+from keystone.contracts.registry import key
 from keystone.contracts.settings import Settings
 from keystone.control.store import Store
 
 log = logging.getLogger(__name__)
+R = TypeVar("R")
 
 SCRAM_ITERATIONS = 8192  # Kafka's own tools' default
-TIMEOUT = 30.0
-
-Grant = tuple[ResourceType, str, ResourcePatternType, AclOperation]
 APP_PRINCIPAL_PREFIX = f"User:{kafka_clients.APP_USER_PREFIX}"
+LOCK = key("lock", "kafka-access")
+LOCK_SECONDS = 120  # a holder that died frees it after this long
+_REFUSALS = (KafkaError.CLUSTER_AUTHORIZATION_FAILED, KafkaError.SASL_AUTHENTICATION_FAILED)
 
 
 def app_grants(streams: Iterable[str]) -> set[Grant]:
@@ -58,46 +68,14 @@ def app_grants(streams: Iterable[str]) -> set[Grant]:
     }
 
 
-def bindings(principal: str, grants: Iterable[Grant]) -> set[AclBinding]:
-    allow = AclPermissionType.ALLOW
-    return {AclBinding(k, name, p, principal, "*", op, allow) for k, name, p, op in grants}
-
-
-def reconcile_acls(
-    admin: AdminClient, wanted: set[AclBinding], owned: Callable[[AclBinding], bool]
-) -> None:
-    """Makes the ACLs that `owned` picks exactly `wanted`: the missing created, the others
-    deleted (Kafka keeps an ACL made twice once). Raises `KafkaException`."""
-    every = AclBindingFilter(
-        ResourceType.ANY,
-        None,
-        ResourcePatternType.ANY,
-        None,
-        None,
-        AclOperation.ANY,
-        AclPermissionType.ANY,
-    )
-    found = {b for b in admin.describe_acls(every, request_timeout=TIMEOUT).result() if owned(b)}
-    if wanted - found:
-        for future in admin.create_acls(list(wanted - found), request_timeout=TIMEOUT).values():
-            future.result()
-    if found - wanted:
-        stale = [_filter(binding) for binding in found - wanted]
-        for future in admin.delete_acls(stale, request_timeout=TIMEOUT).values():
-            future.result()
-
-
-def _filter(binding: AclBinding) -> AclBindingFilter:
-    """The filter that matches `binding` alone (what `delete_acls` takes)."""
-    b = binding
-    fields = (b.restype, b.name, b.resource_pattern_type, b.principal, b.host, b.operation)
-    return AclBindingFilter(*fields, b.permission_type)
+def app_principal(app: str) -> str:
+    return f"User:{kafka_clients.app_user(app)}"
 
 
 class AppAccess:
     """Apps' Kafka credentials and ACLs, through control's own Kafka user (which Kafka lets
-    change users and ACLs only with `Alter` on the cluster: control is the cluster's ACL
-    administrator, the proxy's and routers' users are not)."""
+    change users and ACLs only with `Alter` on the cluster: control administers the cluster's
+    users and ACLs, the proxy's and routers' users do not)."""
 
     def __init__(self, settings: Settings, store: Store) -> None:
         self.settings = settings
@@ -106,15 +84,16 @@ class AppAccess:
 
     @property
     def enabled(self) -> bool:
-        return kafka_clients.scram(self.settings)
+        return self.settings.kafka_app_users and kafka_clients.scram(self.settings)
 
     def require(self) -> None:
         if not self.enabled:
             raise Conflict(
-                "Kafka here takes no SCRAM logins (kafka_security_protocol "
+                "control issues no Kafka credentials here (kafka_app_users "
+                f"{str(self.settings.kafka_app_users).lower()}, kafka_security_protocol "
                 f"{kafka_clients.protocol(self.settings)}, mechanism "
-                f"{self.settings.kafka_sasl_mechanism}): there is no credential to issue; a "
-                "direct producer connects as the settings say"
+                f"{self.settings.kafka_sasl_mechanism}; it needs SCRAM logins): a direct "
+                "producer connects as the settings say"
             )
 
     @property
@@ -123,10 +102,11 @@ class AppAccess:
             self._admin = AdminClient(kafka_clients.librdkafka(self.settings) | {"log_level": 0})
         return self._admin
 
-    def issue(self, app: str) -> str:
-        """A new password for the app's user (its old one, if any, stops working), and its
-        ACLs made current. The password is the caller's to show once: Kafka keeps its salted
-        hash only."""
+    def issue(self, app: str, record: Callable[[], R]) -> tuple[str, R]:
+        """A new password for the app's user (its old one, if any, stops working); once Kafka
+        has it, `record` writes the registry's side (that the app holds it, or its new key),
+        and the ACLs are made current; all under the lock. The password is the caller's to
+        show once: Kafka keeps its salted hash."""
         self.require()
         password = secrets.token_urlsafe(32)
         mechanism = ScramMechanism[self.settings.kafka_sasl_mechanism.replace("-", "_")]
@@ -135,53 +115,77 @@ class AppAccess:
             ScramCredentialInfo(mechanism, SCRAM_ITERATIONS),
             password.encode(),
         )
-        try:
-            for future in self.admin.alter_user_scram_credentials(
-                [upsert], request_timeout=TIMEOUT
-            ).values():
-                future.result()
-            self._acls()
-        except KafkaException as e:
-            raise Unavailable(f"Kafka did not take the credential: {e}", retry_after=5) from e
-        return password
+        with self._lock():
+            try:
+                for future in self.admin.alter_user_scram_credentials(
+                    [upsert], request_timeout=TIMEOUT
+                ).values():
+                    future.result()
+                recorded = record()
+                self._acls()
+            except KafkaException as e:
+                raise _refusal(e) from e
+        return password, recorded
 
     def sync(self) -> None:
         """Every app's ACLs made what the registry says now, and credentials no app holds any
-        more deleted; what Kafka does not take now is retried by the fleet leader's next pass."""
+        more deleted. Never raises: what is not done now is done by the fleet leader's next
+        pass (said in the log)."""
         if not self.enabled:
             return
         try:
-            users = self._app_users()  # first: a credential issued meanwhile is in the registry
-            self._acls()
-            holders = {kafka_clients.app_user(a.name) for a in self.store.apps() if a.kafka}
-            self._delete_users({u: ms for u, ms in users.items() if u not in holders})
-        except KafkaException as e:
-            log.warning("apps' Kafka access not made current (retried): %s", e)
+            with self._lock():
+                users = self._app_users()
+                holders = {kafka_clients.app_user(a.name) for a in self.store.apps() if a.kafka}
+                self._delete_users({u: ms for u, ms in users.items() if u not in holders})
+                self._acls()
+        except (KafkaException, KeystoneError) as e:
+            log.warning("apps' Kafka access not made current (done on a later pass): %s", e)
+
+    @contextmanager
+    def _lock(self) -> Iterator[None]:
+        lock = self.store.redis.lock(LOCK, timeout=LOCK_SECONDS, blocking_timeout=60)
+        try:
+            acquired = lock.acquire()
+        except redis.RedisError as e:
+            raise Unavailable(f"the registry is unreachable: {e}", retry_after=5) from e
+        if not acquired:
+            raise Unavailable("apps' Kafka access is being changed: try again", retry_after=5)
+        try:
+            yield
+        finally:
+            try:
+                lock.release()
+            except redis.RedisError:  # expired meanwhile, or Redis away: it frees itself
+                log.warning("the lock on apps' Kafka access was not released")
 
     def _acls(self) -> None:
         specs, unreadable = self.store.read_streams()
-        # A stored spec that does not read back: its grants are unknown, its ACLs stay as
-        # they are until the admin replaces or deletes it (as its router does).
-        kept = {fronting_topic(u.stream) for u in unreadable}
+        # A stored spec that does not read back: its grants are unknown, so its current
+        # holders' ACLs on it stay as they are (as its router does) until the admin replaces or
+        # deletes it; those of apps that hold no credential go.
+        kept = {fronting_topic(u.stream) for u in unreadable if valid_name(u.stream)}
         wanted: set[AclBinding] = set()
+        holders = set()
         for app in self.store.apps():
             if app.kafka:
+                holders.add(app_principal(app.name))
                 granted = [s.name for s in specs if app.name in s.producers]
-                principal = f"User:{kafka_clients.app_user(app.name)}"
-                wanted |= bindings(principal, app_grants(granted))
+                wanted |= bindings(app_principal(app.name), app_grants(granted))
 
         def owned(binding: AclBinding) -> bool:
-            return binding.principal.startswith(APP_PRINCIPAL_PREFIX) and binding.name not in kept
+            if not binding.principal.startswith(APP_PRINCIPAL_PREFIX):
+                return False
+            return binding.name not in kept or binding.principal not in holders
 
         reconcile_acls(self.admin, wanted, owned)
 
     def _app_users(self) -> dict[str, list[ScramMechanism]]:
         """Each app's user Kafka knows, and the mechanisms it has a credential of."""
         future = self.admin.describe_user_scram_credentials(request_timeout=TIMEOUT)
-        described = future.result()
         return {
             user: [info.mechanism for info in description.scram_credential_infos]
-            for user, description in described.items()
+            for user, description in future.result().items()
             if user.startswith(kafka_clients.APP_USER_PREFIX)
         }
 
@@ -194,3 +198,14 @@ class AppAccess:
         ).items():
             future.result()
             log.info("deleted the Kafka credential of %s", user)
+
+
+def _refusal(e: KafkaException) -> KeystoneError:
+    """What the caller is told: Kafka away is worth a retry; a refusal of control's own user
+    is the platform's to fix, not the caller's to retry."""
+    if e.args[0].code() in _REFUSALS:
+        return KeystoneError(
+            "Kafka refused control's user the change (it needs Alter on the cluster): "
+            f"{e.args[0].str()}"
+        )
+    return Unavailable(f"Kafka did not take the credential: {e.args[0].str()}", retry_after=5)

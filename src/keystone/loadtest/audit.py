@@ -199,7 +199,7 @@ def audit(
     audited = routes(spec, streams)
     missing = expect(settings, spec, audited, acked_set)
     with_spark = any(r.output.sink.kind.reads_with_spark for r in audited)
-    spark = spark_session(settings, "keystone-audit") if with_spark else None
+    spark = spark_session(settings, "keystone-audit", quiet=True) if with_spark else None
     try:
         readers = [reader_for(settings, r.stream, r.output, spark) for r in audited]
         started = time.monotonic()

@@ -77,7 +77,7 @@ def run(settings: Settings, console: Console) -> list[dict]:
         key = app_key(control, APP, STREAM)
         await_routers(control, [STREAM], console)
     await_key(settings.proxy_url, key, STREAM)
-    spark = spark_session(settings, "keystone-demo")
+    spark = spark_session(settings, "keystone-demo", quiet=True)
     try:
         maker = EventMaker(seed=int(time.time()), size=512)
         events = [maker(n) for n in range(EVENTS)]

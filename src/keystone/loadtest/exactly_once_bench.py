@@ -299,7 +299,7 @@ def main() -> None:
         events, rounds, rate, seconds, warm_up, slack = 5_000, 1, 500, 3, 2, 2
         triggers = ["1 second"]
     slots = router_slots(spec("bench_sizing", "exactly_once", "1 second"))
-    spark = spark_session(settings, "keystone-exactly-once-bench", slots=slots)
+    spark = spark_session(settings, "keystone-exactly-once-bench", slots=slots, quiet=True)
     leftovers = Leftovers()
     try:
         results = throughput(spark, settings, events, rounds, leftovers, warm_up=not args.smoke)

@@ -392,7 +392,7 @@ def main() -> None:
         runs = [("realtime", "5 seconds", 3), ("microbatch", "1 second", 3)]
         events, rounds, rate, warm_up, slack = 5_000, 1, 500, 2, 3
     slots = router_slots(spec("bench_sizing", "realtime", "10 seconds"))
-    spark = spark_session(settings, "keystone-router-bench", slots=slots)
+    spark = spark_session(settings, "keystone-router-bench", slots=slots, quiet=True)
     leftovers = Leftovers()
     try:
         results = throughput(spark, settings, events, rounds, leftovers, warm_up=not args.smoke)

@@ -136,7 +136,7 @@ def main() -> None:
         options += f" --driver-java-options -XX:StartFlightRecording=filename={args.jfr}"
     os.environ["PYSPARK_SUBMIT_ARGS"] = f"{options} pyspark-shell"
     settings = Settings()
-    spark = spark_session(settings, "keystone-router-plan-bench", "local[1]")
+    spark = spark_session(settings, "keystone-router-plan-bench", "local[1]", quiet=True)
     # As in a streaming query, which never plans adaptively.
     spark.conf.set("spark.sql.adaptive.enabled", "false")
     with console.status(f"caching {args.events:,} events…"):

@@ -74,8 +74,9 @@ class Run:
 
 
 def stack_env(state: Path, mode: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KEYSTONE_")}
-    return env | {"KEYSTONE_STATE_DIR": str(state), "KEYSTONE_KAFKA_SECURITY": mode}
+    """This process' environment (its KEYSTONE_* settings too, which `Settings` here reads),
+    with the stack's state directory and Kafka's security."""
+    return os.environ | {"KEYSTONE_STATE_DIR": str(state), "KEYSTONE_KAFKA_SECURITY": mode}
 
 
 @contextmanager
@@ -174,7 +175,7 @@ def ratios(runs: list[Run], part: str, field: str) -> list[float]:
         pair = {r.mode: getattr(r, field) for r in runs if (r.part, r.round) == (part, round_)}
         if pair.get("plaintext"):
             found.append(pair["sasl_ssl"] / pair["plaintext"])
-    return found
+    return found or [float("nan")]  # no plaintext figure to divide by (a smoke run's)
 
 
 def runs_table(runs: list[Run]) -> Table:

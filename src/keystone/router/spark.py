@@ -11,6 +11,9 @@ import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 from pyspark.sql import SparkSession
 
@@ -119,12 +122,53 @@ def session_builder(settings: Settings, conf: dict[str, str]) -> SparkSession.Bu
 
 
 def spark_session(
-    settings: Settings, app_name: str, master: str | None = None, slots: int | None = None
+    settings: Settings,
+    app_name: str,
+    master: str | None = None,
+    slots: int | None = None,
+    *,
+    quiet: bool = False,
 ) -> SparkSession:
-    conf = spark_conf(settings, app_name, master, slots)
-    session = session_builder(settings, conf).enableHiveSupport().getOrCreate()
+    """A Spark application of this process. `quiet`: its JVM's own output (Spark's and log4j's
+    lines, the JVM's warnings) goes to `jvm_log(settings, app_name)`, not to this process'
+    terminal, so that a command (the demo, the load test, `keystone sql`) prints its own lines
+    only; an application the fleet runs writes everything to its own log already."""
+    builder = session_builder(settings, spark_conf(settings, app_name, master, slots))
+    if not quiet:
+        session = builder.enableHiveSupport().getOrCreate()
+    else:
+        log = jvm_log(settings, app_name)
+        try:
+            with output_to(log):  # the JVM inherits the file as its output, for good
+                session = builder.enableHiveSupport().getOrCreate()
+        except Exception as e:
+            raise RuntimeError(f"Spark did not start: its log is {log}") from e
     session.sparkContext.setLogLevel("WARN")
     return session
+
+
+def jvm_log(settings: Settings, app_name: str) -> Path:
+    return settings.logs_dir / "spark" / f"{app_name}.log"
+
+
+@contextmanager
+def output_to(log: Path) -> Iterator[None]:
+    """This process' standard output and error go to `log` (appended) until the block ends:
+    what a child process starts meanwhile keeps writing there."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    try:
+        with log.open("ab") as into:
+            os.dup2(into.fileno(), 1)
+            os.dup2(into.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for fd in saved:
+            os.close(fd)
 
 
 def end_session(spark: SparkSession, timeout: float = 30) -> None:

@@ -24,9 +24,9 @@ from confluent_kafka.admin import AclOperation, AdminClient, ResourcePatternType
 
 from keystone.contracts import kafka_clients
 from keystone.contracts.errors import StackError
+from keystone.contracts.kafka_acls import Grant, bindings, reconcile_acls
 from keystone.contracts.names import fronting_topic
 from keystone.contracts.settings import Settings, stored_secret
-from keystone.control.kafka_access import Grant, bindings, reconcile_acls
 from keystone.stack import tls
 
 MECHANISM = "SCRAM-SHA-512"
@@ -78,8 +78,8 @@ SERVICE_USERS = (
         "control",
         "provisions topics, reads them (previews, dead letters, positions) and the groups' "
         "committed positions; issues apps' credentials and keeps their ACLs, which Kafka "
-        "allows only to a user that may alter the cluster (so any ACL: control is the "
-        "cluster's ACL administrator)",
+        "allows only to a user that may alter the cluster, so any ACL and any user's password: "
+        "in effect a super user",
         (
             *((_TOPIC, "*", _ANY, op) for op in (_Op.CREATE, _Op.DESCRIBE, _Op.READ)),
             *((_GROUP, "*", _ANY, op) for op in (_Op.READ, _Op.DESCRIBE)),

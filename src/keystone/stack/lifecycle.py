@@ -69,40 +69,50 @@ def up(settings: Settings, progress: Progress, only: set[str] | None = None) -> 
     """Starts every embedded service that is not running and waits until all are healthy (or
     only the services named in `only`, the others taken as they are: a fault undone).
 
-    Idempotent. Checks prerequisites and every port before starting anything, so a taken port
-    fails fast without leaving half a stack behind.
+    Idempotent. Checks prerequisites, every port and what each service can refuse before
+    starting anything, so that a refusal leaves nothing behind; and if a service fails later,
+    stops every service this call started before saying why.
     """
     services = [s for s in all_services(settings) if only is None or s.name in only]
     to_start = [s for s in services if s.embedded and s.pidfile.running_pid() is None]
     _check_prerequisites(settings, to_start)
-    pending = list(services)
-    while pending:
-        # Every service whose needs are met starts at once; then each is awaited in order.
-        wave = [s for s in pending if all(n not in {p.name for p in pending} for n in s.needs)]
-        for service in wave:
-            if service in to_start:
-                service.prepare()
-                spawn(
-                    service.argv(),
-                    service.log,
-                    service.pidfile,
-                    cwd=service.data,
-                    env=service.env,
-                    user=service.user,
-                )
-                progress(service.name, "starting")
-            else:
-                progress(service.name, "running" if service.embedded else "external")
-        for service in wave:
-            _await_healthy(service)
-            service.on_healthy()
-            progress(service.name, "healthy")
-        pending = [s for s in pending if s not in wave]
+    started: list[Service] = []
+    spawned: dict[str, int] = {}  # the pid of each service this call started
+    try:
+        pending = list(services)
+        while pending:
+            # Every service whose needs are met starts at once; then each is awaited in order.
+            ready = {p.name for p in pending}
+            wave = [s for s in pending if all(n not in ready for n in s.needs)]
+            for service in wave:
+                if service in to_start:
+                    service.prepare()
+                    started.append(service)  # before it spawns: a pid file may be left
+                    spawned[service.name] = spawn(
+                        service.argv(),
+                        service.log,
+                        service.pidfile,
+                        cwd=service.data,
+                        env=service.env,
+                        user=service.user,
+                    )
+                    progress(service.name, "starting")
+                else:
+                    progress(service.name, "running" if service.embedded else "external")
+            for service in wave:
+                _await_healthy(service, spawned.get(service.name))
+                service.on_healthy()
+                progress(service.name, "healthy")
+            pending = [s for s in pending if s not in wave]
+    except BaseException:  # an interrupt too: no half stack is left running
+        _stop(started, progress)
+        raise
 
 
 def _check_prerequisites(settings: Settings, to_start: list[Service]) -> None:
     for service in to_start:
         service.check_installed()
+        service.check()
     for bundle in jars.BUNDLES:
         jvm.bundle_jars(settings, bundle)
     for name in jars.JAVA_CLASSES:
@@ -125,9 +135,11 @@ def _port_variable(settings: Settings, port: int) -> str:
     return "the KEYSTONE_*_PORT settings"
 
 
-def _await_healthy(service: Service) -> None:
+def _await_healthy(service: Service, spawned: int | None) -> None:
+    """Until the service answers; `spawned`: its pid, if this process started it (one that
+    ended before it is awaited is told by its pid, its pid file then naming no live process)."""
     deadline = time.monotonic() + service.start_timeout
-    pid = service.pidfile.running_pid() if service.embedded else None
+    pid = spawned or (service.pidfile.running_pid() if service.embedded else None)
     while not service.healthy():
         if pid is not None and exited(pid):
             service.pidfile.remove()
@@ -155,7 +167,21 @@ def _tail(service: Service, lines: int = 15) -> str:
 def down(settings: Settings, purge: bool, progress: Progress) -> None:
     """Stops what the stack started (by pid file, in reverse start order); data stays unless
     `purge`, which also removes the state directory but keeps the download cache."""
-    services = [s for s in reversed(all_services(settings)) if s.embedded]
+    _stop([s for s in all_services(settings) if s.embedded], progress)
+    if purge and settings.state_dir.exists():
+        for child in settings.state_dir.iterdir():
+            if child == settings.cache_dir or child in settings.cache_dir.parents:
+                continue
+            if child.is_dir():
+                shutil.rmtree(child)
+            else:
+                child.unlink()
+        progress("state", f"removed {settings.state_dir} (kept {settings.cache_dir})")
+
+
+def _stop(services: list[Service], progress: Progress) -> None:
+    """Stops the services (by pid file), the last started first."""
+    services = services[::-1]
     while services:
         # Brokers stop together: one by one, the last would wait out its timeout for a
         # controller quorum the others took with them.
@@ -169,12 +195,3 @@ def down(settings: Settings, purge: bool, progress: Progress) -> None:
             service.after_stop()
             progress(service.name, "stopped" if was_running else "not running")
         services = [s for s in services if s not in group]
-    if purge and settings.state_dir.exists():
-        for child in settings.state_dir.iterdir():
-            if child == settings.cache_dir or child in settings.cache_dir.parents:
-                continue
-            if child.is_dir():
-                shutil.rmtree(child)
-            else:
-                child.unlink()
-        progress("state", f"removed {settings.state_dir} (kept {settings.cache_dir})")

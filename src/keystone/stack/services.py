@@ -22,7 +22,6 @@ from abc import ABC, abstractmethod
 from base64 import urlsafe_b64encode
 from pathlib import Path
 from typing import ClassVar
-from urllib.parse import urlsplit
 from xml.sax.saxutils import escape
 
 import httpx
@@ -88,6 +87,10 @@ class Service(ABC):
         if shutil.which(self.binary) is None:
             raise StackError(f"{self.name} needs `{self.binary}`: {self.install_hint}")
 
+    def check(self) -> None:  # noqa: B027 - an optional hook
+        """Refuses, before any service of the stack starts, what would make this one fail to
+        (a state directory made with other settings)."""
+
     def prepare(self) -> None:  # noqa: B027 - an optional hook
         """Writes configuration and initialises storage; idempotent, keeps existing data."""
 
@@ -116,13 +119,6 @@ class Service(ABC):
     def _dirs(self) -> None:
         for d in (self.data, self.conf):
             d.mkdir(parents=True, exist_ok=True)
-
-
-def _host_port(url: str) -> tuple[str, int]:
-    parts = urlsplit(url if "://" in url else f"//{url}")
-    if parts.hostname is None or parts.port is None:
-        raise StackError(f"not a host:port address: {url!r}")
-    return parts.hostname, parts.port
 
 
 def _get(url: str) -> httpx.Response | None:
@@ -401,8 +397,10 @@ class Kafka(Service):
 
     def prepare(self) -> None:
         self._dirs()
-        self._check_brokers()
+        self.check()
         s, host = self.settings, self.settings.bind_host
+        self._brokers_file.parent.mkdir(parents=True, exist_ok=True)
+        self._brokers_file.write_text(f"{s.kafka_brokers} {s.kafka_security}")
         client, controller = s.kafka_broker_ports(self.node)
         replicas, in_sync = str(s.kafka_replication), str(s.kafka_min_insync_replicas)
         voters = ",".join(
@@ -480,7 +478,7 @@ class Kafka(Service):
         """How many brokers the stack's Kafka was made with (beside broker 1's data)."""
         return self.settings.data_dir / "kafka" / "brokers"
 
-    def _check_brokers(self) -> None:
+    def check(self) -> None:
         """Refuses brokers of another count or security than the state directory's Kafka was
         made with: its quorum's size, and its users, are formatted into its storage."""
         made = self._brokers_file.read_text().split()[:2] if self._brokers_file.exists() else None
@@ -501,8 +499,6 @@ class Kafka(Service):
                     f"that is formatted into its storage. Keep KEYSTONE_{setting}={was}, or "
                     "start afresh (`keystone stack down --purge`)"
                 )
-        self._brokers_file.parent.mkdir(parents=True, exist_ok=True)
-        self._brokers_file.write_text(" ".join(wanted))
 
     def _cluster_id(self) -> str:
         """One id for every broker of the cluster (Kafka's: 16 random bytes, base64), made by
