@@ -72,7 +72,8 @@ def _train(path: str) -> None:
 
     from keystone.router.spark import session_builder, spark_conf
 
-    settings = Settings()
+    # It reaches no metastore: no trust store of its CA (which the stack may not have made yet).
+    settings = Settings().model_copy(update={"metastore_ssl_ca_file": ""})
     conf = spark_conf(settings, "keystone-class-archive", "local[1]")
     conf["spark.sql.catalogImplementation"] = "in-memory"
     conf["spark.driver.extraJavaOptions"] = f"-XX:ArchiveClassesAtExit={path} -Xlog:cds=off"
