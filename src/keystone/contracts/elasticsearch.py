@@ -16,12 +16,11 @@ from __future__ import annotations
 import ssl
 import threading
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import httpx
 
 from keystone.contracts.errors import SinkError
-from keystone.contracts.settings import Settings
+from keystone.contracts.settings import Settings, given_secret
 
 _shared: dict[Connection, httpx.Client] = {}
 _making = threading.Lock()
@@ -38,12 +37,12 @@ class Connection:
     def of(cls, settings: Settings) -> Connection:
         """The settings' connection (a password file read now: a rotated one is used by the
         next connection made)."""
-        password = settings.elasticsearch_password.get_secret_value()
-        if not password and settings.elasticsearch_password_file:
-            try:
-                password = Path(settings.elasticsearch_password_file).read_text().strip()
-            except OSError as e:
-                raise SinkError(f"Elasticsearch's password file is unreadable: {e}") from e
+        try:
+            password = given_secret(
+                settings.elasticsearch_password, settings.elasticsearch_password_file
+            )
+        except OSError as e:
+            raise SinkError(f"Elasticsearch's password file is unreadable: {e}") from e
         return cls(
             settings.elasticsearch_url,
             settings.elasticsearch_username,

@@ -17,7 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from keystone.contracts.settings import Settings
+from keystone.contracts.settings import Settings, given_secret
 
 # The configuration keys whose values are secrets, in both clients' names: a regular
 # expression over keys, as Spark's `spark.sql.redaction.options.regex` takes them.
@@ -45,10 +45,7 @@ def uses_tls(settings: Settings) -> bool:
 def sasl_password(settings: Settings) -> str:
     """The SASL password: the setting's, else the file's (read now: a rotated one is used by
     the next client made)."""
-    password = settings.kafka_sasl_password.get_secret_value()
-    if password or not settings.kafka_sasl_password_file:
-        return password
-    return Path(settings.kafka_sasl_password_file).read_text().strip()
+    return given_secret(settings.kafka_sasl_password, settings.kafka_sasl_password_file)
 
 
 def librdkafka(settings: Settings) -> dict[str, Any]:

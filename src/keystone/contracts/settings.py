@@ -42,6 +42,15 @@ def user_cache() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
 
 
+def given_secret(inline: SecretStr, file: str) -> str:
+    """A password given in the settings, else read from its file now (a rotated one is used by
+    the next client made); "" when neither is given. Raises `OSError` for an unreadable file."""
+    value = inline.get_secret_value()
+    if value or not file:
+        return value
+    return Path(file).read_text().strip()
+
+
 def stored_secret(path: Path, create: bool, prefix: str = "") -> str | None:
     """A secret kept in a file readable by its owner only: read, or made there when `create`
     (256 random bits). None when there is none to read."""
