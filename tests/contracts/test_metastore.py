@@ -3,8 +3,12 @@ settings' CA file, once per CA (the JDK's keytool, for real)."""
 
 from __future__ import annotations
 
+import socket
 import subprocess
 from pathlib import Path
+
+import pytest
+from thrift.transport.TTransport import TTransportException
 
 from keystone.contracts import metastore
 from keystone.contracts.settings import Settings
@@ -39,3 +43,17 @@ def test_with_a_ca_spark_trusts_it_through_a_trust_store_made_once_per_ca(tmp_pa
     assert metastore.trust_store(settings) == store and store.stat().st_mtime_ns == made
     make_certificates(made_ca.model_copy(update={"bind_host": "127.0.0.2"}))  # a new CA
     assert metastore.trust_store(settings) != store
+
+
+def test_a_metastore_not_yet_listening_is_an_error_raised_not_a_line_printed(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The stack's health check asks while the metastore starts: Thrift's own ERROR lines
+    would land between `keystone stack up`'s."""
+    with socket.socket() as taken:  # a port nothing listens on
+        taken.bind(("127.0.0.1", 0))
+        port = taken.getsockname()[1]
+    client = metastore.thrift_client(Settings(metastore_uri=f"thrift://127.0.0.1:{port}"))
+    with pytest.raises(TTransportException):
+        client.open()
+    assert [r.getMessage() for r in caplog.records if r.name.startswith("thrift")] == []

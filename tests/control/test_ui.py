@@ -12,7 +12,7 @@ from playwright.sync_api import Page, expect
 from keystone.ingest_proxy.client import ProxyClient
 from keystone.loadtest.run import await_key
 from tests.support.api import Api, owner
-from tests.support.browser import artifact, chromium
+from tests.support.browser import artifact, chromium, overflowing
 from tests.support.kafka_users import as_user, login_errors
 from tests.support.stack import Stack
 
@@ -108,6 +108,13 @@ def test_an_owner_creates_a_stream_and_an_output_in_the_browser_and_sees_events_
     expect(delivered).to_have_text("18", timeout=WAIT_MS)
     page.screenshot(path=artifact("ui-stream.png"), full_page=True)
 
+    # The pages fit common widths: nothing sticks out of its card (the outputs table did).
+    for width in (1280, 1400):
+        page.set_viewport_size({"width": width, "height": 1000})
+        for path in (f"streams/{STREAM}", f"streams/{STREAM}/dashboard", ""):
+            page.goto(f"{ui}/{path}")
+            assert overflowing(page) == [], (width, path)
+
     page.click("text=Streams")
     row = page.locator(f'tr[data-stream="{STREAM}"]')
     expect(row.locator(".state")).to_have_text("running")
@@ -123,7 +130,7 @@ def test_an_owner_gives_an_app_a_kafka_user_on_the_apps_page_and_takes_it_back(
     browser = page.context.browser
     assert browser is not None
     # A context of its own: its sign-in is not the module's other test's.
-    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    context = browser.new_context(viewport={"width": 1280, "height": 1000})
     try:
         tab = context.new_page()
         tab.goto(f"{ui}/login")
@@ -142,6 +149,7 @@ def test_an_owner_gives_an_app_a_kafka_user_on_the_apps_page_and_takes_it_back(
         expect(tab).to_have_url(f"{ui}/apps")
         expect(row).not_to_contain_text("keystone-app-ui-direct-app")
         expect(tab.locator(".secret")).to_have_count(0)
+        assert overflowing(tab) == []
         tab.screenshot(path=artifact("ui-apps.png"), full_page=True)
     finally:
         context.close()

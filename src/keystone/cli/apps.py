@@ -7,8 +7,8 @@ import json
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
+from keystone import terminal
 from keystone.cli.common import JsonOption, console, control, done, emit, plain, show_secret
 from keystone.contracts.registry import check_label
 
@@ -46,7 +46,7 @@ def app_list(ctx: typer.Context, as_json: JsonOption = False) -> None:
     if as_json:
         emit(found)
         return
-    table = Table("app", "owner", "quota (events/s)", "streams", "Kafka user")
+    table = terminal.table("app", "owner", "quota (events/s)", "streams", "Kafka user")
     for a in found:
         row = (a.name, a.owner, str(a.rate or "none"), ", ".join(a.streams), a.kafka_user or "")
         table.add_row(*row)

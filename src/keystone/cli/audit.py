@@ -6,9 +6,9 @@ import time
 from typing import Annotated
 
 import typer
-from rich.table import Table
 from rich.text import Text
 
+from keystone import terminal
 from keystone.cli.common import JsonOption, console, control, emit
 
 
@@ -23,7 +23,7 @@ def audit(
     if as_json:
         emit(entries)
         return
-    table = Table("when (UTC)", "who", "action", "target", "detail")
+    table = terminal.table("when (UTC)", "who", "action", "target", "detail")
     for e in entries:
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(e.at))
         detail = ", ".join(f"{k}={v}" for k, v in e.detail.items() if v)

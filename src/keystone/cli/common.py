@@ -13,15 +13,14 @@ from typing import Annotated, Any
 
 import typer
 from pydantic import BaseModel
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from keystone.contracts.errors import KeystoneError
 from keystone.contracts.registry import RouterPhase
 from keystone.control.client import ControlClient
 from keystone.control.models import AppKey, OwnerToken
+from keystone.terminal import console
 
-console = Console()
 JsonOption = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
 SpecFile = Annotated[typer.FileText, typer.Option("-f", "--file", help="YAML or JSON; - for stdin")]
 STATE_STYLE: dict[str, str] = {

@@ -6,9 +6,9 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-from rich.table import Table
 from rich.text import Text
 
+from keystone import terminal
 from keystone.cli.common import JsonOption, console, control, emit, follow_job, plan_then_start
 from keystone.control.models import RedrivePublic
 
@@ -32,7 +32,7 @@ def dead_letters_list(
     if as_json:
         emit(listing)
         return
-    table = Table("output", "reason", "count", "redriven", "first (UTC)", "last (UTC)")
+    table = terminal.table("output", "reason", "count", "redriven", "first (UTC)", "last (UTC)")
     for group in listing.groups:
         table.add_row(
             group.output,

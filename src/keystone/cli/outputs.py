@@ -11,9 +11,9 @@ import typer
 import yaml
 from pydantic import ValidationError
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-from rich.table import Table
 from rich.text import Text
 
+from keystone import terminal
 from keystone.cli.common import (
     JsonOption,
     SpecFile,
@@ -80,7 +80,7 @@ def preview(
     if as_json:
         emit(result)
         return
-    table = Table("guid", "ingested (UTC)", "event", "record")
+    table = terminal.table("guid", "ingested (UTC)", "event", "record")
     computed = set(result.computed)
     for item in result.records:
         when = time.strftime("%H:%M:%S", time.gmtime(item["timestamp"] / 1000))
@@ -113,7 +113,7 @@ def restore_points(
     if as_json:
         emit(points)
         return
-    table = Table("id", "time (UTC)", "offsets per partition")
+    table = terminal.table("id", "time (UTC)", "offsets per partition")
     for point in points:
         offsets = ", ".join(f"{p}:{o}" for p, o in sorted(point.offsets.items()))
         table.add_row(point.id, point.time.strftime("%Y-%m-%d %H:%M:%S"), offsets)

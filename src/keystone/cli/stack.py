@@ -8,8 +8,8 @@ import time
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
+from keystone import terminal
 from keystone.cli.common import console
 from keystone.contracts.errors import KeystoneError, StackError
 from keystone.contracts.settings import Settings
@@ -90,9 +90,13 @@ def status(
 
 def _print_status(settings: Settings) -> bool:
     rows = lifecycle.status(settings)
-    table = Table(title=f"Keystone stack — state in {settings.state_dir}")
-    for column in ("service", "address", "pid", "health"):
-        table.add_column(column, no_wrap=True)
+    table = terminal.table(
+        "service",
+        "address",
+        "pid",
+        "health",
+        title=f"Keystone stack — state in {settings.state_dir}",
+    )
     for s in rows:
         pid = str(s.pid) if s.pid else ("external" if not s.embedded else "-")
         table.add_row(s.name, s.address, pid, f"[{HEALTH_STYLE[s.health]}]{s.health}[/]")
@@ -147,7 +151,7 @@ def sql(
         if not frame.columns:  # DDL and INSERT return no columns
             console.print("[green]OK[/]")
             return
-        table = Table(*frame.columns)
+        table = terminal.table(*frame.columns)
         for row in rows:
             table.add_row(*("NULL" if v is None else str(v) for v in row))
         console.print(table)

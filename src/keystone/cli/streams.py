@@ -11,9 +11,9 @@ from typing import Annotated
 
 import typer
 import yaml
-from rich.table import Table
 from rich.text import Text
 
+from keystone import terminal
 from keystone.cli.common import (
     JsonOption,
     SpecFile,
@@ -85,7 +85,7 @@ def stream_lineage(ctx: typer.Context, name: str, as_json: JsonOption = False) -
     if as_json:
         emit(found)
         return
-    table = Table("field", "schema", "read by")
+    table = terminal.table("field", "schema", "read by")
     for use in found.fields:
         readers = ", ".join(f"{r.output} ({', '.join(r.reads_in)})" for r in use.outputs)
         declared = use.declared if use.declared is not None else Text("not declared", "yellow")
@@ -107,7 +107,7 @@ def stream_list(ctx: typer.Context, as_json: JsonOption = False) -> None:
     if as_json:
         emit(found)
         return
-    table = Table("stream", "owner", "partitions", "producers", "outputs", "router")
+    table = terminal.table("stream", "owner", "partitions", "producers", "outputs", "router")
     for s in found:
         spec = s.spec
         table.add_row(
@@ -146,7 +146,7 @@ def stream_show(ctx: typer.Context, name: str, as_json: JsonOption = False) -> N
         console.print(Text(f"warning: {warning}", style="yellow"))
     if status.metrics_error:
         console.print(Text(f"rates unavailable: {status.metrics_error}", style="yellow"))
-    table = Table(
+    table = terminal.table(
         "output",
         "sink",
         "guarantee",

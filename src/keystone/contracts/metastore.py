@@ -13,6 +13,7 @@ with `metastore_security` tls).
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import ssl
 import subprocess
@@ -26,6 +27,10 @@ from thrift.transport import TSocket, TSSLSocket, TTransport
 
 from keystone.contracts.errors import SinkError
 from keystone.contracts.settings import Settings
+
+# Thrift logs each refused connection at ERROR, then raises it: the caller decides what to say
+# (a health check waiting for the metastore to start says nothing).
+logging.getLogger("thrift").setLevel(logging.CRITICAL)
 
 # A trust store holds the CA's certificate, which is public: its password guards nothing secret
 # (Java's key stores need one), so it is a constant, not a credential.

@@ -1,12 +1,14 @@
 """Creates what a stream needs outside Redis, idempotently: its fronting and dead-letter topics,
 and whatever each output's sink writes to that needs no Spark (a Kafka output's topic, an
-Elasticsearch index template, the Hive database). Routers' Prometheus targets are the fleet's."""
+Elasticsearch index template, the Hive database, which the stream's archive needs too). Routers'
+Prometheus targets are the fleet's."""
 
 from __future__ import annotations
 
 from keystone.contracts.names import dead_letter_topic, fronting_topic
 from keystone.contracts.settings import Settings
 from keystone.contracts.spec import StreamSpec
+from keystone.router.sinks.hive.provision import ensure_database
 from keystone.router.sinks.provision import provisioner_for
 from keystone.router.sinks.route import Route
 from keystone.router.topics import create_topics
@@ -17,6 +19,8 @@ def provision(settings: Settings, spec: StreamSpec) -> list[str]:
     created = [f"topic {t}" for t in ensure_topics(settings, spec)]
     for output in spec.outputs:
         created += provisioner_for(Route(settings, spec, output)).provision()
+    if spec.archive.enabled:  # a table in the same database, whatever the outputs' sinks
+        created += ensure_database(settings)  # [] when a Hive output made it just now
     return created
 
 

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
+from keystone import terminal
 from keystone.contracts.settings import Settings
 from keystone.contracts.spec import OutputSpec, StreamSpec
 from keystone.control.client import ControlClient
@@ -148,7 +148,9 @@ def _await_sinks(checks: list[Check], console: Console) -> None:
 
 
 def _report(settings: Settings, checks: list[Check], console: Console) -> None:
-    table = Table("output", "sink", "guarantee", "where", "expected", "received", "duplicates")
+    table = terminal.table(
+        "output", "sink", "guarantee", "where", "expected", "received", "duplicates"
+    )
     for c in checks:
         style = "green" if c.received == len(c.expected) else "red"
         table.add_row(

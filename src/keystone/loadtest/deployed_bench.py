@@ -63,9 +63,9 @@ from confluent_kafka.admin import (
     ConfigResource,
     ResourceType,
 )
-from rich.console import Console
 from rich.table import Table
 
+from keystone import terminal
 from keystone.contracts import kafka_clients
 from keystone.contracts.errors import Unavailable
 from keystone.contracts.names import fronting_topic, output_topic
@@ -94,8 +94,8 @@ from keystone.loadtest.router_bench import FILTER, PROJECTION
 from keystone.loadtest.run import await_routers
 from keystone.router.plan import records_per_batch
 from keystone.router.topics import create_topics, delete_topics, watermarks
+from keystone.terminal import console
 
-console = Console()
 COMMAND = "python -m keystone.loadtest.deployed_bench --write-docs"
 OWNER, PARTITIONS, OUTPUT = "bench-deployed", 4, "out"
 CHECKPOINT = Delivery(mode="realtime").seconds  # the router output's default, and Flink's
@@ -543,7 +543,7 @@ def catch_ups(
 
 
 def catch_up_table(rows: list[CatchUp]) -> Table:
-    table = Table("target", "events", "seconds", "events/s", CPU_COLUMN)
+    table = terminal.table("target", "events", "seconds", "events/s", CPU_COLUMN)
     for r in rows:
         table.add_row(
             r.target,
@@ -605,7 +605,9 @@ def ratios(phases: list[Phase]) -> dict[int, dict[str, float]]:
 
 
 def phases_table(phases: list[Phase]) -> Table:
-    table = Table("target", "rate", "round", "cores", CPU_COLUMN, "p50 ms", "p99 ms", "p99.9 ms")
+    table = terminal.table(
+        "target", "rate", "round", "cores", CPU_COLUMN, "p50 ms", "p99 ms", "p99.9 ms"
+    )
     for p in phases:
         table.add_row(
             p.target,

@@ -25,8 +25,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
-
 from keystone.contracts.settings import Settings
 from keystone.contracts.spec import StreamSpec
 from keystone.control.client import ControlClient, ControlError
@@ -49,9 +47,9 @@ from keystone.loadtest.faults import Fault
 from keystone.loadtest.report import delivery_table, faults_table, ingest_table
 from keystone.loadtest.run import Options, await_routers, run
 from keystone.router.topics import all_topics, delete_topics
+from keystone.terminal import console
 
 IMAGES = DOCS.parent / "img"
-console = Console()
 CPU_COUNTS = (
     "the demo stream's router (its process group: the router and its JVM) and the proxy's "
     "processes, over the whole run (the load, then the audit until every sink holds every "

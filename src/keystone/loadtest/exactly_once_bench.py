@@ -36,7 +36,6 @@ from multiprocessing.connection import Connection
 
 from confluent_kafka import OFFSET_END, Consumer, TopicPartition
 from pyspark.sql import SparkSession
-from rich.console import Console
 from rich.progress import Progress
 
 from keystone.contracts import kafka_clients
@@ -70,8 +69,8 @@ from keystone.router.metrics import RouterMetrics
 from keystone.router.plan import router_slots
 from keystone.router.spark import spark_session
 from keystone.router.topics import create_topics
+from keystone.terminal import console
 
-console = Console()
 COMMAND = "python -m keystone.loadtest.exactly_once_bench --write-docs"
 GUARANTEES = ("at_least_once", "exactly_once")
 WARM_UP_SECONDS = 10

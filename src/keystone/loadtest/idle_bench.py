@@ -39,7 +39,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from confluent_kafka import OFFSET_END, Consumer, TopicPartition
-from rich.console import Console
 
 from keystone.contracts import envelope, kafka_clients
 from keystone.contracts.elasticsearch import Connection
@@ -67,8 +66,8 @@ from keystone.loadtest.spark_floor import least_query
 from keystone.router.plan import QueryPlan, batch_limit, query_plan, started_slots
 from keystone.router.spark import end_session, spark_session
 from keystone.router.topics import delete_topics
+from keystone.terminal import console
 
-console = Console()
 COMMAND = "python -m keystone.loadtest.idle_bench --write-docs"
 OWNER, APP, PARTITIONS = "bench-idle", "bench_idle", 4
 BUSY_WAIT_SECONDS = 120.0

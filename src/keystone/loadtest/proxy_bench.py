@@ -35,9 +35,8 @@ from pathlib import Path
 
 import httpx
 from confluent_kafka import Producer
-from rich.console import Console
-from rich.table import Table
 
+from keystone import terminal
 from keystone.contracts import envelope, kafka_clients
 from keystone.contracts.errors import NotFound, StackError
 from keystone.contracts.names import fronting_topic
@@ -62,8 +61,8 @@ from keystone.loadtest.bench import (
     write_section,
 )
 from keystone.router.topics import delete_topics
+from keystone.terminal import console
 
-console = Console()
 # Closed loop: enough connections to saturate the proxy at each batch size (more gave no more
 # events/s on this machine; fewer measured the linger wait, not the proxy: 8 at batch 100 gave
 # 66k events/s where 16 and 32 gave 80-94k).
@@ -357,7 +356,7 @@ def main() -> None:
     with bench_stream(settings) as (spec, key):
         results = measure(settings, spec, key, duration, args.smoke)
 
-    table = Table(
+    table = terminal.table(
         "run",
         "events/s",
         "req/s",

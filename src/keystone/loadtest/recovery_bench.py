@@ -34,8 +34,6 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from rich.console import Console
-
 from keystone.contracts import envelope, kafka_clients
 from keystone.contracts.elasticsearch import Connection
 from keystone.contracts.names import index_prefix
@@ -61,8 +59,8 @@ from keystone.loadtest.bench import (
 )
 from keystone.loadtest.run import await_routers
 from keystone.router.topics import delete_topics, iter_topic
+from keystone.terminal import console
 
-console = Console()
 STREAM, TARGET, APP = "rewind_bench", "rewind_bench_copy", "rewind-bench"
 PARTITIONS = 4
 REPLAYED = ("kafka", "elasticsearch", "hive", "keystone")  # each rewound in turn, in this order

@@ -18,8 +18,8 @@ from typing import Any
 
 from matplotlib.figure import Figure  # the object API: files only, no display or pyplot
 from rich.console import Console
-from rich.table import Table
 
+from keystone import terminal
 from keystone.contracts import metrics as m
 from keystone.contracts.settings import Settings
 from keystone.dashboards.prometheus import PrometheusError, instant, range_query
@@ -403,7 +403,7 @@ def summary(figures: dict[str, Any], console: Console) -> None:
         f"{ingest['rejected']:,} rejected; request p99 {ingest['request_p99_ms']} ms; "
         f"missing at ingest: {audit['missing_at_ingest']:,}"
     )
-    table = Table(
+    table = terminal.table(
         "output",
         "sink",
         "guarantee",

@@ -45,10 +45,10 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
-from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
+from keystone import terminal
 from keystone.contracts import envelope, kafka_clients
 from keystone.contracts.names import fronting_topic, output_topic
 from keystone.contracts.settings import Settings
@@ -71,8 +71,8 @@ from keystone.router.metrics import RouterMetrics
 from keystone.router.plan import BATCH_LIMIT, router_slots
 from keystone.router.spark import spark_session
 from keystone.router.topics import create_topics, delete_topics, read_topic
+from keystone.terminal import console
 
-console = Console()
 COMMAND = "python -m keystone.loadtest.router_bench --write-docs"
 FILTER = "variant = 'a'"
 PROJECTION = ["guid", "timestamp", "user.id as user_id", "device.type as device", "title"]
@@ -335,7 +335,7 @@ def cell(value: float | None, form: str) -> str:
 def results_table(results: Sequence[Any]) -> Table:
     """Runs (of this benchmark or another: name, events_per_second, p50_ms, p99_ms, events,
     cpu_s_per_m_events) as a terminal table."""
-    table = Table("run", "events/s", "p50 ms", "p99 ms", "events", CPU_COLUMN)
+    table = terminal.table("run", "events/s", "p50 ms", "p99 ms", "events", CPU_COLUMN)
     for r in results:
         table.add_row(
             r.name,

@@ -28,10 +28,9 @@ from collections.abc import Callable
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from rich.console import Console
 from rich.progress import Progress
-from rich.table import Table
 
+from keystone import terminal
 from keystone.contracts import envelope
 from keystone.contracts.settings import Settings
 from keystone.contracts.spec import OutputSpec
@@ -53,8 +52,8 @@ from keystone.router.sinks.kafka.writer import KafkaWriter
 from keystone.router.sinks.route import Route
 from keystone.router.source import envelope as source_columns
 from keystone.router.spark import spark_session
+from keystone.terminal import console
 
-console = Console()
 COMMAND = "python -m keystone.loadtest.router_plan_bench --write-docs"
 DISTINCT = 20_000  # distinct events, repeated to make up the batch
 CPU_COUNTS = "this Spark application's processes (its JVM and this Python process)"
@@ -167,7 +166,7 @@ def main() -> None:
     spark.stop()
 
     rows = {name: (min(c for c, _ in r), min(w for _, w in r)) for name, r in runs.items()}
-    table = Table("plan", "CPU s (min)", "wall s (min)", "events per CPU s", CPU_COLUMN)
+    table = terminal.table("plan", "CPU s (min)", "wall s (min)", "events per CPU s", CPU_COLUMN)
     for name, (cpu, wall) in rows.items():
         table.add_row(
             name, f"{cpu:.2f}", f"{wall:.2f}", f"{events / cpu:,.0f}", _per_million(cpu, events)

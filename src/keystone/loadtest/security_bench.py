@@ -37,9 +37,9 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from rich.console import Console
 from rich.table import Table
 
+from keystone import terminal
 from keystone.contracts.settings import Settings
 from keystone.loadtest import deployed_bench, proxy_bench
 from keystone.loadtest.bench import (
@@ -52,8 +52,8 @@ from keystone.loadtest.bench import (
     save_figures,
     write_section,
 )
+from keystone.terminal import console
 
-console = Console()
 COMMAND = "python -m keystone.loadtest.security_bench --write-docs"
 MODES = ("plaintext", "sasl_ssl")
 BATCH = 100  # events per proxy request, as producers batch them
@@ -179,7 +179,7 @@ def ratios(runs: list[Run], part: str, field: str) -> list[float]:
 
 
 def runs_table(runs: list[Run]) -> Table:
-    table = Table("part", "Kafka", "round", "events", CPU_COLUMN, "p50 ms", "p99 ms")
+    table = terminal.table("part", "Kafka", "round", "events", CPU_COLUMN, "p50 ms", "p99 ms")
     for r in runs:
         table.add_row(
             r.part,

@@ -5,7 +5,8 @@ holding the pom's hash makes a second fetch free and a changed pin refetch. The 
 stack/java (the metastore's and Elasticsearch's launchers, Kafka's storage formatting) and
 router/java (the router's, see `keystone.router.jvm`, which also says where all of them are in
 the cache) are compiled with the machine's javac against the jars they run with, one run for
-the classes that share their jars. On a fresh machine the bundles download side by side.
+the classes that share their jars. On a fresh machine the bundles download side by side, every
+file checked against the checksum Maven Central publishes beside it.
 """
 
 from __future__ import annotations
@@ -70,6 +71,7 @@ def fetch_bundle(settings: Settings, bundle: str) -> bool:
         "mvn",
         "-B",
         "-q",
+        "--strict-checksums",  # a jar whose checksum is not Maven Central's fails the fetch
         "-gs",
         str(MAVEN_DIR / "settings.xml"),
         "-f",
