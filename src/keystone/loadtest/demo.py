@@ -148,9 +148,7 @@ def _await_sinks(checks: list[Check], console: Console) -> None:
 
 
 def _report(settings: Settings, checks: list[Check], console: Console) -> None:
-    table = terminal.table(
-        "output", "sink", "guarantee", "where", "expected", "received", "duplicates"
-    )
+    table = terminal.table("output", "sink", "guarantee", "where", "expected", "received", "dups")
     for c in checks:
         style = "green" if c.received == len(c.expected) else "red"
         table.add_row(
