@@ -280,6 +280,7 @@ def world(tmp_path: Path) -> Iterator[World]:
         dead_letters=None,  # type: ignore[arg-type]
         redrives=None,  # type: ignore[arg-type]
         fleet=None,  # type: ignore[arg-type]
+        fronting=None,  # type: ignore[arg-type]
     )
     app = create_app(settings)
     app.state.plane = plane  # the lifespan, which connects to Redis, is not run

@@ -34,8 +34,23 @@ def test_up_only_while_every_query_runs() -> None:
     assert value(metrics, names.ROUTER_UP, stream="orders") == 1
     metrics.running({"_stream": True, "search": False, "archive": True})
     assert value(metrics, names.ROUTER_UP, stream="orders") == 0
-    assert value(metrics, names.ROUTER_QUERY_UP, stream="orders", output="search") == 0
-    assert value(metrics, names.ROUTER_QUERY_UP, stream="orders", output="archive") == 1
+    up = names.ROUTER_QUERY_UP
+    assert value(metrics, up, stream="orders", output="search", cluster="main") == 0
+    assert value(metrics, up, stream="orders", output="archive", cluster="main") == 1
+
+
+def test_a_standby_clusters_idle_queries_do_not_make_the_router_down() -> None:
+    """Queries on a standby fronting cluster, held while it has nothing to read, are not a
+    fault; one that should run and does not is."""
+    metrics = RouterMetrics("orders", home="east")
+    queries = {"search": True, "search@west": False, "_stream": True, "_stream@west": False}
+    metrics.running(queries, idle={"search@west", "_stream@west"})
+    assert value(metrics, names.ROUTER_UP, stream="orders") == 1
+    up = names.ROUTER_QUERY_UP
+    assert value(metrics, up, stream="orders", output="search", cluster="west") == 0
+    assert value(metrics, up, stream="orders", output="search", cluster="east") == 1
+    metrics.running(queries, idle={"_stream@west"})
+    assert value(metrics, names.ROUTER_UP, stream="orders") == 0
 
 
 def test_the_listener_counts_a_real_querys_observed_metrics(spark: SparkSession, tmp_path) -> None:
@@ -76,7 +91,12 @@ def test_the_listener_sets_each_querys_lag_from_its_kafka_offsets() -> None:
         "latestOffset": {"keystone.orders": {"0": 26, "1": 7}},
     }
     ProgressListener(metrics).progress({"name": "orders.evens", "sources": [source]})
-    assert value(metrics, names.ROUTER_LAG, stream="orders", output="evens") == 9
+    assert value(metrics, names.ROUTER_LAG, stream="orders", output="evens", cluster="main") == 9
+    # The same output's query on another fronting cluster: its own lag, beside home's.
+    behind = {**source, "latestOffset": {"keystone.orders": {"0": 21, "1": 4}}}
+    ProgressListener(metrics).progress({"name": "orders.evens@west", "sources": [behind]})
+    assert value(metrics, names.ROUTER_LAG, stream="orders", output="evens", cluster="west") == 1
+    assert value(metrics, names.ROUTER_LAG, stream="orders", output="evens", cluster="main") == 9
     # Another stream's query (a session's listener hears every query): nothing set for it.
     others = RouterMetrics("orders")
     ProgressListener(others).progress({"name": "other.evens", "sources": [source]})

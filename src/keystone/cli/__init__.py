@@ -23,6 +23,7 @@ from keystone.cli import (
     audit,
     dashboard,
     deadletters,
+    fronting,
     loadtest,
     outputs,
     owners,
@@ -52,6 +53,7 @@ app.add_typer(outputs.app, name="output")
 app.add_typer(deadletters.app, name="dead-letters")
 app.add_typer(apps.app, name="app")
 app.add_typer(owners.app, name="owner")
+app.add_typer(fronting.app, name="fronting")
 
 
 @app.callback()

@@ -8,9 +8,8 @@ from typing import Annotated
 
 import typer
 
-from keystone.contracts import kafka_clients
 from keystone.contracts.errors import BadRequest
-from keystone.ingest_proxy.client import DirectProducer, ProxyClient
+from keystone.ingest_proxy.client import ProxyClient, direct_producer
 
 
 def _events(text: str) -> list[bytes]:
@@ -43,9 +42,7 @@ def send(
     """Send events to a stream through the proxy (or straight to Kafka with --direct APP)."""
     events = _events(source.read())
     if direct:
-        producer = DirectProducer(
-            kafka_clients.librdkafka(ctx.obj), direct, max_event_bytes=ctx.obj.max_event_bytes
-        )
+        producer = direct_producer(ctx.obj, direct, max_event_bytes=ctx.obj.max_event_bytes)
         result = producer.send(stream, events)
     else:
         app_key = key or os.environ.get("KEYSTONE_APP_KEY")

@@ -47,11 +47,12 @@ def replay_bound_path(settings: Settings, stream: str, output: str, generation: 
     return settings.checkpoints_dir / stream / f"{output}.{generation}.replay.json"
 
 
-def dead_letters_position_path(settings: Settings, stream: str) -> Path:
+def dead_letters_position_path(settings: Settings, stream: str, key: str = "_stream") -> Path:
     """Where the stream's dead letters are written up to, kept by its router as they are
     written (`router.plan.dead_letter_plan`), beside the queries' checkpoints: it outlives the
-    output whose query wrote them, whose checkpoints go with it."""
-    return settings.checkpoints_dir / stream / "_stream.position.json"
+    output whose query wrote them, whose checkpoints go with it. `key`: the stream's own
+    query's key on a fronting cluster (`contracts.fronting.query_key`): one file a cluster."""
+    return settings.checkpoints_dir / stream / f"{key}.position.json"
 
 
 def read_position(path: Path) -> tuple[str, Offsets] | None:

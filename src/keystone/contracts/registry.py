@@ -19,6 +19,9 @@ that WATCHes it knows nobody changed anything between its checks and its write.
                                 owners, kept for good
     keystone:topic_names        hash: the same topics' names as made, kept for good
     keystone:version            incremented on every registry change
+    keystone:fronting           the fronting cluster that takes writes, JSON (contracts.fronting
+                                .Active); absent: home for every stream
+    keystone:fronting_switches  hash: switches counted by '<from>><to>><reason>'
     keystone:router:<stream>    hash: the fleet's view of the stream's router (RouterState)
     keystone:rewinds:<stream>   hash: per output, its latest rewind (contracts.recovery.Rewind)
     keystone:backfills:<stream> hash: per output, its latest backfill (contracts.recovery.Backfill)
@@ -49,6 +52,7 @@ from redis.backoff import ExponentialWithJitterBackoff
 from redis.retry import Retry
 
 from keystone.contracts.errors import Conflict, InvalidName, NotFound, Unavailable
+from keystone.contracts.fronting import Active
 from keystone.contracts.names import check_stream_name, valid_name
 from keystone.contracts.recovery import Backfill, Operation, Redrive, RestorePoint, Rewind
 from keystone.contracts.settings import Settings
@@ -69,6 +73,8 @@ VERSION = key("version")
 HASHING_KEY_BYTES = 32
 AUDIT = key("audit")
 # Deleted streams' names and their owners: the topics, tables and indices stay, so the name does.
+FRONTING = key("fronting")
+FRONTING_SWITCHES = key("fronting_switches")
 RETIRED = key("retired_streams")
 # Removed owners' names, never given again.
 RETIRED_OWNERS = key("retired_owners")
@@ -283,6 +289,31 @@ class RegistryReader:
             except (KeyError, ValueError, UnicodeDecodeError) as e:  # skipped, not fatal
                 log.warning("skipping app record %r: %r", name, e)
         return apps
+
+    def fronting(self, settings: Settings) -> Active:
+        """Which fronting cluster takes each stream's writes: as control last switched, else
+        home. A record that does not read, or that names clusters the settings no longer
+        have, leaves those to home (said in the log): writes go somewhere that exists."""
+        home = settings.fronting_clusters[0]
+        raw = self._call(self.redis.get, FRONTING)
+        if raw is None:
+            return Active(cluster=home)
+        try:
+            active = Active.model_validate_json(raw)
+        except ValidationError as e:
+            log.error("the fronting record does not read (home takes writes): %s", e)
+            return Active(cluster=home)
+        return active.within(settings.fronting_clusters)
+
+    def fronting_switches(self) -> dict[tuple[str, str, str], int]:
+        """Switches so far by (from, to, reason)."""
+        raw = self._call(self.redis.hgetall, FRONTING_SWITCHES)
+        found = {}
+        for field_, count in raw.items():
+            parts = field_.decode(errors="replace").split(">")
+            if len(parts) == 3:
+                found[(parts[0], parts[1], parts[2])] = int(count)
+        return found
 
     # The fleet's view of each router (not part of the registry's version).
 

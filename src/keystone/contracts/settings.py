@@ -8,13 +8,14 @@ neither starts nor stops it, it only checks its health.
 from __future__ import annotations
 
 import os
+import re
 import secrets
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import Field, SecretStr, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from keystone.contracts.limits import Limits
 
@@ -36,6 +37,22 @@ ADDRESS_SETTING: dict[str, str] = {
     "ingest_proxy": "proxy_url",
     "control": "control_url",
 }
+
+
+def _as_env(value: object) -> str:
+    """A setting's value as its variable gives it (the fronting lists as they are read)."""
+    if isinstance(value, SecretStr):
+        return value.get_secret_value()
+    if isinstance(value, list):
+        return ",".join(map(str, value))
+    if isinstance(value, dict):
+        return ";".join(f"{k}={v}" for k, v in value.items())
+    return str(value)
+
+
+DEFAULT_CLUSTER = "main"  # the one fronting cluster's name, unless settings name them
+# A fronting cluster's name: it names the embedded cluster's service, folders and metrics.
+FRONTING_NAME = re.compile(r"[a-z][a-z0-9]{0,15}")
 
 
 def user_cache() -> Path:
@@ -138,6 +155,51 @@ class Settings(BaseSettings, Limits):
         description="Brokers of the embedded Kafka, each a broker and a KRaft controller in one "
         "process. 3: every topic the project creates has three replicas and needs two in sync, "
         "and the cluster survives one broker's death.",
+    )
+    fronting_clusters: Annotated[list[str], NoDecode] = Field(
+        default_factory=lambda: [DEFAULT_CLUSTER],
+        description="The fronting Kafka clusters producers write to, by name, comma-separated "
+        "(`east,west`). Every stream's fronting and dead-letter topics are on each; producers "
+        "write to the active one (the registry's, `keystone fronting`); routers read them all. "
+        "The first is home: it is active unless control switched, and, unless "
+        "fronting_bootstrap names its brokers, it is kafka_bootstrap's cluster, where the Kafka "
+        "outputs' topics are. The embedded stack runs each; cluster n (from 0) listens on "
+        "kafka_port + 100n.",
+    )
+    fronting_bootstrap: Annotated[dict[str, str], NoDecode] = Field(
+        default_factory=dict,
+        description="The brokers of the fronting clusters not embedded, as "
+        "`name=host:port,host:port;name=...`: required for each but the first of an external "
+        "Kafka's (the first's default is kafka_bootstrap).",
+    )
+    fronting_probe_seconds: float = Field(
+        1.0,
+        gt=0,
+        le=30,
+        description="How long control's fleet leader waits for a fronting cluster to answer a "
+        "probe (a metadata request, one a second), before it counts as lost for that second.",
+    )
+    fronting_failover_after_seconds: float = Field(
+        3.0,
+        ge=0,
+        description="How long the cluster taking writes must have been lost (not answering, or "
+        "a fronting topic's partition without a leader) before the fleet leader moves its "
+        "writes to the first other cluster that answers.",
+    )
+    fronting_switch_hold_seconds: float = Field(
+        60.0,
+        ge=0,
+        description="No automatic switch within this long of the last switch, whoever made "
+        "it: a flapping cluster does not make writes ping-pong.",
+    )
+    fronting_auto_failback: bool = Field(
+        False,
+        description="Whether the fleet leader moves writes back to home by itself once home "
+        "has answered for fronting_failback_after_seconds (else an admin fails back: "
+        "`keystone fronting failback`).",
+    )
+    fronting_failback_after_seconds: float = Field(
+        120.0, ge=0, description="How long home must answer before an automatic failback."
     )
     redis_port: int = Field(16379, description="The embedded Redis (the registry) port.")
     elasticsearch_port: int = Field(19200, description="The embedded Elasticsearch's HTTP port.")
@@ -382,6 +444,26 @@ class Settings(BaseSettings, Limits):
     elasticsearch_heap: str = Field("1g", description="JVM heap of the embedded Elasticsearch.")
     metastore_heap: str = Field("512m", description="JVM heap of the embedded Hive metastore.")
 
+    @field_validator("fronting_clusters", mode="before")
+    @classmethod
+    def _cluster_names(cls, value: object) -> object:
+        return (
+            [n.strip() for n in value.split(",") if n.strip()] if isinstance(value, str) else value
+        )
+
+    @field_validator("fronting_bootstrap", mode="before")
+    @classmethod
+    def _cluster_brokers(cls, value: object) -> object:
+        if not isinstance(value, str):
+            return value
+        found = {}
+        for part in filter(None, (p.strip() for p in value.split(";"))):
+            name, equals, brokers = part.partition("=")
+            if not equals or not name.strip() or not brokers.strip():
+                raise ValueError(f"{part!r} is not name=host:port[,host:port]")
+            found[name.strip()] = brokers.strip()
+        return found
+
     @model_validator(mode="after")
     def _derive_addresses(self) -> Settings:
         host = self.bind_host
@@ -424,6 +506,7 @@ class Settings(BaseSettings, Limits):
         for name, value in defaults.items():
             if not getattr(self, name):
                 object.__setattr__(self, name, value)
+        self._check_fronting()
         if self.elasticsearch_username and urlsplit(self.elasticsearch_url).scheme == "http":
             raise ValueError(
                 "elasticsearch_username is set, but elasticsearch_url is http: the password "
@@ -431,15 +514,34 @@ class Settings(BaseSettings, Limits):
             )
         return self
 
+    def _check_fronting(self) -> None:
+        names = self.fronting_clusters
+        bad = [n for n in names if not FRONTING_NAME.fullmatch(n)]
+        if not names or bad or len(set(names)) != len(names):
+            raise ValueError(
+                f"fronting_clusters must be distinct names matching {FRONTING_NAME.pattern}, "
+                f"at least one: got {names}"
+            )
+        unknown = sorted(set(self.fronting_bootstrap) - set(names))
+        if unknown:
+            raise ValueError(
+                f"fronting_bootstrap names clusters not in fronting_clusters: {unknown}"
+            )
+        others = [n for n in names[1:] if n not in self.fronting_bootstrap]
+        if self.is_embedded("kafka") and set(self.fronting_bootstrap) - {names[0]}:
+            raise ValueError(
+                "with the embedded Kafka every fronting cluster is embedded: fronting_bootstrap "
+                "may name only the first, or set kafka_bootstrap for an external Kafka"
+            )
+        if not self.is_embedded("kafka") and others:
+            raise ValueError(f"fronting_bootstrap must give the brokers of {others}")
+
     def to_env(self) -> dict[str, str]:
         """KEYSTONE_* variables that give a child process these same settings."""
         names = self.model_fields_set | {"state_dir", "cache_dir"}
         env = {}
         for name in sorted(names):
-            value = getattr(self, name)
-            env[f"KEYSTONE_{name.upper()}"] = (
-                value.get_secret_value() if isinstance(value, SecretStr) else str(value)
-            )
+            env[f"KEYSTONE_{name.upper()}"] = _as_env(getattr(self, name))
         return env
 
     def kafka_principal_env(self, principal: str) -> dict[str, str]:

@@ -19,6 +19,8 @@ from keystone.control.models import (
     BackfillPublic,
     BackfillRequest,
     DeadLettersPublic,
+    FrontingPublic,
+    FrontingSwitch,
     KafkaCredential,
     LineagePublic,
     OwnerCreate,
@@ -384,6 +386,22 @@ def revoke_kafka_credential(app: str, plane: PlaneDep, who: CallerDep) -> None:
 def delete_app(app: str, plane: PlaneDep, who: CallerDep) -> None:
     """Revokes the app: its key stops working and it leaves every stream's producers."""
     plane.accounts.delete_app(who, app)
+
+
+# Fronting clusters
+
+
+@router.get("/fronting", response_model=FrontingPublic, tags=["fronting"])
+def get_fronting(plane: PlaneDep, who: CallerDep) -> FrontingPublic:
+    """The fronting Kafka clusters, whether each can take writes now, and which takes whose."""
+    return FrontingPublic.of(plane.fronting.view(who))
+
+
+@router.post("/fronting/switch", response_model=FrontingPublic, tags=["fronting"])
+def switch_fronting(body: FrontingSwitch, plane: PlaneDep, who: CallerDep) -> FrontingPublic:
+    """Moves every stream's writes (or one stream's) to a cluster, or back home (the admin's):
+    producers follow within seconds; routers read every cluster, so nothing is left behind."""
+    return FrontingPublic.of(plane.fronting.switch(who, body.to, body.stream))
 
 
 # Owners (the admin's)

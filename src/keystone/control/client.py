@@ -18,6 +18,7 @@ from keystone.control.models import (
     AuditPublic,
     BackfillPublic,
     DeadLettersPublic,
+    FrontingPublic,
     KafkaCredential,
     LineagePublic,
     OwnerToken,
@@ -48,6 +49,7 @@ _BACKFILL = TypeAdapter(BackfillPublic)
 _DEAD_LETTERS = TypeAdapter(DeadLettersPublic)
 _REDRIVE = TypeAdapter(RedrivePublic)
 _REWIND = TypeAdapter(RewindPublic)
+_FRONTING = TypeAdapter(FrontingPublic)
 
 
 class ControlError(KeystoneError):
@@ -263,3 +265,10 @@ class ControlClient:
 
     def audit(self, limit: int = 100) -> list[AuditPublic]:
         return self._read(_AUDIT, "GET", "/v1/audit", limit=limit)
+
+    def fronting(self) -> FrontingPublic:
+        return self._read(_FRONTING, "GET", "/v1/fronting")
+
+    def switch_fronting(self, to: str | None, stream: str | None = None) -> FrontingPublic:
+        body = {"to": to, "stream": stream}
+        return self._read(_FRONTING, "POST", "/v1/fronting/switch", body)

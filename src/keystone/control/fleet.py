@@ -1,5 +1,6 @@
 """The fleet: every stream's dashboard and alert rules kept current, apps' Kafka access kept
-what the registry says (`keystone.control.kafka_access`), and one router application
+what the registry says (`keystone.control.kafka_access`), the fronting clusters watched and
+failed over (`keystone.control.fronting.FrontingWatch`), and one router application
 per stream that has outputs (`python -m keystone.router`, whose Spark session pyspark launches
 through spark-submit, with the master from settings), watched, restarted with backoff when it
 dies, redeployed when its spec changes, and stopped gracefully when its stream is deleted.
@@ -38,6 +39,7 @@ from keystone.contracts.names import valid_name
 from keystone.contracts.registry import RouterPhase, RouterState
 from keystone.contracts.settings import Settings
 from keystone.contracts.spec import StreamSpec
+from keystone.control.fronting import FrontingWatch
 from keystone.control.kafka_access import AppAccess
 from keystone.control.launcher import Deployment, Launcher, ProcessLauncher
 from keystone.control.recovery import Recovery
@@ -115,6 +117,8 @@ class Fleet:
         self.access = access if access is not None else AppAccess(settings, store)
         self._access_synced = float("-inf")
         self._access_sync: threading.Thread | None = None
+        self.fronting = FrontingWatch(settings, store, clock)
+        self._fronting_step: threading.Thread | None = None
         self.holder = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.leading = False
         self._unreadable: dict[str, str] = {}  # stream -> why, as last said
@@ -164,6 +168,7 @@ class Fleet:
         except KeystoneError as e:  # sized as they were; sampled again next time
             log.warning("traffic not sampled: %s", e)
         self._sync_access()
+        self._watch_fronting()
         desired = {s.name: s for s in specs if s.outputs}
         running = self.launcher.deployments()
         states = self.store.router_states()
@@ -196,6 +201,21 @@ class Fleet:
 
         self._access_sync = threading.Thread(target=sync, name="kafka-access", daemon=True)
         self._access_sync.start()
+
+    def _watch_fronting(self) -> None:
+        """One probe of the fronting clusters a pass, on a thread of its own: a lost cluster
+        answers nothing for a second, which must not hold the pass (and the lease)."""
+        if self._fronting_step is not None and self._fronting_step.is_alive():
+            return
+
+        def step() -> None:
+            try:
+                self.fronting.step()
+            except Exception:  # its own boundary: said, and the next pass probes again
+                log.exception("fronting: watch step failed")
+
+        self._fronting_step = threading.Thread(target=step, name="fronting", daemon=True)
+        self._fronting_step.start()
 
     def _step(
         self,

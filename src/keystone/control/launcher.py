@@ -27,6 +27,7 @@ import httpx
 from keystone.contracts import http
 from keystone.contracts import metrics as names
 from keystone.contracts.checkpoints import remove_generations
+from keystone.contracts.fronting import query_keys
 from keystone.contracts.processes import PidFile, port_in_use, process_start_time, reap, spawn
 from keystone.contracts.settings import Settings
 from keystone.contracts.spec import StreamSpec
@@ -216,7 +217,8 @@ class ProcessLauncher:
         if output is None:
             shutil.rmtree(self.settings.checkpoints_dir / stream, ignore_errors=True)
         else:
-            remove_generations(self.settings, stream, output)
+            for key in query_keys(self.settings, output):  # its queries on every cluster
+                remove_generations(self.settings, stream, key)
 
 
 def router_log(settings: Settings, stream: str) -> Path:

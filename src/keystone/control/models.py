@@ -36,6 +36,7 @@ from keystone.contracts.settings import Settings
 from keystone.contracts.spec import Principal, StreamSpec
 from keystone.control.backfills import BackfillPlan
 from keystone.control.deadletters import Listing
+from keystone.control.fronting import View
 from keystone.control.lineage import Lineage, lineage
 from keystone.control.operations import JobView
 from keystone.control.redrives import RedrivePlan
@@ -615,6 +616,62 @@ class StatusPublic(BaseModel):
         None, description="The stream's latest redrive of dead letters, if any."
     )
     metrics_error: str | None = Field(None, description="Why the figures are missing, if so.")
+
+
+class FrontingClusterPublic(BaseModel):
+    name: str
+    home: bool = Field(description="The first of the settings': active unless switched.")
+    brokers: str
+    problem: str | None = Field(description="Why it cannot take writes now; null when it can.")
+
+
+class FrontingSwitchCount(BaseModel):
+    from_cluster: str = Field(alias="from")
+    to: str
+    reason: str = Field(description="command, unreachable (the fleet's failover) or recovered.")
+    count: int
+
+    model_config = ConfigDict(populate_by_name=True)
+
+
+class FrontingPublic(BaseModel):
+    """The fronting clusters, and which takes writes: `active` for every stream but those
+    `streams` names."""
+
+    clusters: list[FrontingClusterPublic]
+    active: str
+    streams: dict[str, str] = Field(description="Streams whose writes another cluster takes.")
+    since: float = Field(description="When it last switched (epoch seconds; 0: never).")
+    reason: str
+    switches: list[FrontingSwitchCount] = Field(description="So far (the admin's view only).")
+
+    @classmethod
+    def of(cls, view: View) -> Self:
+        return cls(
+            clusters=[
+                FrontingClusterPublic(
+                    name=c.name, home=c.home, brokers=c.brokers, problem=c.problem
+                )
+                for c in view.clusters
+            ],
+            active=view.active.cluster,
+            streams=view.active.streams,
+            since=view.active.since,
+            reason=view.active.reason,
+            switches=[
+                FrontingSwitchCount(**{"from": f, "to": t, "reason": r, "count": n})
+                for (f, t, r), n in sorted(view.switches.items())
+            ],
+        )
+
+
+class FrontingSwitch(BaseModel):
+    """A failover (`to` a cluster) or, with `to` null, a failback to home."""
+
+    to: str | None = Field(None, description="The cluster to take the writes; null: home.")
+    stream: str | None = Field(None, description="One stream's writes; null: every stream's.")
+
+    model_config = ConfigDict(extra="forbid")
 
 
 class AppCreate(BaseModel):

@@ -9,6 +9,7 @@ from keystone.control.accounts import Accounts
 from keystone.control.backfills import Backfills
 from keystone.control.deadletters import DeadLetters
 from keystone.control.fleet import Fleet
+from keystone.control.fronting import Fronting
 from keystone.control.kafka_access import AppAccess
 from keystone.control.redrives import Redrives
 from keystone.control.rewinds import Rewinds
@@ -29,6 +30,7 @@ class Plane:
     dead_letters: DeadLetters
     redrives: Redrives
     fleet: Fleet
+    fronting: Fronting
 
     @classmethod
     def build(cls, settings: Settings) -> Plane:
@@ -46,4 +48,5 @@ class Plane:
             dead_letters=DeadLetters(settings, streams),
             redrives=Redrives(settings, store, streams),
             fleet=Fleet(settings, store, access=access),
+            fronting=Fronting(settings, store),
         )

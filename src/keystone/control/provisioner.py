@@ -1,10 +1,11 @@
-"""Creates what a stream needs outside Redis, idempotently: its fronting and dead-letter topics,
-and whatever each output's sink writes to that needs no Spark (a Kafka output's topic, an
-Elasticsearch index template, the Hive database, which the stream's archive needs too). Routers'
-Prometheus targets are the fleet's."""
+"""Creates what a stream needs outside Redis, idempotently: its fronting and dead-letter topics
+on every fronting cluster, and whatever each output's sink writes to that needs no Spark (a Kafka
+output's topic, an Elasticsearch index template, the Hive database, which the stream's archive
+needs too). Routers' Prometheus targets are the fleet's."""
 
 from __future__ import annotations
 
+from keystone.contracts import fronting
 from keystone.contracts.names import dead_letter_topic, fronting_topic
 from keystone.contracts.settings import Settings
 from keystone.contracts.spec import StreamSpec
@@ -25,6 +26,15 @@ def provision(settings: Settings, spec: StreamSpec) -> list[str]:
 
 
 def ensure_topics(settings: Settings, spec: StreamSpec) -> list[str]:
-    """Creates the fronting and dead-letter topics if missing; returns the ones it created."""
-    wanted = [fronting_topic(spec.name), dead_letter_topic(spec.name)]
-    return create_topics(settings, dict.fromkeys(wanted, spec.partitions))
+    """Creates the fronting and dead-letter topics where missing, on every fronting cluster
+    (a cluster that does not answer: 503, and a later apply makes them); returns the ones it
+    created, each named with its cluster where there are several."""
+    wanted = dict.fromkeys(
+        [fronting_topic(spec.name), dead_letter_topic(spec.name)], spec.partitions
+    )
+    clusters = fronting.clusters(settings)
+    created = []
+    for cluster in clusters:
+        made = create_topics(cluster.connect(settings), wanted)
+        created += made if len(clusters) == 1 else [f"{t} on {cluster.name}" for t in made]
+    return created

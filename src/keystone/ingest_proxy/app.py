@@ -24,7 +24,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 
-from keystone.contracts import envelope
+from keystone.contracts import envelope, fronting
 from keystone.contracts.errors import KeystoneError, PayloadTooLarge, SchemaMismatch, Unavailable
 from keystone.contracts.names import fronting_topic
 from keystone.contracts.registry import RegistryReader
@@ -45,6 +45,7 @@ GC_YOUNG_THRESHOLD = 50_000
 # thread would cost more); a larger one, or any checked against a schema, in a worker thread,
 # so one tenant's big or schema-checked posts never hold up another's requests or /healthz.
 INLINE_BYTES = 64 * 1024
+KAFKA_PROBE_SECONDS = 1.0  # between probes of each fronting cluster (a metadata request)
 
 
 class Accepted(BaseModel):
@@ -60,31 +61,51 @@ class Proxy:
         self,
         settings: Settings,
         registry: Registry,
-        publisher: Publisher,
+        publishers: dict[str, Publisher],
         quota: Quota,
         metrics: IngestMetrics,
     ) -> None:
+        """`publishers`: one per fronting cluster, by name; a stream's events go to the one
+        the registry says takes its writes now."""
         self.settings = settings
         self.registry = registry
-        self.publisher = publisher
+        self.publishers = publishers
         self.quota = quota
         self.metrics = metrics
         self.host = socket.gethostname()
-        self.kafka_reachable = False
+        self.reachable = dict.fromkeys(publishers, False)
         self._stop = threading.Event()
-        self._watcher = threading.Thread(target=self._watch_kafka, name="kafka-health", daemon=True)
+        # A thread per cluster: a lost one takes its probe's whole timeout.
+        self._watchers = [
+            threading.Thread(
+                target=self._watch_kafka, args=(name,), name=f"kafka-{name}", daemon=True
+            )
+            for name in publishers
+        ]
+
+    @property
+    def kafka_reachable(self) -> bool:
+        """Whether the cluster taking every stream's writes (but those switched alone) answers."""
+        return self.reachable[self.registry.active_cluster()]
 
     def start(self) -> None:
-        self.kafka_reachable = self.publisher.reachable()
-        self._watcher.start()
+        for name, publisher in self.publishers.items():
+            self.reachable[name] = publisher.reachable()
+        for watcher in self._watchers:
+            watcher.start()
 
     def stop(self) -> None:
         self._stop.set()
-        self._watcher.join()
+        for watcher in self._watchers:
+            watcher.join()
 
-    def _watch_kafka(self) -> None:
-        while not self._stop.wait(2.0):
-            self.kafka_reachable = self.publisher.reachable()
+    def _watch_kafka(self, cluster: str) -> None:
+        while not self._stop.wait(KAFKA_PROBE_SECONDS):
+            reachable = self.publishers[cluster].reachable()
+            if self.reachable[cluster] and not reachable:
+                log.warning("fronting cluster %s is unreachable: its pending events fail", cluster)
+                self.publishers[cluster].abandon()
+            self.reachable[cluster] = reachable
 
     async def ingest(self, stream: str, request: Request, key_path: str | None) -> Accepted:
         started = time.perf_counter()
@@ -106,9 +127,13 @@ class Proxy:
                 events, keys = self._read_events(stream, body, kind, key_path)
             count = len(events)
             await self.quota.take(app.name, app.rate, count)
-            if not self.kafka_reachable:
-                raise Unavailable("Kafka is unreachable; nothing was written", retry_after=2)
-            accepted = await self._publish(stream, app.name, events, keys)
+            cluster = self.registry.active(stream)
+            if not self.reachable[cluster]:
+                raise Unavailable(
+                    f"Kafka (fronting cluster {cluster}) is unreachable; nothing was written",
+                    retry_after=2,
+                )
+            accepted = await self._publish(cluster, stream, app.name, events, keys)
         except KeystoneError as error:
             result = "failed" if error.status >= 500 else "rejected"
             accepted_count = len(error.details.get("accepted", []))
@@ -175,7 +200,7 @@ class Proxy:
             )
 
     async def _publish(
-        self, stream: str, app: str, events: list, keys: list[bytes | None]
+        self, cluster: str, stream: str, app: str, events: list, keys: list[bytes | None]
     ) -> Accepted:
         common = envelope.common_headers(int(time.time() * 1000), self.host, app, stream)
         guids = new_guids(len(events))
@@ -185,7 +210,7 @@ class Proxy:
             records.append(
                 (key or guid_bytes, event.raw, envelope.event_headers(guid_bytes, common))
             )
-        errors = await self.publisher.publish(fronting_topic(stream), records)
+        errors = await self.publishers[cluster].publish(fronting_topic(stream), records)
         failed = [{"index": i, "reason": e} for i, e in enumerate(errors) if e is not None]
         if failed:
             raise Unavailable(
@@ -262,12 +287,12 @@ def create_app(settings: Settings) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         store = RegistryReader.connect(settings)
-        registry = Registry(store, settings.registry_refresh_seconds, metrics)
+        registry = Registry(settings, store, metrics)
         quota_redis = aioredis.Redis.from_url(
             settings.redis_url, socket_timeout=2, **settings.redis_client_kwargs()
         )
-        publisher = Publisher(settings)
-        proxy = Proxy(settings, registry, publisher, Quota(quota_redis), metrics)
+        publishers = {c.name: Publisher(c.connect(settings)) for c in fronting.clusters(settings)}
+        proxy = Proxy(settings, registry, publishers, Quota(quota_redis), metrics)
         registry.start()
         proxy.start()
         app.state.proxy = proxy
@@ -280,7 +305,8 @@ def create_app(settings: Settings) -> FastAPI:
         finally:
             proxy.stop()
             registry.stop()
-            publisher.close()
+            for publisher in publishers.values():
+                publisher.close()
             await quota_redis.aclose()
             store.close()
 
@@ -317,7 +343,10 @@ def create_app(settings: Settings) -> FastAPI:
 
     @app.get("/readyz")
     async def readyz(proxy: ProxyDep) -> JSONResponse:
-        checks = {"registry": proxy.registry.loaded, "kafka": proxy.kafka_reachable}
+        checks = {
+            "registry": proxy.registry.loaded,
+            "kafka": proxy.registry.loaded and proxy.kafka_reachable,
+        }
         return JSONResponse(
             {"ready": all(checks.values()), **checks},
             status_code=200 if all(checks.values()) else 503,

@@ -19,10 +19,12 @@ from typing import Any
 import httpx
 from confluent_kafka import Producer
 
-from keystone.contracts import envelope, kafka_clients
+from keystone.contracts import envelope, fronting, kafka_clients
 from keystone.contracts.errors import BadRequest, KeystoneError, PayloadTooLarge, Unavailable
+from keystone.contracts.fronting import Active
 from keystone.contracts.names import fronting_topic
-from keystone.contracts.settings import MAX_EVENT_BYTES, RECORD_HEADROOM
+from keystone.contracts.registry import RegistryReader
+from keystone.contracts.settings import MAX_EVENT_BYTES, RECORD_HEADROOM, Settings
 
 
 class SendFailed(KeystoneError):
@@ -233,3 +235,40 @@ class DirectProducer:
                 retry_after=2,
             )
         return SendResult(guids=guids)
+
+
+class FollowingProducer:
+    """`DirectProducer`s, one per fronting cluster, each stream's events sent to the cluster
+    the registry says takes its writes now (read again whenever the registry's version moved:
+    one GET a send). What the proxy does per request, for a producer that skips HTTP."""
+
+    def __init__(
+        self, settings: Settings, registry: RegistryReader, app: str, **options: Any
+    ) -> None:
+        self.settings = settings
+        self.registry = registry
+        self.producers = {
+            c.name: DirectProducer(kafka_clients.librdkafka(c.connect(settings)), app, **options)
+            for c in fronting.clusters(settings)
+        }
+        self._version = -1
+        self._active = Active(cluster=settings.fronting_clusters[0])
+
+    def active(self, stream: str) -> str:
+        version = self.registry.version()
+        if version != self._version:
+            self._active, self._version = self.registry.fronting(self.settings), version
+        return self._active.of(stream)
+
+    def send(self, stream: str, events: Iterable[Any], at: int | None = None) -> SendResult:
+        return self.producers[self.active(stream)].send(stream, events, at)
+
+
+def direct_producer(
+    settings: Settings, app: str, **options: Any
+) -> DirectProducer | FollowingProducer:
+    """A producer that skips HTTP for these settings: with several fronting clusters, one that
+    follows the registry's choice (and reads Redis to), else one of the only cluster."""
+    if len(settings.fronting_clusters) == 1:
+        return DirectProducer(kafka_clients.librdkafka(settings), app, **options)
+    return FollowingProducer(settings, RegistryReader.connect(settings), app, **options)

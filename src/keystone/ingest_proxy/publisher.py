@@ -104,5 +104,13 @@ class Publisher:
         except KafkaException:
             return False
 
+    def abandon(self) -> None:
+        """Gives up on every event the cluster has not acknowledged: it is lost, so each is
+        reported failed now (a 503 with Retry-After, which the producer retries wherever
+        writes go then), not when its timeout ends. One that was sent may still be in the lost
+        cluster's log, as after any timeout: its retry is then a second copy, under its own
+        guid, which the routers deliver once the cluster is back and read."""
+        self._producer.purge(in_queue=True, in_flight=True, blocking=False)
+
     def close(self, timeout: float = 10.0) -> None:
         self._producer.flush(timeout)

@@ -1,5 +1,6 @@
-"""The proxy's view of the registry: streams and app keys, reloaded within a second of any
-change (it watches the store's version counter), answered from memory per request."""
+"""The proxy's view of the registry: streams, app keys and the fronting cluster that takes each
+stream's writes, reloaded within a second of any change (it watches the store's version
+counter), answered from memory per request."""
 
 from __future__ import annotations
 
@@ -10,8 +11,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from keystone.contracts.errors import Forbidden, KeystoneError, NotFound, Unauthorized, Unavailable
+from keystone.contracts.fronting import Active
 from keystone.contracts.registry import App, RegistryReader, hash_key
 from keystone.contracts.schema import parse_schema
+from keystone.contracts.settings import Settings
 from keystone.contracts.spec import StreamSpec
 from keystone.ingest_proxy.metrics import IngestMetrics
 
@@ -24,15 +27,15 @@ class Snapshot:
     streams: dict[str, StreamSpec] = field(default_factory=dict)
     schemas: dict[str, Any] = field(default_factory=dict)  # parsed Avro schema per stream
     apps_by_key: dict[str, App] = field(default_factory=dict)
+    fronting: Active | None = None  # None until loaded: home
 
 
 class Registry:
-    def __init__(
-        self, store: RegistryReader, refresh_seconds: float, metrics: IngestMetrics
-    ) -> None:
+    def __init__(self, settings: Settings, store: RegistryReader, metrics: IngestMetrics) -> None:
+        self._settings = settings
         self._store = store
         self._metrics = metrics
-        self._refresh = refresh_seconds
+        self._refresh = settings.registry_refresh_seconds
         self._snapshot = Snapshot()
         self._parsed: dict[str, Any] = {}  # parsed schemas by their JSON, as last loaded
         self._stop = threading.Event()
@@ -73,6 +76,7 @@ class Registry:
             streams=streams,
             schemas=schemas,
             apps_by_key={a.key_sha256: a for a in self._store.apps()},
+            fronting=self._store.fronting(self._settings),
         )
         self._parsed = parsed
         self._metrics.registry_version.set(version)
@@ -111,6 +115,16 @@ class Registry:
         if app.name not in spec.producers:
             raise Forbidden(f"app {app.name!r} may not write to stream {stream!r}")
         return app, spec
+
+    def active(self, stream: str) -> str:
+        """The fronting cluster that takes the stream's writes now."""
+        found = self._snapshot.fronting
+        return found.of(stream) if found is not None else self._settings.fronting_clusters[0]
+
+    def active_cluster(self) -> str:
+        """The one that takes every stream's writes but those switched alone."""
+        found = self._snapshot.fronting
+        return found.cluster if found is not None else self._settings.fronting_clusters[0]
 
     def schema(self, stream: str) -> Any:
         return self._snapshot.schemas.get(stream)

@@ -54,9 +54,10 @@ def main(argv: list[str] | None = None) -> int:
 
     stop = stop_on_signals()
 
-    slots = started_slots(spec, args.sized_for, settings.spark_master)
+    clusters = len(settings.fronting_clusters)
+    slots = started_slots(spec, args.sized_for, settings.spark_master, clusters)
     spark = spark_session(settings, f"keystone-router-{spec.name}", slots=slots)
-    metrics = RouterMetrics(spec.name)
+    metrics = RouterMetrics(spec.name, home=settings.fronting_clusters[0])
     port = metrics.serve(settings, args.metrics_port)
     master = spark.sparkContext.master
     log.info(

@@ -27,6 +27,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from keystone.contracts import envelope
+from keystone.contracts.fronting import FrontingCluster, query_key
 from keystone.contracts.names import ARCHIVE_QUERY, archive_table, fronting_topic
 from keystone.contracts.recovery import ArchiveSpan
 from keystone.contracts.settings import Settings
@@ -67,12 +68,13 @@ def archived(records: DataFrame) -> DataFrame:
 
 
 class ArchiveWriter:
-    """The archive query's sink: `write_batch` per micro-batch, like `HiveWriter`'s."""
+    """The archive queries' sink (one query a fronting cluster, one writer: the archive's span
+    is the stream's): `write_batch` per micro-batch, like `HiveWriter`'s."""
 
     def __init__(self, settings: Settings, spec: StreamSpec) -> None:
+        self.settings = settings
         self.spec = spec
         self.table = HiveTable(archive_table(spec.name))
-        self.checkpoint = archive_checkpoint(settings, spec.name)
         self.span_path = ArchiveSpan.of(settings.state_dir, spec.name)
         self.span = ArchiveSpan.load(self.span_path)
         # The expiry's thread and the query's batches both move the span. A batch holds this
@@ -86,13 +88,17 @@ class ArchiveWriter:
         self.table.create(spark, COLUMNS)
         self.expire(spark)
 
-    def write_batch(self, frame: DataFrame, batch_id: int) -> Outcome:
+    def write_batch(
+        self, frame: DataFrame, batch_id: int, cluster: FrontingCluster | None = None
+    ) -> Outcome:
+        """One batch of the archive's query on `cluster` (home by default)."""
         spark = frame.sparkSession
         rows = frame.persist()
         try:
             count = rows.count()
             if count:
-                query = json.loads((self.checkpoint / "metadata").read_text())["id"]
+                checkpoint = archive_checkpoint(self.settings, self.spec.name, cluster)
+                query = json.loads((checkpoint / "metadata").read_text())["id"]
                 tag = f"batch-{query}-{batch_id:012d}"
                 self.table.publish(spark, self.table.stage(rows, tag), tag)
             now_ms = F.lit(int(time.time() * 1000))
@@ -187,8 +193,11 @@ def partitions(spark: SparkSession, table: str) -> list[tuple[int, int]]:
     return sorted(found)
 
 
-def archive_checkpoint(settings: Settings, stream: str) -> Path:
-    return settings.checkpoints_dir / stream / ARCHIVE_QUERY
+def archive_checkpoint(
+    settings: Settings, stream: str, cluster: FrontingCluster | None = None
+) -> Path:
+    """The archive query's checkpoint on a fronting cluster (home by default)."""
+    return settings.checkpoints_dir / stream / query_key(ARCHIVE_QUERY, cluster)
 
 
 def archive_records(spark: SparkSession, stream: str, start_ms: int, end_ms: int) -> DataFrame:

@@ -30,6 +30,7 @@ from keystone.contracts.checkpoints import (
     write_position,
 )
 from keystone.contracts.errors import SinkError
+from keystone.contracts.fronting import FrontingCluster, query_key
 from keystone.contracts.names import STREAM_LEVEL, dead_letter_topic, fronting_topic
 from keystone.contracts.settings import Settings
 from keystone.contracts.spec import StreamSpec
@@ -71,8 +72,10 @@ class DeadLetterWriter:
     and where they are written up to, from the queries' checkpoints and the position file the
     router keeps (`note`), which outlives the output whose query wrote them. No Spark.
 
-    `generation(output)`: the checkpoint generation the output's query runs in now; `held`:
-    the outputs that do not start."""
+    One per fronting cluster: the events read from each are its own queries' to dead-letter,
+    their positions its own (`cluster`; None: home). `generation(output)`: the checkpoint
+    generation the output's query on that cluster runs in now; `held`: the outputs that do
+    not start."""
 
     def __init__(
         self,
@@ -80,14 +83,17 @@ class DeadLetterWriter:
         spec: StreamSpec,
         generation: Callable[[str], int],
         held: Collection[str] = (),
+        cluster: FrontingCluster | None = None,
     ) -> None:
         self.settings = settings
         self.spec = spec
         self.generation = generation
+        self.cluster = cluster
         self.topic = fronting_topic(spec.name)
-        self.position = dead_letters_position_path(settings, spec.name)
+        self.key = query_key(STREAM_LEVEL, cluster)
+        self.position = dead_letters_position_path(settings, spec.name, self.key)
         noted = read_position(self.position)
-        own = generations(settings, spec.name, STREAM_LEVEL)
+        own = generations(settings, spec.name, self.key)
         last = max(own, default=None)
         ours = own[last] if last is not None else None
         self.plan = dead_letter_plan(
@@ -101,7 +107,8 @@ class DeadLetterWriter:
         )
 
     def _checkpoint(self, output: str) -> Path:
-        return checkpoint_dir(self.settings, self.spec.name, output, self.generation(output))
+        key = query_key(output, self.cluster)
+        return checkpoint_dir(self.settings, self.spec.name, key, self.generation(output))
 
     def _resumes(self, checkpoint: Path) -> Offsets | None:
         """Where a query resumes from this checkpoint: its last committed batch's end."""
@@ -124,7 +131,7 @@ class DeadLetterWriter:
         """The checkpoint of the query that writes them this run."""
         if self.plan.host is not None:
             return self._checkpoint(self.plan.host)
-        return checkpoint_dir(self.settings, self.spec.name, STREAM_LEVEL, self.plan.generation)
+        return checkpoint_dir(self.settings, self.spec.name, self.key, self.plan.generation)
 
     def note(self) -> None:
         """Keeps the position file at where the writer's checkpoint resumes, never moving it

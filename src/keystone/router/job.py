@@ -27,6 +27,8 @@ import json
 import logging
 import threading
 from collections.abc import Callable, Collection
+from functools import partial
+from pathlib import Path
 from typing import TypeVar
 
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -42,6 +44,8 @@ from keystone.contracts.checkpoints import (
     replay_bound_path,
 )
 from keystone.contracts.errors import KeystoneError
+from keystone.contracts.fronting import FrontingCluster, query_key
+from keystone.contracts.fronting import clusters as fronting_clusters
 from keystone.contracts.names import (
     ARCHIVE_QUERY,
     STREAM_LEVEL,
@@ -52,7 +56,7 @@ from keystone.contracts.registry import RegistryReader
 from keystone.contracts.schema import parse_schema
 from keystone.contracts.settings import Settings
 from keystone.contracts.spec import OutputSpec, StreamSpec
-from keystone.router.archive import ArchiveWriter, archived
+from keystone.router.archive import ArchiveWriter, archive_checkpoint, archived
 from keystone.router.deadletter import DeadLetterWriter, unreadable
 from keystone.router.lang.ast import paths_read
 from keystone.router.lang.parser import parse_filter, parse_projection
@@ -69,6 +73,7 @@ from keystone.router.plan import (
 from keystone.router.sinks.base import ROUTED, RecordWriter, to_kafka, writer_class, writer_for
 from keystone.router.sinks.route import Route
 from keystone.router.source import fronting, kafka_records
+from keystone.router.standby import Standby
 from keystone.router.supervisor import Supervisor
 from keystone.router.topics import watermarks
 
@@ -206,25 +211,40 @@ class RouterWatch:
         sized_for: int | None = None,
         follow_size: bool = False,
         realtime: Collection[str] = (),
+        standby: Standby | None = None,
     ) -> None:
         """`registry`: where control keeps them (none: never rewound, never resized); `least`:
         the batch limit before any size is known; `sized_for`: the size the router started
-        with; `realtime`: the queries that run under Real-time Mode unless replaying."""
+        with; `realtime`: the queries that run under Real-time Mode unless replaying;
+        `standby`: the queries of the fronting clusters but home (none: home is the only)."""
         self.registry = registry
         self.stream = stream
         self.rewinds: dict[str, Rewind] = {}
-        self.held: set[str] = set()
+        self.unreadable: set[str] = set()  # outputs held: their rewind records do not read
+        self.standby = standby
         self.least = least
         self.sized_for = sized_for or None
         self.follow_size = follow_size
         self.realtime = frozenset(realtime)
-        self.ready = registry is None  # read at least once
+        self._read = registry is None  # read at least once
         self._errors: dict[str, str] = {}
+
+    @property
+    def held(self) -> set[str]:
+        """The queries that must not run: an output's whose rewind does not read, and those of
+        a standby cluster with nothing to read (`Standby`)."""
+        idle = self.standby.idle if self.standby is not None else set()
+        return self.unreadable | idle
 
     @property
     def batch_limit(self) -> int:
         """Records a micro-batch reads at most, at the size now."""
         return records_per_batch(self.sized_for) if self.sized_for else self.least
+
+    @property
+    def ready(self) -> bool:
+        """Read at least once (the rewinds, and the standby clusters' queries looked at)."""
+        return self._read and (self.standby is None or self.standby.ready.is_set())
 
     def read(self) -> None:
         if self.registry is None:
@@ -234,9 +254,9 @@ class RouterWatch:
             rewinds, unreadable = found
             kept = {o: self.rewinds[o] for o in unreadable if o in self.rewinds}
             held = unreadable - set(kept)
-            for output in held - self.held:
+            for output in held - self.unreadable:
                 log.error("output %s held: its rewind record does not read", output)
-            self.rewinds, self.held, self.ready = rewinds | kept, held, True
+            self.rewinds, self.unreadable, self._read = rewinds | kept, held, True
         if self.follow_size:
             state = self._asked("size", lambda: self.registry.router_state(self.stream))
             if state is not None and state.sized_for and state.sized_for != self.sized_for:
@@ -284,13 +304,19 @@ class Router:
         self.spec = spec
         self.key = registry.hashing_key(spec.name) if registry is not None else None
         self.metrics = metrics
+        self.clusters = fronting_clusters(settings)
         self.watch = RouterWatch(
             registry,
             spec.name,
             least=batch_limit(spec),
             sized_for=sized_for,
             follow_size=resizes,
-            realtime=[o.name for o in spec.outputs if runs_realtime(o)],
+            realtime=[
+                query_key(o.name, c)
+                for o in spec.outputs
+                if runs_realtime(o)
+                for c in self.clusters
+            ],
         )
         self.watch.read()
         self.archive = ArchiveWriter(settings, spec) if spec.archive.enabled else None
@@ -301,18 +327,43 @@ class Router:
         )
         # Spark's Kafka sink reports only as an epoch ends, a Real-time Mode checkpoint interval
         # apart: its outputs are metered as they run (delivered, or dead-lettered when too
-        # large, as the sink is handed them).
+        # large, as the sink is handed them). One meter an output, over its clusters' queries.
         self.meters = {
             o.name: Meter(spark, f"{spec.name}.{o.name}")
             for o in spec.outputs
             if issubclass(writer_class(o.sink.kind), RecordWriter)
         }
-        self.letters = DeadLetterWriter(settings, spec, self._generation, self.watch.held)
+        # Who writes the dead letters of the events read from each cluster.
+        self.letters = {
+            c.name: DeadLetterWriter(
+                settings, spec, partial(self._generation_on, c), self.watch.unreadable, c
+            )
+            for c in self.clusters
+        }
         self.dead_letter_meter = Meter(spark, f"{spec.name}.{STREAM_LEVEL}")
         self._ticks = 0
-        if self.letters.plan.host is not None:
-            log.info("the stream's dead letters are written by %s's query", self.letters.plan.host)
+        for cluster, letters in self.letters.items():
+            if letters.plan.host is not None:
+                log.info("dead letters read from %s: written by %s", cluster, letters.plan.host)
+        standby = self.clusters[1:]
+        if standby:
+            self.watch.standby = Standby(settings, spec.name, standby, self._checkpoints, registry)
         listen(spark, ProgressListener(metrics))
+
+    def _checkpoints(self, cluster: FrontingCluster) -> dict[str, Path]:
+        """The cluster's queries by key, and their checkpoints (a standby's: never rewound)."""
+        letters = self.letters[cluster.name]
+        found = {
+            query_key(o.name, cluster): Route(self.settings, self.spec, o, None, cluster).checkpoint
+            for o in self.spec.outputs
+        }
+        if letters.plan.host is None:
+            found[letters.key] = letters.writer()
+        if self.archive is not None:
+            found[query_key(ARCHIVE_QUERY, cluster)] = archive_checkpoint(
+                self.settings, self.spec.name, cluster
+            )
+        return found
 
     @property
     def batch_limit(self) -> int:
@@ -320,14 +371,19 @@ class Router:
         return self.watch.batch_limit
 
     def queries(self) -> dict[str, Callable[[], StreamingQuery]]:
-        """Every query of the stream by name, and how to start it."""
+        """Every query of the stream by key (`query_key`: home's, then each other fronting
+        cluster's), and how to start it."""
         starts: dict[str, Callable[[], StreamingQuery]] = {}
-        if self.letters.plan.host is None:
-            starts[STREAM_LEVEL] = self.start_dead_letters
-        for output in self.spec.outputs:
-            starts[output.name] = lambda o=output: self.start_output(o)
-        if self.archive is not None:  # last: the outputs deliver first after a (re)start
-            starts[ARCHIVE_QUERY] = self.start_archive
+        for cluster in self.clusters:
+            letters = self.letters[cluster.name]
+            if letters.plan.host is None:
+                starts[letters.key] = partial(self.start_dead_letters, cluster)
+            for output in self.spec.outputs:
+                starts[query_key(output.name, cluster)] = partial(
+                    self.start_output, output, cluster
+                )
+            if self.archive is not None:  # last: the outputs deliver first after a (re)start
+                starts[query_key(ARCHIVE_QUERY, cluster)] = partial(self.start_archive, cluster)
         return starts
 
     def _source(
@@ -336,6 +392,7 @@ class Router:
         max_per_trigger: int | None,
         paths: frozenset[tuple[str, ...]],
         checked: frozenset[tuple[str, ...]] | None = None,
+        cluster: FrontingCluster | None = None,
     ) -> DataFrame:
         schema = self.spec.avro_schema
         return fronting(
@@ -347,17 +404,29 @@ class Router:
             schema=parse_schema(schema) if schema is not None else None,
             paths=paths,
             checked=checked,
+            cluster=cluster,
         )
+
+    def _generation_on(self, cluster: FrontingCluster, output: str) -> int:
+        """The checkpoint generation the output's query on `cluster` runs in: a rewind moves
+        home's (a standby's query is never rewound)."""
+        return self._generation(output) if cluster.home else 0
 
     def _generation(self, output: str) -> int:
         """The checkpoint generation the output's query runs in now."""
         rewind = self.watch.rewinds.get(output)
         return rewind.generation if rewind is not None else 0
 
-    def start_output(self, output: OutputSpec) -> StreamingQuery:
+    def start_output(
+        self, output: OutputSpec, cluster: FrontingCluster | None = None
+    ) -> StreamingQuery:
+        """The output's query on `cluster` (home by default). A standby's is never rewound,
+        and starts at the earliest record its cluster holds: a standby holds only what it took
+        while it took the stream's writes."""
+        cluster = cluster or self.clusters[0]
         meter = self.meters.get(output.name)
-        rewind = self.watch.rewinds.get(output.name)
-        route = Route(self.settings, self.spec, output, rewind)
+        rewind = self.watch.rewinds.get(output.name) if cluster.home else None
+        route = Route(self.settings, self.spec, output, rewind, cluster)
         writer = writer_for(route, meter)
         writer.prepare(self.spark)
         plan = query_plan(
@@ -366,12 +435,14 @@ class Router:
             topic=fronting_topic(self.spec.name),
             batch_limit=self.batch_limit,
         )
+        starting = plan.starting if cluster.home else "earliest"
         bound = self.replay_bound(output, rewind) if rewind is not None else None
         paths = paths_read_by([output])
-        hosts = self.letters.plan.host == output.name
+        letters = self.letters[cluster.name]
+        hosts = letters.plan.host == output.name
         checked = dead_letter_paths(self.spec.outputs) if hosts else None
-        dead = self._dead_letters_past(self.letters.written()) if hosts else None
-        source = self._source(plan.starting, plan.max_per_trigger, paths, checked)
+        dead = self._dead_letters_past(letters.written()) if hosts else None
+        source = self._source(starting, plan.max_per_trigger, paths, checked, cluster)
         frame = writer.frame(
             routed(
                 source,
@@ -431,23 +502,29 @@ class Router:
             dead = dead & (F.col("offset") >= F.coalesce(at_partition(written), F.lit(0)))
         return self.dead_letter_meter.dead_lettered(dead)
 
-    def start_dead_letters(self) -> StreamingQuery:
-        plan = self.letters.plan
+    def start_dead_letters(self, cluster: FrontingCluster | None = None) -> StreamingQuery:
+        """The stream's own query on `cluster` (home by default): the dead letters of the
+        events read there, to the dead-letter topic where Kafka outputs write."""
+        cluster = cluster or self.clusters[0]
+        letters = self.letters[cluster.name]
+        plan = letters.plan
         # Earlier generations are those of a writer that has handed over.
-        remove_generations(self.settings, self.spec.name, STREAM_LEVEL, below=plan.generation)
+        remove_generations(self.settings, self.spec.name, letters.key, below=plan.generation)
         # An event one output cannot read (a string it reads holds a lone surrogate, say) is
         # then a dead letter, never just skipped.
+        starting = plan.starting if cluster.home else "earliest"
         source = self._source(
-            plan.starting, self.batch_limit, paths=dead_letter_paths(self.spec.outputs)
+            starting, self.batch_limit, paths=dead_letter_paths(self.spec.outputs), cluster=cluster
         )
         frame = unreadable(source, self.spec.name)
-        checkpoint = checkpoint_dir(self.settings, self.spec.name, STREAM_LEVEL, plan.generation)
-        writer = self._writer(frame, f"{self.spec.name}.{STREAM_LEVEL}", checkpoint.as_posix())
+        checkpoint = checkpoint_dir(self.settings, self.spec.name, letters.key, plan.generation)
+        writer = self._writer(frame, f"{self.spec.name}.{letters.key}", checkpoint.as_posix())
         return to_kafka(writer.trigger(processingTime=DEAD_LETTER_TRIGGER), self.settings).start()
 
-    def start_archive(self) -> StreamingQuery:
-        """Every record of the fronting topic into the stream's archive, from the earliest the
-        topic still holds when the archive is first written."""
+    def start_archive(self, cluster: FrontingCluster | None = None) -> StreamingQuery:
+        """Every record of the fronting topic on `cluster` (home by default) into the stream's
+        archive, from the earliest the topic still holds when the archive is first written."""
+        cluster = cluster or self.clusters[0]
         archive = self.archive
         assert archive is not None, "queried only when the stream keeps one"
         archive.prepare(self.spark)
@@ -457,18 +534,21 @@ class Router:
             self.spec.name,
             starting="earliest",
             max_per_trigger=self.batch_limit,
+            cluster=cluster,
         )
         frame = (
             archived(records)
             .observe("read", F.count(F.lit(1)).alias("in"))
             .observe("matched", F.count(F.lit(1)).alias("matched"))
         )
-        writer = self._writer(
-            frame, f"{self.spec.name}.{ARCHIVE_QUERY}", archive.checkpoint.as_posix()
-        ).trigger(processingTime=self.spec.archive.trigger)
+        key = query_key(ARCHIVE_QUERY, cluster)
+        checkpoint = archive_checkpoint(self.settings, self.spec.name, cluster)
+        writer = self._writer(frame, f"{self.spec.name}.{key}", checkpoint.as_posix()).trigger(
+            processingTime=self.spec.archive.trigger
+        )
 
         def deliver(batch: DataFrame, batch_id: int) -> None:
-            self.metrics.outcome(ARCHIVE_QUERY, archive.write_batch(batch, batch_id))
+            self.metrics.outcome(ARCHIVE_QUERY, archive.write_batch(batch, batch_id, cluster))
 
         return writer.foreachBatch(deliver).start()
 
@@ -487,15 +567,24 @@ class Router:
         starts = self.queries()
         if self.archive is not None:
             self.archive.keep_expiring(self.spark, stop)
-        Supervisor(starts, self.watch, self._report).run(stop)
-        self.letters.note()  # where the queries stopped
+        if self.watch.standby is not None:
+            self.watch.standby.start()
+        try:
+            Supervisor(starts, self.watch, self._report).run(stop)
+        finally:
+            if self.watch.standby is not None:
+                self.watch.standby.stop()
+        for letters in self.letters.values():
+            letters.note()  # where the queries stopped
 
     def _report(self, running: dict[str, bool]) -> None:
-        self.metrics.running(running)
+        idle = self.watch.standby.idle if self.watch.standby is not None else ()
+        self.metrics.running(running, idle)
         self.metrics.sized(self.watch.sized_for or self.spec.sizing.min_events_per_second)
         for name, meter in self.meters.items():
             self.metrics.metered(name, meter.take())
         self.metrics.count(STREAM_LEVEL, "dead_letter", self.dead_letter_meter.take().dead_lettered)
         self._ticks += 1
         if self._ticks % POSITION_EVERY == 0:
-            self.letters.note()
+            for letters in self.letters.values():
+                letters.note()

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from typing import Any, ClassVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
@@ -23,8 +23,9 @@ from pyspark.sql import Column, SparkSession
 from pyspark.sql import functions as F
 
 from keystone.contracts import metrics as names
+from keystone.contracts.fronting import split_key
 from keystone.contracts.names import STREAM_LEVEL
-from keystone.contracts.settings import Settings
+from keystone.contracts.settings import DEFAULT_CLUSTER, Settings
 from keystone.router.counts import LATENCY_BUCKETS, Counts, Outcome, merge_counts
 
 
@@ -73,8 +74,10 @@ class LatencyHistogram(Collector):
 
 
 class RouterMetrics:
-    def __init__(self, stream: str) -> None:
+    def __init__(self, stream: str, home: str = DEFAULT_CLUSTER) -> None:
+        """`home`: the home fronting cluster's name, the `cluster` label of its queries."""
         self.stream = stream
+        self.home = home
         self.registry = CollectorRegistry()
         self.events = Counter(
             names.ROUTER_EVENTS.removesuffix("_total"),
@@ -84,8 +87,8 @@ class RouterMetrics:
         )
         self.lag = Gauge(
             names.ROUTER_LAG,
-            "Records behind the fronting topic's end",
-            ["stream", "output"],
+            "Records behind the fronting topic's end, on each fronting cluster",
+            ["stream", "output", "cluster"],
             registry=self.registry,
         )
         self.up = Gauge(
@@ -96,8 +99,9 @@ class RouterMetrics:
         )
         self.query_up = Gauge(
             names.ROUTER_QUERY_UP,
-            "1 while the output's query runs (output '_stream': the dead-letter query)",
-            ["stream", "output"],
+            "1 while the output's query on the fronting cluster runs (output '_stream': the "
+            "dead-letter query)",
+            ["stream", "output", "cluster"],
             registry=self.registry,
         )
         self.size = Gauge(
@@ -153,13 +157,16 @@ class RouterMetrics:
         self.up.labels(self.stream).set(0)
         return self._server.server_port
 
-    def running(self, queries: dict[str, bool]) -> None:
-        """Which of the router's queries run (by output, or the stream's own): it is up only
-        while every one does, so an output whose query cannot start is an alert, not a quiet
-        gap in its deliveries."""
-        for name, running in queries.items():
-            self.query_up.labels(self.stream, name).set(1 if running else 0)
-        self.up.labels(self.stream).set(1 if all(queries.values()) else 0)
+    def running(self, queries: dict[str, bool], idle: Collection[str] = ()) -> None:
+        """Which of the router's queries run (by query key: an output's, or the stream's own,
+        on a fronting cluster): it is up only while every one does but those `idle` (held on a
+        standby cluster with nothing to read), so an output whose query cannot start is an
+        alert, not a quiet gap in its deliveries."""
+        for key, running in queries.items():
+            output, cluster = split_key(key)
+            self.query_up.labels(self.stream, output, cluster or self.home).set(int(running))
+        needed = [running for key, running in queries.items() if key not in idle]
+        self.up.labels(self.stream).set(1 if all(needed) else 0)
 
     def sized(self, events_per_second: int) -> None:
         self.size.labels(self.stream).set(events_per_second)
@@ -215,7 +222,8 @@ class ProgressListener:
         name, prefix = progress.get("name") or "", f"{self.metrics.stream}."
         if not name.startswith(prefix):
             return
-        output = name.removeprefix(prefix)
+        # Counts add up over an output's queries on every cluster; its lag is per cluster.
+        output, cluster = split_key(name.removeprefix(prefix))
         m = self.metrics
         observed = progress.get("observedMetrics") or {}
         if "read" in observed:
@@ -228,7 +236,7 @@ class ProgressListener:
         for source in progress.get("sources", []):
             lag = lag_of(source.get("latestOffset"), source.get("endOffset"))
             if lag is not None:
-                m.lag.labels(m.stream, output).set(lag)
+                m.lag.labels(m.stream, output, cluster or m.home).set(lag)
 
     class Java:  # py4j: the Java interface this implements
         implements: ClassVar = ["org.apache.spark.sql.streaming.PythonStreamingQueryListener"]

@@ -45,13 +45,14 @@ def runs_realtime(output: OutputSpec) -> bool:
     return output.delivery.mode == "realtime" and output.sink.kind.realtime
 
 
-def router_slots(spec: StreamSpec, sized_for: int | None = None) -> int:
+def router_slots(spec: StreamSpec, sized_for: int | None = None, clusters: int = 1) -> int:
     """Real-time Mode keeps one task running per topic partition for each realtime query; the
     router needs that many task slots, and for each micro-batch query (the outputs', the dead
     letters', the archive's) as many as its batches need at once at the rate it is sized for
     (one per `EVENTS_PER_TASK`, up to one per partition), so that none waits for a slot while
-    another's batch waits on its sink."""
-    return _slots(spec, math.ceil(sized(spec, sized_for) / EVENTS_PER_TASK))
+    another's batch waits on its sink; on each of `clusters` fronting clusters, whose queries
+    may all run at once (a switch's drain)."""
+    return _slots(spec, math.ceil(sized(spec, sized_for) / EVENTS_PER_TASK)) * clusters
 
 
 def _slots(spec: StreamSpec, per_query: int) -> int:
@@ -70,13 +71,13 @@ def resizes_in_place(master: str) -> bool:
     return master.startswith("local")
 
 
-def started_slots(spec: StreamSpec, sized_for: int | None, master: str) -> int:
-    """The task slots a router starts with on `master`: where it resizes in place, a task per
-    partition for every query at once (whatever its bounds, which the owner may move while it
-    runs); else those of its size."""
+def started_slots(spec: StreamSpec, sized_for: int | None, master: str, clusters: int = 1) -> int:
+    """The task slots a router starts with on `master`, reading `clusters` fronting clusters:
+    where it resizes in place, a task per partition for every query at once (whatever its
+    bounds, which the owner may move while it runs); else those of its size."""
     if resizes_in_place(master):
-        return _slots(spec, spec.partitions)
-    return router_slots(spec, sized_for)
+        return _slots(spec, spec.partitions) * clusters
+    return router_slots(spec, sized_for, clusters)
 
 
 def batch_limit(spec: StreamSpec, sized_for: int | None = None) -> int:

@@ -21,6 +21,7 @@ from pyspark.sql import functions as F
 from keystone.contracts import envelope as headers
 from keystone.contracts import kafka_clients
 from keystone.contracts.envelope import JSON_SPACE
+from keystone.contracts.fronting import FrontingCluster
 from keystone.contracts.names import fronting_topic
 from keystone.contracts.settings import Settings
 from keystone.router.avro import schema_problem
@@ -60,8 +61,10 @@ def fronting(
     schema: dict[str, Any] | None = None,
     paths: Collection[tuple[str, ...]] = (),
     checked: Collection[tuple[str, ...]] | None = None,
+    cluster: FrontingCluster | None = None,
 ) -> DataFrame:
     """`starting` applies to a query's first run only; later runs resume from the checkpoint.
+    `cluster`: the fronting cluster to read (home by default).
     `max_per_trigger` bounds a micro-batch (catching up after an outage, say); `schema`, the
     stream's parsed Avro schema, dead-letters the events that do not match it; `paths` are the
     payload's field paths the reader uses; `checked`, every path of the stream's, for a reader
@@ -73,6 +76,7 @@ def fronting(
         streaming=streaming,
         starting=starting,
         max_per_trigger=max_per_trigger,
+        cluster=cluster,
     )
     return envelope(records, schema, paths, checked)
 
@@ -85,14 +89,17 @@ def kafka_records(
     streaming: bool = True,
     starting: str = "latest",
     max_per_trigger: int | None = None,
+    cluster: FrontingCluster | None = None,
 ) -> DataFrame:
     """The fronting topic's records as Spark's Kafka source gives them (key, value, headers,
-    topic, partition, offset, timestamp...): committed ones only, where another stream's
-    exactly-once Keystone output writes to it in transactions (the proxy's are not)."""
+    topic, partition, offset, timestamp...) on `cluster` (home by default): committed ones
+    only, where another stream's exactly-once Keystone output writes to it in transactions
+    (the proxy's are not). Only the source reads that cluster: sinks write where they do."""
+    connection = cluster.connect(settings) if cluster is not None else settings
     reader = (
         (spark.readStream if streaming else spark.read)
         .format("kafka")
-        .options(**kafka_clients.spark_options(settings))
+        .options(**kafka_clients.spark_options(connection))
         .option("kafka.isolation.level", "read_committed")
         .option("subscribe", fronting_topic(stream))
         .option("includeHeaders", "true")

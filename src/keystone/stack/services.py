@@ -29,8 +29,9 @@ import redis
 from confluent_kafka.admin import AdminClient
 from thrift.Thrift import TException
 
-from keystone.contracts import http, kafka_clients, metastore
+from keystone.contracts import fronting, http, kafka_clients, metastore
 from keystone.contracts.errors import StackError
+from keystone.contracts.fronting import FrontingCluster
 from keystone.contracts.processes import PidFile, stop
 from keystone.contracts.recovery import OPERATIONS, Job
 from keystone.contracts.settings import Settings, stored_secret
@@ -360,10 +361,13 @@ class Metastore(Service):
         return True
 
 
-def broker_service(node: int) -> str:
-    """The service name of embedded broker `node`. The first keeps the single broker's name
-    and folders: a stack made before there could be more goes on as broker 1."""
-    return "kafka" if node == 1 else f"kafka-{node}"
+def broker_service(node: int, cluster: FrontingCluster | None = None) -> str:
+    """The service name of embedded broker `node` of a fronting cluster (home by default):
+    `kafka`, `kafka-2`, ... for home (the first keeps the single broker's name and folders: a
+    stack made before there could be more goes on as broker 1), `kafka-west`, `kafka-west-2`,
+    ... for another."""
+    base = "kafka" if cluster is None or cluster.home else f"kafka-{cluster.name}"
+    return base if node == 1 else f"{base}-{node}"
 
 
 class Kafka(Service):
@@ -376,10 +380,16 @@ class Kafka(Service):
     stop_timeout = 60.0  # a controlled shutdown moves leadership and flushes logs
     stop_together = True
 
-    def __init__(self, settings: Settings, node: int = 1) -> None:
-        super().__init__(settings)
+    def __init__(
+        self, settings: Settings, node: int = 1, cluster: FrontingCluster | None = None
+    ) -> None:
+        """Broker `node` of a fronting cluster (home by default): its settings are the
+        cluster's (`FrontingCluster.connect`: its ports, its brokers), so everything below
+        speaks of that cluster alone."""
+        self.cluster = cluster or fronting.home(settings)
+        super().__init__(self.cluster.connect(settings))
         self.node = node
-        self.name = broker_service(node)
+        self.name = broker_service(node, self.cluster)
 
     @property
     def embedded(self) -> bool:
@@ -476,13 +486,13 @@ class Kafka(Service):
     @property
     def _brokers_file(self) -> Path:
         """How many brokers the stack's Kafka was made with (beside broker 1's data)."""
-        return self.settings.data_dir / "kafka" / "brokers"
+        return self.settings.data_dir / broker_service(1, self.cluster) / "brokers"
 
     def check(self) -> None:
         """Refuses brokers of another count or security than the state directory's Kafka was
         made with: its quorum's size, and its users, are formatted into its storage."""
         made = self._brokers_file.read_text().split()[:2] if self._brokers_file.exists() else None
-        if not made and (self.settings.data_dir / "kafka" / "logs").exists():
+        if not made and (self._brokers_file.parent / "logs").exists():
             made = ["1"]  # made before the count was recorded: one broker
         if made is not None and len(made) == 1:
             made.append("plaintext")  # made before the security was recorded
@@ -503,7 +513,7 @@ class Kafka(Service):
     def _cluster_id(self) -> str:
         """One id for every broker of the cluster (Kafka's: 16 random bytes, base64), made by
         the first broker formatted."""
-        path = self.settings.conf_dir / "kafka" / "cluster-id"
+        path = self.settings.conf_dir / broker_service(1, self.cluster) / "cluster-id"
         if not path.exists():
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode())
@@ -1011,7 +1021,11 @@ def all_services(settings: Settings) -> list[Service]:
     services: list[Service] = []
     for cls in SERVICES:
         if cls is Kafka and settings.is_embedded("kafka"):
-            services += [Kafka(settings, n) for n in range(1, settings.kafka_brokers + 1)]
+            services += [
+                Kafka(settings, n, cluster)
+                for cluster in fronting.clusters(settings)
+                for n in range(1, settings.kafka_brokers + 1)
+            ]
         elif cls is Control and settings.is_embedded("control"):
             services += [Control(settings, n) for n in range(1, settings.control_replicas + 1)]
         elif cls is SparkWorker:

@@ -5,6 +5,7 @@ one transaction through the same helper (`base.Transactions`). Its keys and its 
     specs       the streams' specs, their retired names and claimed topics, hashing keys
     principals  owners and apps, each with a hashed secret
     fleet       the fleet's records: router states, traffic samples, its leader's lease
+    fronting    the fronting cluster that takes writes, and its switches
     recovery    restore points and the latest operation of each kind (rewinds, backfills,
                 redrives)
     sessions    web sessions
@@ -19,6 +20,7 @@ from keystone.contracts.registry import RegistryReader
 from keystone.control.store.audit import AuditEntry, AuditLog
 from keystone.control.store.base import Transactions, audit
 from keystone.control.store.fleet import FleetRecords
+from keystone.control.store.fronting import FrontingRecords
 from keystone.control.store.principals import Principals
 from keystone.control.store.recovery import Planned, RecoveryRecords
 from keystone.control.store.sessions import Sessions
@@ -34,6 +36,7 @@ class Store(RegistryReader):
         self.specs = Specs(self, tx)
         self.principals = Principals(self, tx)
         self.fleet = FleetRecords(self, tx)
+        self.fronting_records = FrontingRecords(self, tx)
         self.recovery = RecoveryRecords(self, tx)
         self.sessions = Sessions(self, tx)
         self.audit = AuditLog(self, tx)

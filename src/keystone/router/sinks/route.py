@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from keystone.contracts.checkpoints import checkpoint_dir
+from keystone.contracts.fronting import FrontingCluster, query_key
 from keystone.contracts.recovery import Rewind
 from keystone.contracts.settings import Settings
 from keystone.contracts.spec import OutputSpec, StreamSpec
@@ -17,10 +18,16 @@ class Route:
     stream: StreamSpec
     output: OutputSpec
     rewind: Rewind | None = None  # the output's latest: its checkpoint generation and replay
+    cluster: FrontingCluster | None = None  # the fronting cluster its query reads (None: home)
+
+    @property
+    def key(self) -> str:
+        """Its query's key on its cluster (`contracts.fronting.query_key`)."""
+        return query_key(self.output.name, self.cluster)
 
     @property
     def name(self) -> str:
-        return f"{self.stream.name}.{self.output.name}"
+        return f"{self.stream.name}.{self.key}"
 
     @property
     def generation(self) -> int:
@@ -28,4 +35,4 @@ class Route:
 
     @property
     def checkpoint(self) -> Path:
-        return checkpoint_dir(self.settings, self.stream.name, self.output.name, self.generation)
+        return checkpoint_dir(self.settings, self.stream.name, self.key, self.generation)

@@ -1,0 +1,125 @@
+"""A router's queries on the fronting clusters but home: run while their cluster takes the
+stream's writes, or holds records they have not read; held (not running) otherwise.
+
+A router reads its fronting topic on every fronting cluster, a query per output (and for the
+dead letters and the archive) and cluster (`contracts.fronting.query_key`). Home's always run.
+Another cluster's run while the registry says it takes the stream's writes (a failover) and
+then until they have read everything it holds (a failback's drain); after that they are held,
+so a standby costs a look at its topic's end every `CHECK_SECONDS`, not a query per output.
+Looked at on a thread of its own: a cluster that does not answer holds only this thread, and
+its queries stay as they were.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Collection, Mapping
+from pathlib import Path
+
+from keystone.contracts.checkpoints import Offsets, latest
+from keystone.contracts.fronting import FrontingCluster
+from keystone.contracts.names import fronting_topic
+from keystone.contracts.registry import RegistryReader
+from keystone.contracts.settings import Settings
+from keystone.router.topics import watermarks
+
+log = logging.getLogger(__name__)
+
+CHECK_SECONDS = 5.0
+
+
+def drained(ends: Mapping[int, tuple[int, int]], resumes: Collection[Offsets | None]) -> bool:
+    """Whether queries resuming at `resumes` (None: one that never ran) have read every record
+    of a topic whose partitions span `ends` (earliest, next offset)."""
+    for resume in resumes:
+        for partition, (earliest, end) in ends.items():
+            at = earliest if resume is None else resume.get(partition, earliest)
+            if end > at:
+                return False
+    return True
+
+
+class Standby:
+    """Which standby queries are idle now (`idle`), by query key, kept current by `start`'s
+    thread until `stop`."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        stream: str,
+        clusters: list[FrontingCluster],
+        checkpoints: Callable[[FrontingCluster], dict[str, Path]],
+        registry: RegistryReader | None,
+    ) -> None:
+        """`clusters`: the standby ones (all but home); `checkpoints(cluster)`: its queries'
+        keys and their checkpoints; `registry`: where control says which cluster takes the
+        stream's writes (none: home, always)."""
+        self.settings = settings
+        self.stream = stream
+        self.topic = fronting_topic(stream)
+        self.clusters = clusters
+        self.checkpoints = checkpoints
+        self.registry = registry
+        # Held until looked at: a standby that never took writes has nothing to read.
+        self.idle: frozenset[str] | set[str] = {k for c in clusters for k in checkpoints(c)}
+        self.ready = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="standby", daemon=True)
+        self._said: dict[str, str] = {}
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.look()
+            self.ready.set()
+            self._stop.wait(CHECK_SECONDS)
+
+    def look(self) -> None:
+        """One look at every standby cluster."""
+        active = self._active()
+        for cluster in self.clusters:
+            keys = self.checkpoints(cluster)
+            if cluster.name == active:
+                self._run_all(cluster, keys, "it takes the stream's writes")
+                continue
+            try:
+                ends = watermarks(cluster.connect(self.settings), self.topic)
+            except Exception as e:  # not reachable: its queries stay as they were
+                self._say(cluster, f"not looked at: {e}")
+                continue
+            resumes = [self._resume(path) for path in keys.values()]
+            if drained(ends, resumes):
+                if not set(keys) <= self.idle:
+                    self._say(cluster, "everything it holds is read: its queries are held")
+                self.idle = self.idle | set(keys)  # swapped whole: read by the supervisor
+            else:
+                self._run_all(cluster, keys, "it holds records not yet read")
+
+    def _run_all(self, cluster: FrontingCluster, keys: Mapping[str, Path], why: str) -> None:
+        if set(keys) & self.idle:
+            self._say(cluster, f"its queries run: {why}")
+        self.idle = self.idle - set(keys)
+
+    def _active(self) -> str | None:
+        if self.registry is None:
+            return None
+        try:
+            return self.registry.fronting(self.settings).of(self.stream)
+        except Exception as e:  # Redis away: decided on the clusters' contents alone
+            log.warning("fronting: which cluster takes writes not read: %s", e)
+            return None
+
+    def _resume(self, checkpoint: Path) -> Offsets | None:
+        commit = latest(checkpoint, self.topic)
+        return commit.offsets if commit is not None else None
+
+    def _say(self, cluster: FrontingCluster, what: str) -> None:
+        if self._said.get(cluster.name) != what:
+            log.info("fronting cluster %s: %s", cluster.name, what)
+        self._said[cluster.name] = what
