@@ -46,6 +46,12 @@ def stack_env(state_dir: Path, port_offset: int) -> dict[str, str]:
     env["KEYSTONE_KAFKA_SECURITY"] = "sasl_ssl"
     # And every Hive write reaches the metastore over TLS (tests/security/test_metastore.py).
     env["KEYSTONE_METASTORE_SECURITY"] = "tls"
+    # Two fronting clusters (issue 45; tests/control/test_fronting.py): every stream's topics
+    # on both, every router reading both, every app's credential on both. Switched by command
+    # only: the tests that stop Kafka prove its 503s, and a failover would move every stream's
+    # writes (the cluster stack's drill fails over by itself: tests/cluster/).
+    env["KEYSTONE_FRONTING_CLUSTERS"] = "east,west"
+    env["KEYSTONE_FRONTING_FAILOVER_AFTER_SECONDS"] = "86400"
     for name, model_field in Settings.model_fields.items():
         if name.endswith("_port"):
             env[f"KEYSTONE_{name.upper()}"] = str(model_field.default + port_offset)

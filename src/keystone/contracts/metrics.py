@@ -22,6 +22,10 @@ TRANSACTION_OUTCOMES = ("committed", "aborted")
 CONTROL_ROUTERS = "keystone_control_routers"  # {state} routers in each state
 CONTROL_ROUTER_RESTARTS = "keystone_control_router_restarts"  # {stream} gauge: restarts so far
 CONTROL_REQUESTS = "keystone_control_requests_total"  # {method, route, status}
+# {cluster}: 1 for the fronting cluster taking every stream's writes (contracts.fronting.Active)
+CONTROL_FRONTING_ACTIVE = "keystone_control_fronting_active"
+CONTROL_FRONTING_STREAMS = "keystone_control_fronting_streams"  # {cluster}: streams switched alone
+CONTROL_FRONTING_SWITCHES = "keystone_control_fronting_switches_total"  # {from, to, reason}
 # Each output's latest rewind, as control's registry and the output's checkpoint say per scrape.
 REWIND_REMAINING = "keystone_rewind_remaining_records"  # {stream, output} gauge: still to replay
 REWIND_STARTED = "keystone_rewind_started_seconds"  # {stream, output} gauge: when it was asked

@@ -525,7 +525,7 @@ class Settings(BaseSettings, Limits):
         unknown = sorted(set(self.fronting_bootstrap) - set(names))
         if unknown:
             raise ValueError(
-                f"fronting_bootstrap names clusters not in fronting_clusters: {unknown}"
+                f"fronting_bootstrap names clusters fronting_clusters does not: {unknown}"
             )
         others = [n for n in names[1:] if n not in self.fronting_bootstrap]
         if self.is_embedded("kafka") and set(self.fronting_bootstrap) - {names[0]}:

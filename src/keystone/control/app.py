@@ -15,7 +15,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, RedirectResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 from starlette.types import Scope
 
@@ -42,7 +42,7 @@ class FleetCollector(Collector):
     def __init__(self, app: FastAPI) -> None:
         self.app = app
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         plane: Plane | None = getattr(self.app.state, "plane", None)
         if plane is None:
             return
@@ -66,6 +66,41 @@ class FleetCollector(Collector):
         yield by_state
         yield restarts
         yield from rewind_figures(plane)
+        yield from fronting_figures(plane)
+
+
+def fronting_figures(plane: Plane) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+    """Which fronting cluster takes every stream's writes (1 for it, 0 for the others, beside
+    the streams switched alone), and the switches so far by cause: a dashboard marks each."""
+    try:
+        active = plane.store.fronting(plane.settings)
+        switches = plane.store.fronting_switches()
+    except KeystoneError:
+        return
+    taking = GaugeMetricFamily(
+        names.CONTROL_FRONTING_ACTIVE,
+        "1 for the fronting cluster that takes every stream's writes (but those switched alone)",
+        labels=["cluster"],
+    )
+    for cluster in plane.settings.fronting_clusters:
+        taking.add_metric([cluster], 1 if cluster == active.cluster else 0)
+    alone = GaugeMetricFamily(
+        names.CONTROL_FRONTING_STREAMS,
+        "Streams whose writes a cluster takes though it does not take every stream's",
+        labels=["cluster"],
+    )
+    for cluster in plane.settings.fronting_clusters:
+        alone.add_metric([cluster], sum(1 for c in active.streams.values() if c == cluster))
+    counted = CounterMetricFamily(
+        names.CONTROL_FRONTING_SWITCHES.removesuffix("_total"),
+        "Switches of the fronting cluster that takes writes, by cause",
+        labels=["from", "to", "reason"],
+    )
+    for (before, after, reason), count in sorted(switches.items()):
+        counted.add_metric([before, after, reason], count)
+    yield taking
+    yield alone
+    yield counted
 
 
 def rewind_figures(plane: Plane) -> Iterator[GaugeMetricFamily]:

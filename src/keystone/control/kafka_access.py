@@ -5,7 +5,9 @@ once, made anew when its key is rotated, deleted when it is revoked or the app i
 write exactly the fronting topics of the streams it is granted (`Write` on each, literally, and
 `IdempotentWrite` on the cluster), and control keeps them so: at once when a grant, a credential
 or an app changes, and every `fleet.ACCESS_SECONDS` by the fleet leader, which also deletes a
-credential whose app no longer holds one (a deletion Kafka missed is made then). Every change
+credential whose app no longer holds one (a deletion Kafka missed is made then). The user and
+its ACLs are on every fronting cluster (`contracts.fronting`), so that the app writes wherever
+its streams' writes go: a credential is issued only while every cluster answers. Every change
 of apps' access takes one lock in Redis, so that a pass never acts on what it read before
 another change: it cannot delete a credential issued meanwhile, nor bring back a revoked grant.
 
@@ -41,7 +43,7 @@ from confluent_kafka.admin import (
     UserScramCredentialUpsertion,
 )
 
-from keystone.contracts import kafka_clients
+from keystone.contracts import fronting, kafka_clients
 from keystone.contracts.errors import Conflict, KeystoneError, Unavailable
 from keystone.contracts.kafka_acls import TIMEOUT, Grant, bindings, reconcile_acls
 from keystone.contracts.names import fronting_topic, valid_name
@@ -80,7 +82,7 @@ class AppAccess:
     def __init__(self, settings: Settings, store: Store) -> None:
         self.settings = settings
         self.store = store
-        self._admin: AdminClient | None = None
+        self._admins: dict[str, AdminClient] = {}
 
     @property
     def enabled(self) -> bool:
@@ -97,16 +99,23 @@ class AppAccess:
             )
 
     @property
-    def admin(self) -> AdminClient:
-        if self._admin is None:  # one, kept: a TLS handshake and a login per use otherwise
-            self._admin = AdminClient(kafka_clients.librdkafka(self.settings) | {"log_level": 0})
-        return self._admin
+    def admins(self) -> list[AdminClient]:
+        """A client of each fronting cluster: an app's user and ACLs are on every one, so that
+        it writes wherever the stream's writes go."""
+        for cluster in fronting.clusters(self.settings):
+            if cluster.name not in self._admins:  # kept: a TLS handshake and a login a use else
+                connection = kafka_clients.librdkafka(cluster.connect(self.settings))
+                self._admins[cluster.name] = AdminClient(connection | {"log_level": 0})
+        return list(self._admins.values())
 
     def issue(self, app: str, record: Callable[[], R]) -> tuple[str, R]:
-        """A new password for the app's user (its old one, if any, stops working); once Kafka
-        has it, `record` writes the registry's side (that the app holds it, or its new key),
-        and the ACLs are made current; all under the lock. The password is the caller's to
-        show once: Kafka keeps its salted hash."""
+        """A new password for the app's user (its old one, if any, stops working); once every
+        fronting cluster has it, `record` writes the registry's side (that the app holds it,
+        or its new key), and the ACLs are made current; all under the lock. The password is
+        the caller's to show once: Kafka keeps its salted hash. Every cluster is asked first:
+        one that does not answer refuses the change before any takes it (503); one that fails
+        midway leaves the old password refused where the new one was taken, and the caller
+        told to try again."""
         self.require()
         password = secrets.token_urlsafe(32)
         mechanism = ScramMechanism[self.settings.kafka_sasl_mechanism.replace("-", "_")]
@@ -117,10 +126,13 @@ class AppAccess:
         )
         with self._lock():
             try:
-                for future in self.admin.alter_user_scram_credentials(
-                    [upsert], request_timeout=TIMEOUT
-                ).values():
-                    future.result()
+                for admin in self.admins:
+                    admin.list_topics(timeout=TIMEOUT)  # every cluster answers, before any changes
+                for admin in self.admins:
+                    for future in admin.alter_user_scram_credentials(
+                        [upsert], request_timeout=TIMEOUT
+                    ).values():
+                        future.result()
                 recorded = record()
                 self._acls()
             except KafkaException as e:
@@ -135,9 +147,12 @@ class AppAccess:
             return
         try:
             with self._lock():
-                users = self._app_users()
                 holders = {kafka_clients.app_user(a.name) for a in self.store.apps() if a.kafka}
-                self._delete_users({u: ms for u, ms in users.items() if u not in holders})
+                for admin in self.admins:
+                    users = self._app_users(admin)
+                    self._delete_users(
+                        admin, {u: ms for u, ms in users.items() if u not in holders}
+                    )
                 self._acls()
         except (KafkaException, KeystoneError) as e:
             log.warning("apps' Kafka access not made current (done on a later pass): %s", e)
@@ -178,22 +193,25 @@ class AppAccess:
                 return False
             return binding.name not in kept or binding.principal not in holders
 
-        reconcile_acls(self.admin, wanted, owned)
+        for admin in self.admins:
+            reconcile_acls(admin, wanted, owned)
 
-    def _app_users(self) -> dict[str, list[ScramMechanism]]:
-        """Each app's user Kafka knows, and the mechanisms it has a credential of."""
-        future = self.admin.describe_user_scram_credentials(request_timeout=TIMEOUT)
+    @staticmethod
+    def _app_users(admin: AdminClient) -> dict[str, list[ScramMechanism]]:
+        """Each app's user the cluster knows, and the mechanisms it has a credential of."""
+        future = admin.describe_user_scram_credentials(request_timeout=TIMEOUT)
         return {
             user: [info.mechanism for info in description.scram_credential_infos]
             for user, description in future.result().items()
             if user.startswith(kafka_clients.APP_USER_PREFIX)
         }
 
-    def _delete_users(self, users: dict[str, list[ScramMechanism]]) -> None:
+    @staticmethod
+    def _delete_users(admin: AdminClient, users: dict[str, list[ScramMechanism]]) -> None:
         deletions = [UserScramCredentialDeletion(u, m) for u, ms in users.items() for m in ms]
         if not deletions:
             return
-        for user, future in self.admin.alter_user_scram_credentials(
+        for user, future in admin.alter_user_scram_credentials(
             deletions, request_timeout=TIMEOUT
         ).items():
             future.result()

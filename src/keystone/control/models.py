@@ -18,7 +18,7 @@ from pydantic import (
     model_validator,
 )
 
-from keystone.contracts import kafka_clients
+from keystone.contracts import fronting, kafka_clients
 from keystone.contracts.names import fronting_topic
 from keystone.contracts.recovery import (
     Backfill,
@@ -730,7 +730,11 @@ class KafkaCredential(BaseModel):
     password: str = Field(description="Shown only now: Kafka keeps its salted hash only.")
     mechanism: str
     security_protocol: str
-    bootstrap_servers: str
+    bootstrap_servers: str = Field(description="The home fronting cluster's brokers.")
+    clusters: dict[str, str] = Field(
+        description="Each fronting cluster's brokers, by name: the user is on every one; a "
+        "stream's events go to the one that takes its writes now (GET /v1/fronting)."
+    )
     topics: list[str] = Field(description="The fronting topics it may write now.")
 
     @classmethod
@@ -743,7 +747,10 @@ class KafkaCredential(BaseModel):
             password=password,
             mechanism=settings.kafka_sasl_mechanism,
             security_protocol=kafka_clients.protocol(settings),
-            bootstrap_servers=settings.kafka_bootstrap,
+            bootstrap_servers=fronting.home(settings).connect(settings).kafka_bootstrap,
+            clusters={
+                c.name: c.connect(settings).kafka_bootstrap for c in fronting.clusters(settings)
+            },
             topics=[fronting_topic(s.name) for s in streams if app in s.producers],
         )
 

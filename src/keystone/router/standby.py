@@ -17,12 +17,14 @@ import threading
 from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 
+from confluent_kafka import Consumer
+
 from keystone.contracts.checkpoints import Offsets, latest
 from keystone.contracts.fronting import FrontingCluster
 from keystone.contracts.names import fronting_topic
 from keystone.contracts.registry import RegistryReader
 from keystone.contracts.settings import Settings
-from keystone.router.topics import watermarks
+from keystone.router.topics import read_watermarks, watermark_reader
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +69,7 @@ class Standby:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="standby", daemon=True)
         self._said: dict[str, str] = {}
+        self._readers: dict[str, Consumer] = {}  # one a cluster, kept: it logs in once
 
     def start(self) -> None:
         self._thread.start()
@@ -75,10 +78,14 @@ class Standby:
         self._stop.set()
 
     def _run(self) -> None:
-        while not self._stop.is_set():
-            self.look()
-            self.ready.set()
-            self._stop.wait(CHECK_SECONDS)
+        try:
+            while not self._stop.is_set():
+                self.look()
+                self.ready.set()
+                self._stop.wait(CHECK_SECONDS)
+        finally:
+            for reader in self._readers.values():
+                reader.close()
 
     def look(self) -> None:
         """One look at every standby cluster."""
@@ -89,7 +96,7 @@ class Standby:
                 self._run_all(cluster, keys, "it takes the stream's writes")
                 continue
             try:
-                ends = watermarks(cluster.connect(self.settings), self.topic)
+                ends = self._ends(cluster)
             except Exception as e:  # not reachable: its queries stay as they were
                 self._say(cluster, f"not looked at: {e}")
                 continue
@@ -100,6 +107,12 @@ class Standby:
                 self.idle = self.idle | set(keys)  # swapped whole: read by the supervisor
             else:
                 self._run_all(cluster, keys, "it holds records not yet read")
+
+    def _ends(self, cluster: FrontingCluster) -> dict[int, tuple[int, int]]:
+        reader = self._readers.get(cluster.name)
+        if reader is None:
+            reader = self._readers[cluster.name] = watermark_reader(cluster.connect(self.settings))
+        return read_watermarks(reader, self.topic, timeout=CHECK_SECONDS)
 
     def _run_all(self, cluster: FrontingCluster, keys: Mapping[str, Path], why: str) -> None:
         if set(keys) & self.idle:

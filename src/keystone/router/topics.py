@@ -80,19 +80,33 @@ def all_topics(settings: Settings) -> list[str]:
 def watermarks(settings: Settings, topic: str) -> dict[int, tuple[int, int]]:
     """Per partition, its earliest offset (older records are past the topic's retention) and
     the offset its next record will get."""
-    consumer = Consumer(kafka_clients.librdkafka(settings) | {"group.id": "keystone-watermarks"})
+    consumer = watermark_reader(settings)
     try:
-        metadata = consumer.list_topics(topic, timeout=15).topics.get(topic)
+        return read_watermarks(consumer, topic)
+    finally:
+        consumer.close()
+
+
+def watermark_reader(settings: Settings) -> Consumer:
+    """A consumer that only reads watermarks (`read_watermarks`): one kept for repeated reads
+    logs in once."""
+    return Consumer(kafka_clients.librdkafka(settings) | {"group.id": "keystone-watermarks"})
+
+
+def read_watermarks(
+    consumer: Consumer, topic: str, timeout: float = 15
+) -> dict[int, tuple[int, int]]:
+    """`watermarks`, through a consumer the caller keeps."""
+    try:
+        metadata = consumer.list_topics(topic, timeout=timeout).topics.get(topic)
         if metadata is None or metadata.error is not None:
             raise Unavailable(f"topic {topic} is not readable", retry_after=5)
         return {
-            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=15)
+            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout)
             for p in sorted(metadata.partitions)
         }
     except KafkaException as e:
         raise Unavailable(f"Kafka did not answer for {topic}: {e}", retry_after=5) from e
-    finally:
-        consumer.close()
 
 
 def offsets_at(settings: Settings, topic: str, epoch_ms: int) -> dict[int, int]:
