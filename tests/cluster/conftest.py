@@ -1,5 +1,6 @@
-"""The cluster stack (issue 33): the embedded stack with three Kafka brokers, a Spark
-standalone master and two workers running every router, and two control processes, started
+"""The cluster stack (issue 33): the embedded stack with two fronting Kafka clusters of three
+brokers each, a Spark standalone master and two workers running every router, and two control
+processes, started
 once for the tests of this package, which run first, beside the tests that need no stack
 (tests/support/parallel.py): it is down again before the suite's own stack starts, so the
 machine runs one stack at a time. Its ports are the
@@ -23,6 +24,10 @@ CLUSTER = {
     "KEYSTONE_SPARK_WORKERS": "2",
     "KEYSTONE_CONTROL_REPLICAS": "2",
     "KEYSTONE_KAFKA_SECURITY": "plaintext",  # the default's proof (the suite's stack is secured)
+    # Two fronting clusters of three brokers each, failed over by the fleet's leader when one
+    # is lost (its default: 3 s), as production would run them (tests/cluster/test_nodes.py).
+    "KEYSTONE_FRONTING_CLUSTERS": "east,west",
+    "KEYSTONE_FRONTING_FAILOVER_AFTER_SECONDS": "3",
 }
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import time
 from collections.abc import Iterator
@@ -120,6 +121,43 @@ def test_brokers_and_a_spark_worker_killed_under_load_lose_no_acknowledged_event
     assert after is not None and after.pid == driver.pid
     states = {w["port"]: w["state"] for w in master_state(cluster)["workers"]}
     assert list(states.values()).count("ALIVE") == 2, states
+
+
+def test_a_fronting_cluster_lost_under_load_moves_the_writes_and_loses_no_event(
+    cluster: Stack, streams: None, tmp_path: Path
+) -> None:
+    """Every broker of east killed: the fleet's leader moves the writes to west within
+    seconds, the proxy answers 503 with Retry-After meanwhile, the router routes what west
+    took; east is started again and the writes moved back by command; the audit, guid by guid,
+    reads both clusters' topics and every output."""
+    result = checked(
+        cluster.keystone(
+            "loadtest",
+            *("--stream", STREAM, "--rate", "150", "--duration", "70", "--producers", "2"),
+            *("--event-size", "500", "--report", str(tmp_path), "--json"),
+            *("--fault", "kill-fronting-cluster@10+25"),
+            timeout=1200,
+        )
+    )
+    figures = json.loads(result.stdout)
+    ingest, audit = figures["ingest"], figures["audit"]
+    assert set(ingest["responses"]) <= {"202", "503"}, ingest["responses"]
+    assert ingest["unavailable_without_retry_after"] == 0
+    assert (ingest["rejected"], ingest["abandoned"]) == (0, 0)
+    assert ingest["acknowledged"] == ingest["attempted"]
+    assert audit["missing_at_ingest"] == 0 and audit["drained"] and audit["lossless"], audit
+    for output in audit["outputs"]:
+        assert output["lost"] == 0 and output["delivery_rate"] == 1.0, output
+        if output["sink"] in ("elasticsearch", "hive"):
+            assert output["duplicates"] == 0, output
+    [fault] = figures["faults"]
+    notes = " | ".join(fault["notes"])
+    moved = re.search(r"moved the writes to west ([\d.]+) s after", notes)
+    reached = re.search(r"the first event reached west ([\d.]+) s after the kill", notes)
+    assert moved and reached and "failed back to east by command" in notes, notes
+    assert float(reached[1]) <= 10, notes  # the issue's goal: writing to the standby in 10 s
+    view = cluster.keystone("fronting", "status", "--json")
+    assert json.loads(checked(view).stdout)["active"] == "east"
 
 
 def test_the_fleet_fails_over_to_the_other_control_process_and_keeps_its_routers(

@@ -1,8 +1,9 @@
 """Two fronting clusters on the suite's stack (`east`, home, and `west`; switched by command
 only there): one stream's writes moved to west and back by the admin, the proxy following within
 seconds; its router reads both clusters, every event delivered (once where the sink is exact),
-and west's queries held again once they have read what it took. The automatic failover, a whole
-cluster killed under load: tests/cluster/test_fronting.py."""
+and west's queries held again once they have read what it took; the fronting page and the
+stream's page say where its writes go, and the admin fails it back there. The automatic
+failover, a whole cluster killed under load: tests/cluster/test_nodes.py."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
+from playwright.sync_api import expect
 
 from keystone.contracts import fronting, http, kafka_clients
 from keystone.contracts.metrics import CONTROL_FRONTING_SWITCHES, ROUTER_QUERY_UP, ROUTER_UP
@@ -21,6 +23,7 @@ from keystone.loadtest.run import await_key
 from keystone.router.sinks.readback import reader_for
 from keystone.router.topics import watermarks
 from tests.support.api import Api, owner
+from tests.support.browser import artifact, chromium, overflowing
 from tests.support.stack import Stack
 from tests.support.waiting import eventually
 
@@ -165,3 +168,33 @@ def test_a_streams_writes_move_to_the_standby_and_back_and_each_is_routed(
 def _query(prometheus: str, expression: str) -> list[float]:
     answer = httpx.get(f"{prometheus}/api/v1/query", params={"query": expression}, timeout=10)
     return [float(r["value"][1]) for r in answer.json()["data"]["result"]]
+
+
+def test_the_admin_fails_a_stream_back_on_the_fronting_page_and_its_page_says_where(
+    admin: Api, kong: tuple[Api, str]
+) -> None:
+    admin.ok("POST", "/v1/fronting/switch", {"to": "west", "stream": STREAM})
+    ui = f"{admin.url}/ui"
+    with chromium() as browser:
+        tab = browser.new_page(viewport={"width": 1280, "height": 900})
+        tab.set_default_timeout(30_000)
+        tab.goto(f"{ui}/login")
+        tab.fill("#token", admin.token)
+        tab.click("button[type=submit]")
+        tab.goto(f"{ui}/streams/{STREAM}")
+        expect(tab.locator("#fronting")).to_have_attribute("data-cluster", "west")
+        expect(tab.locator("#fronting")).to_contain_text("this stream alone")
+        tab.click("#fronting >> text=clusters")
+        expect(tab).to_have_url(f"{ui}/fronting")
+        expect(tab.locator('tr[data-cluster="west"] [data-takes]')).to_have_text(STREAM)
+        expect(tab.locator('tr[data-cluster="east"] [data-takes]')).to_have_text(
+            f"every stream but {STREAM}"
+        )
+        assert overflowing(tab) == []
+        tab.screenshot(path=artifact("ui-fronting.png"), full_page=True)
+        tab.locator(f'#alone tr[data-stream="{STREAM}"] >> text=fail back').click()
+        expect(tab).to_have_url(f"{ui}/fronting")
+        expect(tab.locator("#alone")).to_have_count(0)
+        tab.goto(f"{ui}/streams/{STREAM}")
+        expect(tab.locator("#fronting")).to_have_attribute("data-cluster", "east")
+    assert admin.ok("GET", "/v1/fronting")["streams"] == {}

@@ -1,6 +1,6 @@
 """The fleet leader's automatic failover and failback (`control.fronting.FrontingWatch`): the
 clusters' answers, the store and the clock given here; against real clusters, with a broker
-killed: tests/control/test_fronting.py."""
+killed: tests/cluster/test_nodes.py."""
 
 from __future__ import annotations
 

@@ -25,8 +25,11 @@ from tests.dashboards.test_generated import LONG, importable, spec
 def test_the_model_marks_rewinds_and_charts_their_replay(name: str) -> None:
     model = json.loads(json.dumps(dashboard(spec(name))))
     assert importable(model) == []
-    [mark] = model["annotations"]["list"]
+    mark, switches = model["annotations"]["list"]
     assert mark["enable"] and not mark["hide"]
+    # And where the fronting cluster taking the writes changed: when its gauge says.
+    assert switches["expr"] == f"max by (cluster) ({names.CONTROL_FRONTING_SINCE}) * 1000"
+    assert switches["useValueForTime"] is True and "{{cluster}}" in switches["titleFormat"]
     assert mark["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
     # The gauge's value is when the rewind was asked: Grafana places the mark there (in ms).
     assert mark["expr"] == f'max by (output) ({names.REWIND_STARTED}{{stream="{name}"}}) * 1000'

@@ -7,6 +7,7 @@ before anything is sent; control checks everything again and owns the decision.
 from __future__ import annotations
 
 import json
+import time
 from typing import Annotated
 
 import typer
@@ -142,6 +143,13 @@ def stream_show(ctx: typer.Context, name: str, as_json: JsonOption = False) -> N
     console.print(line)
     if router.last_error:
         console.print(Text(f"last error: {router.last_error}", style="red"))
+    if status.fronting is not None:
+        where = status.fronting
+        line = f"writes go to fronting cluster {where.cluster}" + (" (home)" if where.home else "")
+        if where.since:
+            moved = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(where.since))
+            line += f", moved {moved} UTC ({where.reason})"
+        console.print(line)
     for warning in stream.warnings:
         console.print(Text(f"warning: {warning}", style="yellow"))
     if status.metrics_error:

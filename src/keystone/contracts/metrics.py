@@ -26,6 +26,8 @@ CONTROL_REQUESTS = "keystone_control_requests_total"  # {method, route, status}
 CONTROL_FRONTING_ACTIVE = "keystone_control_fronting_active"
 CONTROL_FRONTING_STREAMS = "keystone_control_fronting_streams"  # {cluster}: streams switched alone
 CONTROL_FRONTING_SWITCHES = "keystone_control_fronting_switches_total"  # {from, to, reason}
+# {cluster}: when the writes last moved (epoch seconds), labelled with the cluster taking them
+CONTROL_FRONTING_SINCE = "keystone_control_fronting_since"
 # Each output's latest rewind, as control's registry and the output's checkpoint say per scrape.
 REWIND_REMAINING = "keystone_rewind_remaining_records"  # {stream, output} gauge: still to replay
 REWIND_STARTED = "keystone_rewind_started_seconds"  # {stream, output} gauge: when it was asked

@@ -98,9 +98,17 @@ def fronting_figures(plane: Plane) -> Iterator[GaugeMetricFamily | CounterMetric
     )
     for (before, after, reason), count in sorted(switches.items()):
         counted.add_metric([before, after, reason], count)
+    since = GaugeMetricFamily(
+        names.CONTROL_FRONTING_SINCE,
+        "When the writes last moved (epoch seconds), by the cluster taking every stream's",
+        labels=["cluster"],
+    )
+    if active.since:
+        since.add_metric([active.cluster], active.since)
     yield taking
     yield alone
     yield counted
+    yield since
 
 
 def rewind_figures(plane: Plane) -> Iterator[GaugeMetricFamily]:

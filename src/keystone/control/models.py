@@ -602,6 +602,16 @@ class RedrivePublic(JobPublic):
         }
 
 
+class FrontingPublicStream(BaseModel):
+    """The fronting cluster that takes a stream's writes now."""
+
+    cluster: str
+    home: bool = Field(description="Whether it is home (the first of the settings').")
+    alone: bool = Field(description="Switched for this stream alone, not with every stream.")
+    since: float | None = Field(description="When the writes last moved (epoch seconds).")
+    reason: str | None = Field(description="Why: command, unreachable or recovered.")
+
+
 class StatusPublic(BaseModel):
     """A stream's router, as the fleet sees it, and its outputs as Prometheus last scraped
     them (an output's figures are missing until the router has run)."""
@@ -616,6 +626,9 @@ class StatusPublic(BaseModel):
         None, description="The stream's latest redrive of dead letters, if any."
     )
     metrics_error: str | None = Field(None, description="Why the figures are missing, if so.")
+    fronting: FrontingPublicStream | None = Field(
+        None, description="The fronting cluster taking its writes, where there are several."
+    )
 
 
 class FrontingClusterPublic(BaseModel):

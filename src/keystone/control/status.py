@@ -20,6 +20,7 @@ from keystone.contracts.sinks import HiveSink
 from keystone.contracts.spec import StreamSpec
 from keystone.control.models import (
     BackfillPublic,
+    FrontingPublicStream,
     OutputStatusPublic,
     RedrivePublic,
     RewindPublic,
@@ -47,6 +48,7 @@ class Facts:
     redrive: JobView[Redrive] | None = None
     figures: Samples | None = None  # None: Prometheus was not asked, or did not answer
     metrics_error: str | None = None
+    fronting: FrontingPublicStream | None = None  # where there are several fronting clusters
 
 
 def queries(stream: str) -> dict[str, str]:
@@ -90,6 +92,24 @@ def fetch(settings: Settings, registry: RegistryReader, spec: StreamSpec) -> Fac
         redrive=view_of(settings, spec.name, redrive) if redrive is not None else None,
         figures=figures,
         metrics_error=error,
+        fronting=_fronting(settings, registry, spec.name),
+    )
+
+
+def _fronting(
+    settings: Settings, registry: RegistryReader, stream: str
+) -> FrontingPublicStream | None:
+    """Which fronting cluster takes the stream's writes, where there are several."""
+    if len(settings.fronting_clusters) < 2:
+        return None
+    active = registry.fronting(settings)
+    cluster = active.of(stream)
+    return FrontingPublicStream(
+        cluster=cluster,
+        home=cluster == settings.fronting_clusters[0],
+        alone=stream in active.streams,
+        since=active.since or None,
+        reason=active.reason or None,
     )
 
 
@@ -114,6 +134,7 @@ def compose(facts: Facts) -> StatusPublic:
             RedrivePublic.of_view(spec.name, facts.redrive) if facts.redrive is not None else None
         ),
         metrics_error=facts.metrics_error,
+        fronting=facts.fronting,
     )
     if spec.archive.enabled:
         outputs[ARCHIVE_QUERY] = archive

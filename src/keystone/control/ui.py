@@ -13,6 +13,7 @@ check that the request comes from this site (Origin), so another site cannot pos
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import urlsplit
@@ -33,6 +34,7 @@ from keystone.control.models import (
     BackfillPublic,
     BackfillRequest,
     DeadLettersPublic,
+    FrontingPublic,
     KafkaCredential,
     PreviewRequest,
     RedrivePublic,
@@ -55,6 +57,10 @@ COOKIE = "keystone_session"
 templates = Jinja2Templates(directory=HERE / "templates")
 templates.env.globals["default_triggers"] = DEFAULT_TRIGGERS  # the interval field's hint
 templates.env.globals["sink_types"] = SINK_TYPES  # the sink field's choices and the target's hint
+# Epoch seconds as people read them, in UTC like every time on the pages.
+templates.env.filters["utc"] = lambda epoch: time.strftime(
+    "%Y-%m-%d %H:%M:%S UTC", time.gmtime(epoch)
+)
 router = APIRouter(prefix="/ui", include_in_schema=False)
 static = StaticFiles(directory=HERE / "static")
 # uPlot, as the bootstrap installed it from npm (package-lock.json in web/) and copied here.
@@ -203,6 +209,23 @@ def _apps_page(
     apps = [AppPublic.seen_by(a, streams, who) for a in plane.accounts.apps(who)]
     kafka = plane.accounts.access.enabled
     return page(request, "apps.html", who, apps=apps, shown=shown or [], kafka=kafka)
+
+
+@router.get("/fronting", response_class=HTMLResponse)
+def fronting_page(request: Request, plane: PlaneDep, who: UICaller) -> HTMLResponse:
+    return page(request, "fronting.html", who, view=FrontingPublic.of(plane.fronting.view(who)))
+
+
+@router.post("/fronting/switch", response_class=HTMLResponse, dependencies=[Depends(same_site)])
+def switch_fronting(
+    plane: PlaneDep,
+    who: UICaller,
+    to: Annotated[str, Form()] = "",
+    stream: Annotated[str, Form()] = "",
+) -> Response:
+    """The admin's failover (`to` a cluster) or failback (`to` empty: home)."""
+    plane.fronting.switch(who, to or None, stream or None)
+    return RedirectResponse("/ui/fronting", status_code=303)
 
 
 @router.get("/streams/new", response_class=HTMLResponse)

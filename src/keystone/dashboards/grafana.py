@@ -34,7 +34,7 @@ def dashboard(spec: StreamSpec) -> dict[str, Any]:
         "version": 1,
         "refresh": "10s",
         "time": {"from": "now-1h", "to": "now"},
-        "annotations": {"list": [rewind_annotation(spec)]},
+        "annotations": {"list": [rewind_annotation(spec), FRONTING_ANNOTATION]},
         "templating": {
             "list": [
                 {
@@ -52,6 +52,23 @@ def dashboard(spec: StreamSpec) -> dict[str, Any]:
         },
         "panels": panels,
     }
+
+
+# A mark when the fronting cluster taking the writes last changed (control's gauge holds the
+# moment), as the rewinds' marks: every stream's writes move together, unless switched alone.
+FRONTING_ANNOTATION: dict[str, Any] = {
+    "name": "Fronting switches",
+    "datasource": DATASOURCE,
+    "enable": True,
+    "hide": False,
+    "iconColor": "purple",
+    "expr": f"max by (cluster) ({m.CONTROL_FRONTING_SINCE}) * 1000",
+    "step": "1m",
+    "useValueForTime": True,
+    "titleFormat": "Writes moved to fronting cluster {{cluster}}",
+    "textFormat": "producers write to {{cluster}} from here (keystone fronting status)",
+    "tagKeys": "cluster",
+}
 
 
 def rewind_annotation(spec: StreamSpec) -> dict[str, Any]:

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from keystone.contracts import envelope, kafka_clients
+from keystone.contracts import envelope, fronting, kafka_clients
 from keystone.contracts.names import fronting_topic
 from keystone.contracts.registry import RegistryReader
 from keystone.contracts.schema import parse_schema, schema_problems
@@ -139,7 +139,14 @@ def expect(settings: Settings, spec: StreamSpec, audited: list[Route], acked: se
                     arrive(target, record, meta)
 
     seen = set()
-    for message in iter_topic(kafka_clients.librdkafka(settings), fronting_topic(spec.name)):
+    records = (  # every fronting cluster's: an event is where it was written
+        message
+        for cluster in fronting.clusters(settings)
+        for message in iter_topic(
+            kafka_clients.librdkafka(cluster.connect(settings)), fronting_topic(spec.name)
+        )
+    )
+    for message in records:
         headers: dict[str, str] = {}
         for key, value in message.headers() or []:
             headers.setdefault(key, (value or b"").decode())

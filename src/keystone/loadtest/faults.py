@@ -13,6 +13,10 @@ it is done: the same proof for the archive's path. The output is OUTPUT if given
 stream's first Kafka output (where replays are visible as copies), else its first output.
 `resize[@AT][+FOR]` sizes the router up a step under load, as a rise of its traffic would, and
 notes whether it kept its process and each realtime output's longest pause meanwhile.
+`kill-fronting-cluster[:NAME][@AT][+FOR]` SIGKILLs every broker of the fronting cluster taking
+the stream's writes (or NAME's), notes when control moved the writes and when the first event
+reached another cluster, starts the brokers again FOR seconds later, and moves the writes back
+by command (a failback), noting when.
 """
 
 from __future__ import annotations
@@ -34,9 +38,10 @@ import httpx
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from keystone.contracts import kafka_clients
+from keystone.contracts import fronting, kafka_clients
 from keystone.contracts import metrics as names
 from keystone.contracts.errors import BadRequest, KeystoneError, StackError
+from keystone.contracts.fronting import FrontingCluster
 from keystone.contracts.names import fronting_topic, valid_name
 from keystone.contracts.processes import PidFile, stop
 from keystone.contracts.settings import Settings
@@ -44,6 +49,7 @@ from keystone.contracts.spec import StreamSpec
 from keystone.control.client import ControlClient
 from keystone.control.launcher import Deployment, router_log, router_metric
 from keystone.router.plan import runs_realtime
+from keystone.router.topics import watermarks
 from keystone.stack import lifecycle
 from keystone.stack.services import broker_service, control_service
 
@@ -58,6 +64,7 @@ REWIND_WAIT_SECONDS = 300.0
 KILL_BROKER = "kill-broker"
 KILL_WORKER = "kill-spark-worker"
 KILL_LEADER = "kill-control-leader"
+KILL_FRONTING = "kill-fronting-cluster"
 RESIZE = "resize"
 RESIZE_WAIT_SECONDS = 60.0  # for the fleet to size the router up, and the router to follow
 FLEET_PASSES_SECONDS = 10.0  # a few of the fleet's passes: a size not changed by then stays
@@ -78,6 +85,7 @@ class Fault:
     hold: float  # seconds it lasts; for rewind-output, seconds back the output is rewound
     output: str | None = None  # rewind-output: the output (None: chosen from the stream)
     node: int | None = None  # kill-broker, kill-spark-worker: which (None: chosen)
+    cluster: str | None = None  # kill-fronting-cluster: which (None: the one taking writes)
     count: int = 0  # bad-events: how many
     began: float | None = None
     ended: float | None = None
@@ -90,6 +98,11 @@ class Fault:
         KILL_BROKER: ("SIGKILL to one Kafka broker, started again FOR s later", 15.0),
         KILL_WORKER: ("SIGKILL to a Spark worker and its executors, started again later", 30.0),
         KILL_LEADER: ("SIGKILL to the control process leading the fleet, started later", 30.0),
+        KILL_FRONTING: (
+            "SIGKILL to every broker of the fronting cluster taking the stream's writes, "
+            "started again FOR s later, then the writes moved back to it by command",
+            30.0,
+        ),
         "stop-elasticsearch": ("Elasticsearch stopped, then started again", 60.0),
         "stop-control": ("the control service stopped, then started again", 30.0),
         REWIND: ("one output rewound FOR seconds back, until its replay caught up", 30.0),
@@ -115,7 +128,8 @@ class Fault:
             f"NAME is one of: {kinds}. {' and '.join(NAMES_AN_OUTPUT)} name an OUTPUT (default "
             "the first Kafka output, else the first) and go FOR s back; "
             f"{' and '.join(f'{n}:N' for n in NAMES_A_NODE)} name a node by number (default "
-            "the leader of the stream's first partition; worker 1). Repeatable."
+            f"the leader of the stream's first partition; worker 1); {KILL_FRONTING}:NAME a "
+            "fronting cluster. Repeatable."
         )
 
     @classmethod
@@ -137,6 +151,9 @@ class Fault:
                     f"--fault {text!r}: {output!r} is not a broker's or worker's number"
                 )
             node, output = int(output), None
+        cluster = None
+        if name == KILL_FRONTING and output is not None:
+            cluster, output = output, None
         if output is not None and name not in NAMES_AN_OUTPUT:
             raise BadRequest(
                 f"--fault {text!r}: only {' and '.join(NAMES_AN_OUTPUT)} name an output "
@@ -150,7 +167,7 @@ class Fault:
             raise BadRequest(f"--fault {text!r}: at {at:.0f} s, after the run ({duration:.0f} s)")
         if name in NAMES_AN_OUTPUT and hold <= 0:
             raise BadRequest(f"--fault {text!r}: it goes back more than 0 seconds")
-        return cls(name, at, hold, output, node)
+        return cls(name, at, hold, output, node, cluster)
 
     @property
     def what(self) -> str:
@@ -168,6 +185,12 @@ class Fault:
             return (
                 f"SIGKILL to the control process leading the fleet, started {self.hold:g} s later"
             )
+        if self.name == KILL_FRONTING:
+            which = f"fronting cluster {self.cluster}" if self.cluster else "the fronting cluster"
+            return (
+                f"SIGKILL to every broker of {which} taking the writes, started again "
+                f"{self.hold:g} s later, then failed back"
+            )
         if self.name == BAD_EVENTS:
             return f"{self.count} events dead-lettered until a fix at {self.at:g} s, redriven"
         return self.kinds[self.name][0].replace("FOR s", f"{self.hold:g} s")
@@ -179,6 +202,7 @@ SERVICE = {
     "stop-elasticsearch": "elasticsearch",
     "stop-control": "control",
     KILL_LEADER: "control",
+    KILL_FRONTING: "kafka",
 }
 
 
@@ -193,6 +217,16 @@ def check(settings: Settings, faults: list[Fault]) -> None:
             raise BadRequest(
                 f"--fault {fault.name}:{fault.node}: the embedded Kafka has "
                 f"{settings.kafka_brokers} broker(s) (KEYSTONE_KAFKA_BROKERS)"
+            )
+        if fault.name == KILL_FRONTING and len(settings.fronting_clusters) < 2:
+            raise BadRequest(
+                f"--fault {fault.name}: there is one fronting cluster, no other to take the "
+                "writes (KEYSTONE_FRONTING_CLUSTERS)"
+            )
+        if fault.name == KILL_FRONTING and fault.cluster not in (None, *settings.fronting_clusters):
+            raise BadRequest(
+                f"--fault {fault.name}:{fault.cluster}: the fronting clusters are "
+                f"{', '.join(settings.fronting_clusters)}"
             )
         if fault.name == KILL_WORKER and settings.spark_cluster != "standalone":
             raise BadRequest(
@@ -269,6 +303,9 @@ def inject(settings: Settings, stream: str, fault: Fault, started: float) -> Non
     if fault.name == KILL_LEADER:
         kill_control_leader(settings, fault, started)
         return
+    if fault.name == KILL_FRONTING:
+        kill_fronting_cluster(settings, stream, fault, started)
+        return
     if fault.name == RESIZE:
         resize(settings, stream, fault, started)
         return
@@ -304,6 +341,66 @@ def sigkill(settings: Settings, service: str, what: str) -> int:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pid, signal.SIGKILL)
     return pid
+
+
+def kill_fronting_cluster(settings: Settings, stream: str, fault: Fault, started: float) -> None:
+    """SIGKILL to every broker of the fronting cluster taking the stream's writes (or the one
+    named), as the loss of its machines would; notes when control moved the writes, and when
+    the first event reached another cluster; starts the brokers again `fault.hold` s after the
+    kill and, once they answer, moves the writes back by command, noting when."""
+    with ControlClient.from_settings(settings) as control:
+        view = control.fronting()
+        lost = fault.cluster or view.streams.get(stream, view.active)
+        alone = stream in view.streams  # switched alone: failed back alone
+        fault.cluster = lost
+        cluster = fronting.cluster(settings, lost)
+        others = [c for c in fronting.clusters(settings) if c.name != lost]
+        before = {c.name: _held(settings, c, stream) for c in others}
+        services = [broker_service(n, cluster) for n in range(1, settings.kafka_brokers + 1)]
+        for service in services:
+            sigkill(settings, service, f"broker {service}")
+        fault.began = time.time() - started
+        fault.notes.append(
+            f"every broker of {lost} ({', '.join(services)}) killed at {fault.began:.1f} s"
+        )
+        moved = wrote = False
+        deadline = time.monotonic() + fault.hold
+        while time.monotonic() < deadline and not (moved and wrote):
+            elapsed = time.time() - started - fault.began
+            if not moved:
+                now = control.fronting()
+                taking = now.streams.get(stream, now.active)
+                if taking != lost:
+                    moved = True
+                    fault.notes.append(
+                        f"control moved the writes to {taking} {elapsed:.1f} s after"
+                    )
+            if not wrote:
+                for other in others:
+                    if _held(settings, other, stream) > before[other.name]:
+                        wrote = True
+                        fault.notes.append(
+                            f"the first event reached {other.name} {elapsed:.1f} s after the kill"
+                        )
+                        break
+            time.sleep(STALL_SAMPLE_SECONDS)
+        if not moved:
+            fault.notes.append(f"the writes were not moved within {fault.hold:g} s")
+        time.sleep(max(0.0, deadline - time.monotonic()))
+        lifecycle.up(settings, lambda _service, _state: None, set(services))
+        fault.notes.append(f"{lost} healthy again at {time.time() - started:.1f} s")
+        control.switch_fronting(lost, stream if alone else None)
+        fault.ended = time.time() - started
+        fault.notes.append(f"failed back to {lost} by command at {fault.ended:.1f} s")
+
+
+def _held(settings: Settings, cluster: FrontingCluster, stream: str) -> int:
+    """Records the stream's fronting topic holds on the cluster (-1: it did not answer)."""
+    try:
+        ends = watermarks(cluster.connect(settings), fronting_topic(stream))
+    except KeystoneError:
+        return -1
+    return sum(end for _, end in ends.values())
 
 
 def kill_control_leader(settings: Settings, fault: Fault, started: float) -> None:
