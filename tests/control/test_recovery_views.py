@@ -22,6 +22,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from keystone.contracts import metrics as names
 from keystone.contracts.checkpoints import Offsets, checkpoint_dir
 from keystone.contracts.errors import NotFound, Unavailable
+from keystone.contracts.fronting import Active
 from keystone.contracts.names import ARCHIVE_QUERY, fronting_topic
 from keystone.contracts.recovery import (
     OPERATIONS,
@@ -191,6 +192,12 @@ class FakeStore:
         return None
 
     def router_states(self) -> dict[str, RouterState]:
+        return {}
+
+    def fronting(self, settings: Settings) -> Active:
+        return Active(cluster=settings.fronting_clusters[0])
+
+    def fronting_switches(self) -> dict[tuple[str, str, str], int]:
         return {}
 
     def records(self, kind: type[Operation], stream: str) -> dict[str, Any]:
