@@ -31,15 +31,14 @@ def test_embedded_clusters_each_listen_a_hundred_ports_on() -> None:
 
 def test_external_clusters_are_named_with_their_brokers() -> None:
     settings = Settings(
-        kafka_bootstrap="sinks:9092",
+        kafka_bootstrap="e1:9092,e2:9092",
         fronting_clusters="east,west",
-        fronting_bootstrap="east=e1:9092,e2:9092; west=w1:9092",
+        fronting_bootstrap="west=w1:9092",
     )
     east, west = fronting.clusters(settings)
     assert east.connect(settings).kafka_bootstrap == "e1:9092,e2:9092"
     assert west.connect(settings).kafka_bootstrap == "w1:9092"
-    assert settings.kafka_bootstrap == "sinks:9092"  # outputs' topics stay where they are
-    again = Settings(**{"kafka_bootstrap": "sinks:9092", **_env(settings)})
+    again = Settings(**{"kafka_bootstrap": "e1:9092,e2:9092", **_env(settings)})
     assert again.fronting_bootstrap == settings.fronting_bootstrap
 
 
@@ -64,6 +63,22 @@ def _env(settings: Settings) -> dict[str, str]:
         ),
         ({"fronting_clusters": "east,west", "fronting_bootstrap": "west=w:1"}, "embedded"),
         ({"kafka_bootstrap": "k:1", "fronting_clusters": "east,west"}, "brokers of ['west']"),
+        (
+            {
+                "kafka_bootstrap": "k:1",
+                "fronting_clusters": "a,b",
+                "fronting_bootstrap": "a=x:1;b=y:1",
+            },
+            "home fronting cluster",
+        ),
+        (
+            {
+                "kafka_bootstrap": "k:1,k:2",
+                "fronting_clusters": "a,b",
+                "fronting_bootstrap": "b=k:2",
+            },
+            "must not share brokers",
+        ),
         ({"fronting_bootstrap": "west"}, "name=host:port"),
     ],
 )

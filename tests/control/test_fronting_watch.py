@@ -49,7 +49,7 @@ def world(monkeypatch: pytest.MonkeyPatch):
     lost: set[str] = set()
     monkeypatch.setattr(fronting, "admin_client", lambda settings, cluster: cluster.name)
     monkeypatch.setattr(
-        fronting, "probe", lambda admin, timeout, streams: "gone" if admin in lost else None
+        fronting, "probe", lambda admin, timeout, streams: ("gone" if admin in lost else None, [])
     )
     clock = [1000.0]
     store = Store()
@@ -101,21 +101,47 @@ def test_an_automatic_failback_once_home_has_answered_long_enough(world) -> None
         fronting_failback_after_seconds=120.0,
         fronting_switch_hold_seconds=60.0,
     )
+
+    def steps(seconds: int) -> None:  # the leader's pace: a step a second
+        for _ in range(seconds):
+            clock[0] += 1
+            fleet.step()
+
     lost.add("east")
-    clock[0] += 100
-    fleet.step()
+    steps(100)
     lost.clear()
-    clock[0] += 1
-    fleet.step()  # home answers from now
-    clock[0] += 119
-    fleet.step()
+    steps(120)  # home answers from the first of these: not yet for 120 s
     assert store.fronting_records.switches == []
-    clock[0] += 1
-    fleet.step()
+    steps(1)
     assert store.fronting_records.switches == [("east", None, "recovered")]
     store.fronting_records.active = Active(cluster="west", since=0.0)
     watch().step()  # not configured: stays
     assert store.fronting_records.active.cluster == "west"
+
+
+def test_a_watch_that_was_not_leading_forgets_what_it_saw(world) -> None:
+    """A leader again after a while must see a cluster lost for the whole wait itself."""
+    watch, store, lost, clock = world
+    fleet = watch(fronting_failover_after_seconds=3.0)
+    lost.add("east")
+    fleet.step()  # east seen lost at 1000
+    clock[0] += 60  # then another process led the fleet
+    fleet.step()
+    assert store.fronting_records.switches == []  # lost for 0 s as far as it knows
+    for _ in range(3):
+        clock[0] += 1
+        fleet.step()
+    assert store.fronting_records.switches == [("west", None, "unreachable")]
+
+
+def test_every_stream_on_a_lost_cluster_moves_in_the_same_step(world) -> None:
+    watch, store, lost, _ = world
+    store.fronting_records.active = Active(cluster="east", streams={"a": "west", "b": "east"})
+    fleet = watch(fronting_failover_after_seconds=0.0)
+    lost.add("east")
+    fleet.step()
+    assert ("west", None, "unreachable") in store.fronting_records.switches
+    assert store.fronting_records.active.of("b") != "east"
 
 
 def test_a_stream_switched_alone_fails_over_from_its_own_lost_cluster(world) -> None:

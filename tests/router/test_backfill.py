@@ -38,7 +38,8 @@ def test_a_range_is_settled_once_kafka_has_it_and_the_live_output_and_archive_pa
     needed = {0: 50, 1: 70}
     asked: list[int] = []
 
-    def at(ms: int) -> dict[int, int]:
+    def at(cluster: str, ms: int) -> dict[int, int]:
+        assert cluster == "main"
         asked.append(ms)
         return needed
 
@@ -56,6 +57,27 @@ def test_a_range_is_settled_once_kafka_has_it_and_the_live_output_and_archive_pa
     assert "the archive" in waits(END + 60_000)
     commit(config, "plays", ARCHIVE_QUERY, 0, {0: 80, 1: 90})
     assert waits(END + 60_000) == ""
+
+
+def test_with_two_fronting_clusters_a_range_waits_for_the_queries_on_each(tmp_path: Path) -> None:
+    """What west took must be in the archive, and past its live query, before the swap."""
+    config = Settings(
+        state_dir=tmp_path, kafka_ack_timeout_seconds=10, fronting_clusters="east,west"
+    )
+    needed = {"east": {0: 5}, "west": {0: 9}}
+
+    def waits() -> str:
+        return settled(
+            config, "plays", "warehouse", END, (END + 60_000) / 1000, lambda c, _: needed[c]
+        )
+
+    commit(config, "plays", "warehouse", 0, {0: 5})
+    commit(config, "plays", ARCHIVE_QUERY, 0, {0: 5})
+    assert "the live output on west" in waits()
+    commit(config, "plays", "warehouse@west", 0, {0: 9})
+    assert "the archive on west" in waits()
+    commit(config, "plays", f"{ARCHIVE_QUERY}@west", 0, {0: 9})
+    assert waits() == ""
 
 
 @pytest.fixture

@@ -14,6 +14,7 @@ from keystone.contracts.spec import load_spec
 from keystone.router.counts import LATENCY_BUCKETS, latency_counts
 from keystone.router.job import (
     RouterWatch,
+    check_home,
     dead_letter_paths,
     paths_read_by,
 )
@@ -233,3 +234,12 @@ def test_a_local_router_starts_with_a_task_slot_per_partition_for_every_query() 
     # Reading two fronting clusters, all of a drain's queries may run at once: twice as many.
     assert started_slots(spec, 1_000, "local[*]", clusters=2) == 2 * (8 + 5 * 4)
     assert started_slots(spec, 1_000, "spark://127.0.0.1:7077", clusters=2) == 2 * (8 + 5 * 1)
+
+
+def test_a_router_refuses_settings_that_make_another_cluster_home(tmp_path) -> None:
+    """Home's queries keep the bare checkpoint names: another home would resume from them."""
+    settings = Settings(state_dir=tmp_path)
+    check_home(settings, "plays", "east")
+    check_home(settings, "plays", "east")  # as made: goes on
+    with pytest.raises(KeystoneError, match="made with fronting cluster east as home, not west"):
+        check_home(settings, "plays", "west")

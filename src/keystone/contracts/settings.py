@@ -535,6 +535,28 @@ class Settings(BaseSettings, Limits):
             )
         if not self.is_embedded("kafka") and others:
             raise ValueError(f"fronting_bootstrap must give the brokers of {others}")
+        home = self.fronting_bootstrap.get(names[0])
+        if home is not None and home != self.kafka_bootstrap:
+            # Outputs, dead letters, rewinds and backfills reach home's topics through it.
+            raise ValueError(
+                f"the home fronting cluster ({names[0]}) is kafka_bootstrap's: leave it out of "
+                "fronting_bootstrap, or give it kafka_bootstrap's brokers"
+            )
+
+        def addresses(given: str) -> set[str]:
+            return {b.strip() for b in given.split(",") if b.strip()}
+
+        brokers = [addresses(self.kafka_bootstrap)] + [
+            addresses(self.fronting_bootstrap[n]) for n in names[1:] if n in self.fronting_bootstrap
+        ]
+        shared = {
+            b for i, a in enumerate(brokers) for b in a if any(b in o for o in brokers[i + 1 :])
+        }
+        if shared:
+            raise ValueError(
+                f"fronting clusters must not share brokers ({', '.join(sorted(shared))}): one "
+                "cluster's topics would be read twice, as two"
+            )
 
     def to_env(self) -> dict[str, str]:
         """KEYSTONE_* variables that give a child process these same settings."""

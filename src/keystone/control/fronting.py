@@ -24,36 +24,43 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
 from keystone.contracts import fronting, kafka_clients
-from keystone.contracts.errors import NotFound
+from keystone.contracts.errors import KeystoneError, NotFound
 from keystone.contracts.fronting import Active, FrontingCluster
-from keystone.contracts.names import fronting_topic
+from keystone.contracts.names import dead_letter_topic, fronting_topic
 from keystone.contracts.settings import Settings
+from keystone.contracts.spec import StreamSpec
 from keystone.control.store import Store
 from keystone.control.tenancy import Caller
+from keystone.router.topics import create_topics
 
 log = logging.getLogger(__name__)
 
 COMMAND, UNREACHABLE, RECOVERED = "command", "unreachable", "recovered"  # why it switched
+STALE_SECONDS = 10.0  # a watch that has not stepped for this long forgets what it saw
 
 
 def admin_client(settings: Settings, cluster: FrontingCluster) -> AdminClient:
     return AdminClient(kafka_clients.librdkafka(cluster.connect(settings)) | {"log_level": 0})
 
 
-def probe(admin: AdminClient, timeout: float, streams: list[str]) -> str | None:
-    """Why the cluster cannot take writes now, or None when it can (`streams`: whose fronting
-    topics must each have a leader for every partition)."""
+def probe(admin: AdminClient, timeout: float, streams: list[str]) -> tuple[str | None, list[str]]:
+    """Why the cluster cannot take writes now (None when it can), and which of `streams` lack
+    their fronting topic there (it would refuse their writes; the watch makes them). Every
+    partition of the others' must have a leader."""
     try:
         metadata = admin.list_topics(timeout=timeout)
     except KafkaException as e:
-        return f"it did not answer: {e.args[0].str()}"
+        return f"it did not answer: {e.args[0].str()}", []
     if not metadata.brokers:
-        return "it answered with no broker"
+        return "it answered with no broker", []
+    missing = [s for s in streams if fronting_topic(s) not in metadata.topics]
     for stream in streams:
         topic = metadata.topics.get(fronting_topic(stream))
         if topic is not None and any(p.leader < 0 for p in topic.partitions.values()):
-            return f"{fronting_topic(stream)} has a partition without a leader"
-    return None
+            return f"{fronting_topic(stream)} has a partition without a leader", missing
+    if missing:
+        return f"{len(missing)} stream(s) have no fronting topic there", missing
+    return None, []
 
 
 @dataclass(frozen=True)
@@ -76,6 +83,12 @@ class Fronting:
         self.settings = settings
         self.store = store
         self.clock = clock
+        self._admins: dict[str, AdminClient] = {}  # one a cluster, kept: each view logs in once
+
+    def _admin(self, cluster: FrontingCluster) -> AdminClient:
+        if cluster.name not in self._admins:
+            self._admins[cluster.name] = admin_client(self.settings, cluster)
+        return self._admins[cluster.name]
 
     def view(self, caller: Caller) -> View:
         """Each cluster and whether it can take writes, which takes whose, the switches so far.
@@ -91,7 +104,7 @@ class Fronting:
                 c.name,
                 c.home,
                 c.connect(self.settings).kafka_bootstrap,
-                probe(admin_client(self.settings, c), self.settings.fronting_probe_seconds, []),
+                probe(self._admin(c), self.settings.fronting_probe_seconds, [])[0],
             )
             for c in fronting.clusters(self.settings)
         ]
@@ -127,17 +140,21 @@ class FrontingWatch:
         self.lost_since: dict[str, float] = {}  # cluster -> when it was first seen lost
         self.up_since: dict[str, float] = {}  # cluster -> since when it has answered
         self._admins: dict[str, AdminClient] = {}
+        self._stepped = float("-inf")  # when it last stepped
 
     def step(self) -> None:
-        """Probes every cluster, then fails over what is lost (the global choice first, then
-        each stream's own), or fails back; one switch a step: the next reads the record it
-        made."""
+        """Probes every cluster, then fails over everything taking writes on a lost cluster
+        (the global choice first, then each stream's own), or fails back."""
         if len(self.settings.fronting_clusters) < 2:
             return
         now = self.clock()
+        if now - self._stepped > STALE_SECONDS:  # not leading meanwhile: what it saw is old
+            self.lost_since.clear()
+            self.up_since.clear()
+        self._stepped = now
         active = self.store.fronting(self.settings)
-        streams = [s.name for s in self.store.streams()]
-        health = {name: self._probe(name, streams) for name in self.settings.fronting_clusters}
+        specs = {s.name: s for s in self.store.streams()}
+        health = {name: self._probe(name, specs) for name in self.settings.fronting_clusters}
         for name, problem in health.items():
             if problem is None:
                 self.lost_since.pop(name, None)
@@ -148,6 +165,7 @@ class FrontingWatch:
         if now - active.since < self.settings.fronting_switch_hold_seconds:
             return
         taking = [(active.cluster, None), *sorted((c, s) for s, c in active.streams.items())]
+        switched = False
         for cluster, stream in taking:
             lost = self.lost_since.get(cluster)
             if lost is None or now - lost < self.settings.fronting_failover_after_seconds:
@@ -157,16 +175,33 @@ class FrontingWatch:
                 log.error("fronting: %s is lost and no other cluster answers", cluster)
                 return
             self._switch(standby, stream, UNREACHABLE, cluster, health[cluster] or "")
-            return
-        self._fail_back(active, now)
+            switched = True
+        if not switched:
+            self._fail_back(active, now)
 
-    def _probe(self, name: str, streams: list[str]) -> str | None:
+    def _probe(self, name: str, specs: dict[str, StreamSpec]) -> str | None:
+        """Why the cluster cannot take writes; a cluster that answers but lacks streams'
+        topics (one added to the settings later, or one that was lost while a stream was made)
+        gets them made, and counts as lost until it has them."""
         admin = self._admins.get(name)
         if admin is None:  # one client a cluster, kept: a probe a second logs in once
             admin = self._admins[name] = admin_client(
                 self.settings, fronting.cluster(self.settings, name)
             )
-        return probe(admin, self.settings.fronting_probe_seconds, streams)
+        problem, missing = probe(admin, self.settings.fronting_probe_seconds, list(specs))
+        if missing:
+            connection = fronting.cluster(self.settings, name).connect(self.settings)
+            topics = {
+                t: specs[s].partitions
+                for s in missing
+                for t in (fronting_topic(s), dead_letter_topic(s))
+            }
+            try:
+                made = create_topics(connection, topics)
+                log.info("fronting: made %s on %s", ", ".join(made) or "nothing", name)
+            except KeystoneError as e:
+                log.warning("fronting: %s's missing topics not made: %s", name, e)
+        return problem
 
     def _fail_back(self, active: Active, now: float) -> None:
         home = fronting.home(self.settings).name

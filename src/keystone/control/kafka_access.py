@@ -102,11 +102,14 @@ class AppAccess:
     def admins(self) -> list[AdminClient]:
         """A client of each fronting cluster: an app's user and ACLs are on every one, so that
         it writes wherever the stream's writes go."""
+        return list(self._by_cluster().values())
+
+    def _by_cluster(self) -> dict[str, AdminClient]:
         for cluster in fronting.clusters(self.settings):
             if cluster.name not in self._admins:  # kept: a TLS handshake and a login a use else
                 connection = kafka_clients.librdkafka(cluster.connect(self.settings))
                 self._admins[cluster.name] = AdminClient(connection | {"log_level": 0})
-        return list(self._admins.values())
+        return dict(self._admins)
 
     def issue(self, app: str, record: Callable[[], R]) -> tuple[str, R]:
         """A new password for the app's user (its old one, if any, stops working); once every
@@ -148,13 +151,18 @@ class AppAccess:
         try:
             with self._lock():
                 holders = {kafka_clients.app_user(a.name) for a in self.store.apps() if a.kafka}
-                for admin in self.admins:
-                    users = self._app_users(admin)
-                    self._delete_users(
-                        admin, {u: ms for u, ms in users.items() if u not in holders}
-                    )
-                self._acls()
-        except (KafkaException, KeystoneError) as e:
+                wanted, owned = self._wanted()
+                # Each cluster on its own: one that is lost must not leave a revoked grant
+                # standing on the one taking the writes.
+                for name, admin in self._by_cluster().items():
+                    try:
+                        users = self._app_users(admin)
+                        stale = {u: ms for u, ms in users.items() if u not in holders}
+                        self._delete_users(admin, stale)
+                        reconcile_acls(admin, wanted, owned)
+                    except KafkaException as e:
+                        log.warning("apps' Kafka access on %s not made current: %s", name, e)
+        except KeystoneError as e:
             log.warning("apps' Kafka access not made current (done on a later pass): %s", e)
 
     @contextmanager
@@ -175,6 +183,12 @@ class AppAccess:
                 log.warning("the lock on apps' Kafka access was not released")
 
     def _acls(self) -> None:
+        wanted, owned = self._wanted()
+        for admin in self.admins:
+            reconcile_acls(admin, wanted, owned)
+
+    def _wanted(self) -> tuple[set[AclBinding], Callable[[AclBinding], bool]]:
+        """The apps' ACLs the registry asks for, and which ACLs are the apps' to reconcile."""
         specs, unreadable = self.store.read_streams()
         # A stored spec that does not read back: its grants are unknown, so its current
         # holders' ACLs on it stay as they are (as its router does) until the admin replaces or
@@ -193,8 +207,7 @@ class AppAccess:
                 return False
             return binding.name not in kept or binding.principal not in holders
 
-        for admin in self.admins:
-            reconcile_acls(admin, wanted, owned)
+        return wanted, owned
 
     @staticmethod
     def _app_users(admin: AdminClient) -> dict[str, list[ScramMechanism]]:

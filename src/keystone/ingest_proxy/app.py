@@ -46,6 +46,7 @@ GC_YOUNG_THRESHOLD = 50_000
 # so one tenant's big or schema-checked posts never hold up another's requests or /healthz.
 INLINE_BYTES = 64 * 1024
 KAFKA_PROBE_SECONDS = 1.0  # between probes of each fronting cluster (a metadata request)
+LOST_AFTER_PROBES = 2  # failed in a row: its pending events are given up
 
 
 class Accepted(BaseModel):
@@ -100,12 +101,19 @@ class Proxy:
             watcher.join()
 
     def _watch_kafka(self, cluster: str) -> None:
-        while not self._stop.wait(KAFKA_PROBE_SECONDS):
+        """Probes the cluster (a second apart where writes can move elsewhere, two else). With
+        several clusters, one that failed two probes in a row is lost: its pending events are
+        given up at once (503), to be sent again where the writes go; with one, they are left
+        to their acknowledgement's timeout, as a slow probe is no reason to fail them."""
+        several = len(self.publishers) > 1
+        failed = 0
+        while not self._stop.wait(KAFKA_PROBE_SECONDS if several else 2 * KAFKA_PROBE_SECONDS):
             reachable = self.publishers[cluster].reachable()
-            if self.reachable[cluster] and not reachable:
-                log.warning("fronting cluster %s is unreachable: its pending events fail", cluster)
+            failed = 0 if reachable else failed + 1
+            self.reachable[cluster] = reachable  # before giving up: no new event is sent there
+            if several and failed == LOST_AFTER_PROBES:
+                log.warning("fronting cluster %s is lost: its pending events fail", cluster)
                 self.publishers[cluster].abandon()
-            self.reachable[cluster] = reachable
 
     async def ingest(self, stream: str, request: Request, key_path: str | None) -> Accepted:
         started = time.perf_counter()

@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from collections.abc import Callable, Collection
 from functools import partial
 from pathlib import Path
@@ -284,6 +285,24 @@ class RouterWatch:
         return rewound, self.batch_limit if batched else None
 
 
+def check_home(settings: Settings, stream: str, home: str) -> None:
+    """Home's queries keep the bare checkpoint names (`query_key`): settings that made another
+    cluster home would resume its queries from this one's offsets. The router refuses to run,
+    saying why, rather than skip or repeat events."""
+    path = settings.checkpoints_dir / stream / "fronting-home"
+    try:
+        made = path.read_text().strip()
+    except FileNotFoundError:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(home)
+        return
+    if made != home:
+        raise KeystoneError(
+            f"stream {stream}'s checkpoints were made with fronting cluster {made} as home, "
+            f"not {home}: keep {made} first in fronting_clusters"
+        )
+
+
 class Router:
     def __init__(
         self,
@@ -305,6 +324,8 @@ class Router:
         self.key = registry.hashing_key(spec.name) if registry is not None else None
         self.metrics = metrics
         self.clusters = fronting_clusters(settings)
+        self.started_ms = int(time.time() * 1000)
+        check_home(settings, spec.name, self.clusters[0].name)
         self.watch = RouterWatch(
             registry,
             spec.name,
@@ -393,6 +414,7 @@ class Router:
         paths: frozenset[tuple[str, ...]],
         checked: frozenset[tuple[str, ...]] | None = None,
         cluster: FrontingCluster | None = None,
+        starting_at: int | None = None,
     ) -> DataFrame:
         schema = self.spec.avro_schema
         return fronting(
@@ -405,7 +427,19 @@ class Router:
             paths=paths,
             checked=checked,
             cluster=cluster,
+            starting_at=starting_at,
         )
+
+    def _standby_start(self, output: OutputSpec) -> int | None:
+        """Where the output's query on a standby cluster first starts (epoch ms; None: at the
+        earliest record it holds): an output that starts at the latest events starts there at
+        when it began, its home query's first start (this router's, if that has not yet run),
+        so that it gets what the standby took since, and none of what came before it."""
+        if output.start == "earliest":
+            return None
+        home = Route(self.settings, self.spec, output, None, self.clusters[0]).checkpoint
+        began = home / "metadata"
+        return int(began.stat().st_mtime * 1000) if began.exists() else self.started_ms
 
     def _generation_on(self, cluster: FrontingCluster, output: str) -> int:
         """The checkpoint generation the output's query on `cluster` runs in: a rewind moves
@@ -421,8 +455,7 @@ class Router:
         self, output: OutputSpec, cluster: FrontingCluster | None = None
     ) -> StreamingQuery:
         """The output's query on `cluster` (home by default). A standby's is never rewound,
-        and starts at the earliest record its cluster holds: a standby holds only what it took
-        while it took the stream's writes."""
+        and first starts where `_standby_start` says."""
         cluster = cluster or self.clusters[0]
         meter = self.meters.get(output.name)
         rewind = self.watch.rewinds.get(output.name) if cluster.home else None
@@ -435,14 +468,21 @@ class Router:
             topic=fronting_topic(self.spec.name),
             batch_limit=self.batch_limit,
         )
-        starting = plan.starting if cluster.home else "earliest"
+        starting_at = None if cluster.home else self._standby_start(output)
         bound = self.replay_bound(output, rewind) if rewind is not None else None
         paths = paths_read_by([output])
         letters = self.letters[cluster.name]
         hosts = letters.plan.host == output.name
         checked = dead_letter_paths(self.spec.outputs) if hosts else None
         dead = self._dead_letters_past(letters.written()) if hosts else None
-        source = self._source(starting, plan.max_per_trigger, paths, checked, cluster)
+        source = self._source(
+            plan.starting if starting_at is None else "earliest",
+            plan.max_per_trigger,
+            paths,
+            checked,
+            cluster,
+            starting_at,
+        )
         frame = writer.frame(
             routed(
                 source,

@@ -62,9 +62,11 @@ def fronting(
     paths: Collection[tuple[str, ...]] = (),
     checked: Collection[tuple[str, ...]] | None = None,
     cluster: FrontingCluster | None = None,
+    starting_at: int | None = None,
 ) -> DataFrame:
     """`starting` applies to a query's first run only; later runs resume from the checkpoint.
-    `cluster`: the fronting cluster to read (home by default).
+    `cluster`: the fronting cluster to read (home by default); `starting_at`: instead of
+    `starting`, the first record of each partition at or after that time (epoch ms).
     `max_per_trigger` bounds a micro-batch (catching up after an outage, say); `schema`, the
     stream's parsed Avro schema, dead-letters the events that do not match it; `paths` are the
     payload's field paths the reader uses; `checked`, every path of the stream's, for a reader
@@ -77,6 +79,7 @@ def fronting(
         starting=starting,
         max_per_trigger=max_per_trigger,
         cluster=cluster,
+        starting_at=starting_at,
     )
     return envelope(records, schema, paths, checked)
 
@@ -90,6 +93,7 @@ def kafka_records(
     starting: str = "latest",
     max_per_trigger: int | None = None,
     cluster: FrontingCluster | None = None,
+    starting_at: int | None = None,
 ) -> DataFrame:
     """The fronting topic's records as Spark's Kafka source gives them (key, value, headers,
     topic, partition, offset, timestamp...) on `cluster` (home by default): committed ones
@@ -105,6 +109,10 @@ def kafka_records(
         .option("includeHeaders", "true")
         .option("startingOffsets", starting)
     )
+    if starting_at is not None:  # Spark's precedence: over startingOffsets
+        reader = reader.option("startingTimestamp", str(starting_at))
+        # A partition with no record since: from its end, not an error.
+        reader = reader.option("startingOffsetsByTimestampStrategy", "latest")
     if max_per_trigger is not None:
         reader = reader.option("maxOffsetsPerTrigger", max_per_trigger)
     # Never `minPartitions` nor `maxRecordsPerPartition`: each task then holds one whole

@@ -70,6 +70,7 @@ class Standby:
         self._thread = threading.Thread(target=self._run, name="standby", daemon=True)
         self._said: dict[str, str] = {}
         self._readers: dict[str, Consumer] = {}  # one a cluster, kept: it logs in once
+        self._last_active: str | None = None
 
     def start(self) -> None:
         self._thread.start()
@@ -120,13 +121,15 @@ class Standby:
         self.idle = self.idle - set(keys)
 
     def _active(self) -> str | None:
+        """The cluster taking the stream's writes: as last read while Redis does not answer
+        (judged by its contents alone, a standby that keeps up would look drained)."""
         if self.registry is None:
             return None
         try:
-            return self.registry.fronting(self.settings).of(self.stream)
-        except Exception as e:  # Redis away: decided on the clusters' contents alone
-            log.warning("fronting: which cluster takes writes not read: %s", e)
-            return None
+            self._last_active = self.registry.fronting(self.settings).of(self.stream)
+        except Exception as e:
+            log.warning("fronting: which cluster takes writes not read (as it was): %s", e)
+        return self._last_active
 
     def _resume(self, checkpoint: Path) -> Offsets | None:
         commit = latest(checkpoint, self.topic)

@@ -34,13 +34,15 @@ from collections.abc import Callable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from keystone.contracts import fronting
 from keystone.contracts.checkpoints import Offsets, checkpoint_dir, generations, latest
 from keystone.contracts.errors import Unavailable
-from keystone.contracts.names import ARCHIVE_QUERY, archive_table, fronting_topic
+from keystone.contracts.fronting import FrontingCluster, query_key
+from keystone.contracts.names import archive_table, fronting_topic
 from keystone.contracts.recovery import Backfill, BackfillProgress, HourDone
 from keystone.contracts.settings import Settings
 from keystone.contracts.spec import StreamSpec
-from keystone.router.archive import archive_records, hour_start, partitions
+from keystone.router.archive import archive_checkpoint, archive_records, hour_start, partitions
 from keystone.router.job import left_out, paths_read_by, routed
 from keystone.router.jobs import SLICE_SECONDS, JobRunner
 from keystone.router.meter import Meter
@@ -66,32 +68,39 @@ def settled(
     output: str,
     end_ms: int,
     now: float,
-    at: Callable[[int], Offsets] | None = None,
+    at: Callable[[str, int], Offsets] | None = None,
 ) -> str:
-    """'' once the output's live query and the stream's archive have committed past every
-    event ingested before `end_ms`; else what is still waited for.
+    """'' once the output's live queries and the stream's archive have committed past every
+    event ingested before `end_ms`, on every fronting cluster; else what is still waited for.
 
     The proxy stamps an event, then waits at most `kafka_ack_timeout_seconds` for room in its
     producer's queue and as long again for Kafka: an event stamped before `end_ms` that Kafka
     has is before the first record stamped `SETTLE_SLACK_MS` past twice that timeout after
-    `end_ms` (the slack for clocks apart), in every partition (`at` finds it: Kafka's
-    offsets-for-times).
+    `end_ms` (the slack for clocks apart), in every partition (`at(cluster, ms)` finds it:
+    Kafka's offsets-for-times on that cluster).
     """
     settle_ms = end_ms + int(2 * settings.kafka_ack_timeout_seconds * 1000) + SETTLE_SLACK_MS
     if now * 1000 < settle_ms:
         return f"events ingested before {iso(end_ms)} to reach Kafka (until {iso(settle_ms)})"
     topic = fronting_topic(stream)
-    needed = (at or (lambda ms: offsets_at(settings, topic, ms)))(settle_ms)
-    live = generations(settings, stream, output)
-    queries = {
-        "the live output": checkpoint_dir(settings, stream, output, max(live, default=0)),
-        "the archive": settings.checkpoints_dir / stream / ARCHIVE_QUERY,
-    }
-    for what, checkpoint in queries.items():
-        committed = latest(checkpoint, topic)
-        offsets = committed.offsets if committed is not None else {}
-        if any(offsets.get(p, 0) < o for p, o in needed.items()):
-            return f"{what} to pass the events ingested before {iso(end_ms)}"
+
+    def offsets(cluster: FrontingCluster, ms: int) -> Offsets:
+        return offsets_at(cluster.connect(settings), topic, ms)
+
+    for cluster in fronting.clusters(settings):
+        on = "" if cluster.home else f" on {cluster.name}"
+        needed = at(cluster.name, settle_ms) if at is not None else offsets(cluster, settle_ms)
+        key = query_key(output, cluster)
+        live = generations(settings, stream, key)
+        queries = {
+            f"the live output{on}": checkpoint_dir(settings, stream, key, max(live, default=0)),
+            f"the archive{on}": archive_checkpoint(settings, stream, cluster),
+        }
+        for what, checkpoint in queries.items():
+            committed = latest(checkpoint, topic)
+            held = committed.offsets if committed is not None else {}
+            if any(held.get(p, 0) < o for p, o in needed.items()):
+                return f"{what} to pass the events ingested before {iso(end_ms)}"
     return ""
 
 
