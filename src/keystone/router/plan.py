@@ -50,15 +50,20 @@ def router_slots(spec: StreamSpec, sized_for: int | None = None, clusters: int =
     router needs that many task slots, and for each micro-batch query (the outputs', the dead
     letters', the archive's) as many as its batches need at once at the rate it is sized for
     (one per `EVENTS_PER_TASK`, up to one per partition), so that none waits for a slot while
-    another's batch waits on its sink; on each of `clusters` fronting clusters, whose queries
-    may all run at once (a switch's drain)."""
-    return _slots(spec, math.ceil(sized(spec, sized_for) / EVENTS_PER_TASK)) * clusters
+    another's batch waits on its sink. Reading `clusters` fronting clusters, each standby's
+    realtime queries need their own running tasks while it is read (a switch's drain); its
+    micro-batch queries take turns with home's."""
+    per_query = math.ceil(sized(spec, sized_for) / EVENTS_PER_TASK)
+    return _slots(spec, per_query) + _realtime_tasks(spec) * (clusters - 1)
 
 
 def _slots(spec: StreamSpec, per_query: int) -> int:
-    realtime = sum(spec.partitions for o in spec.outputs if runs_realtime(o))
     queries = sum(1 for o in spec.outputs if not runs_realtime(o)) + 1 + spec.archive.enabled
-    return realtime + queries * min(spec.partitions, per_query)
+    return _realtime_tasks(spec) + queries * min(spec.partitions, per_query)
+
+
+def _realtime_tasks(spec: StreamSpec) -> int:
+    return sum(spec.partitions for o in spec.outputs if runs_realtime(o))
 
 
 def resizes_in_place(master: str) -> bool:
@@ -76,7 +81,7 @@ def started_slots(spec: StreamSpec, sized_for: int | None, master: str, clusters
     where it resizes in place, a task per partition for every query at once (whatever its
     bounds, which the owner may move while it runs); else those of its size."""
     if resizes_in_place(master):
-        return _slots(spec, spec.partitions) * clusters
+        return _slots(spec, spec.partitions) + _realtime_tasks(spec) * (clusters - 1)
     return router_slots(spec, sized_for, clusters)
 
 
