@@ -231,10 +231,6 @@ def test_a_local_router_starts_with_a_task_slot_per_partition_for_every_query() 
     assert started_slots(bounded, 1_000, "local[4]") == 8 + 5 * 4
     # A cluster's cores are held while the application runs: those of its size now.
     assert started_slots(spec, 1_000, "spark://127.0.0.1:7077") == 8 + 5 * 1
-    # Reading two fronting clusters: the standby's realtime queries need their own running
-    # tasks during a drain (its micro-batch queries take turns with home's).
-    assert started_slots(spec, 1_000, "local[*]", clusters=2) == 8 + 5 * 4 + 8
-    assert started_slots(spec, 1_000, "spark://127.0.0.1:7077", clusters=2) == 8 + 5 * 1 + 8
 
 
 def test_a_router_refuses_settings_that_make_another_cluster_home(tmp_path) -> None:

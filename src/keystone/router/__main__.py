@@ -54,8 +54,7 @@ def main(argv: list[str] | None = None) -> int:
 
     stop = stop_on_signals()
 
-    clusters = len(settings.fronting_clusters)
-    slots = started_slots(spec, args.sized_for, settings.spark_master, clusters)
+    slots = started_slots(spec, args.sized_for, settings.spark_master)
     spark = spark_session(settings, f"keystone-router-{spec.name}", slots=slots)
     metrics = RouterMetrics(spec.name, home=settings.fronting_clusters[0])
     port = metrics.serve(settings, args.metrics_port)

@@ -65,6 +65,8 @@ from keystone.router.lang.spark import Scope, compile_filter, compile_projection
 from keystone.router.meter import Meter
 from keystone.router.metrics import ProgressListener, RouterMetrics, listen
 from keystone.router.plan import (
+    BACK_TO_BACK,
+    QueryPlan,
     batch_limit,
     query_plan,
     records_per_batch,
@@ -332,12 +334,7 @@ class Router:
             least=batch_limit(spec),
             sized_for=sized_for,
             follow_size=resizes,
-            realtime=[
-                query_key(o.name, c)
-                for o in spec.outputs
-                if runs_realtime(o)
-                for c in self.clusters
-            ],
+            realtime=[o.name for o in spec.outputs if runs_realtime(o)],  # home's alone
         )
         self.watch.read()
         self.archive = ArchiveWriter(settings, spec) if spec.archive.enabled else None
@@ -355,9 +352,16 @@ class Router:
             if issubclass(writer_class(o.sink.kind), RecordWriter)
         }
         # Who writes the dead letters of the events read from each cluster.
+        # A standby's are written by its own `_stream@<cluster>` query: its outputs' queries,
+        # in micro-batches, host none (`router.plan.hosts_dead_letters`).
+        every_output = {o.name for o in spec.outputs}
         self.letters = {
             c.name: DeadLetterWriter(
-                settings, spec, partial(self._generation_on, c), self.watch.unreadable, c
+                settings,
+                spec,
+                partial(self._generation_on, c),
+                self.watch.unreadable if c.home else every_output,
+                c,
             )
             for c in self.clusters
         }
@@ -468,6 +472,11 @@ class Router:
             topic=fronting_topic(self.spec.name),
             batch_limit=self.batch_limit,
         )
+        if not cluster.home and plan.real_time:
+            # A standby's queries run in micro-batches back to back, taking turns with home's
+            # for task slots: Real-time Mode would hold a task per partition of its own, which
+            # a router on a cluster has not got spare (its cores are its size's).
+            plan = QueryPlan(plan.starting, self.batch_limit, BACK_TO_BACK, real_time=False)
         starting_at = None if cluster.home else self._standby_start(output)
         bound = self.replay_bound(output, rewind) if rewind is not None else None
         paths = paths_read_by([output])

@@ -45,25 +45,20 @@ def runs_realtime(output: OutputSpec) -> bool:
     return output.delivery.mode == "realtime" and output.sink.kind.realtime
 
 
-def router_slots(spec: StreamSpec, sized_for: int | None = None, clusters: int = 1) -> int:
+def router_slots(spec: StreamSpec, sized_for: int | None = None) -> int:
     """Real-time Mode keeps one task running per topic partition for each realtime query; the
     router needs that many task slots, and for each micro-batch query (the outputs', the dead
     letters', the archive's) as many as its batches need at once at the rate it is sized for
     (one per `EVENTS_PER_TASK`, up to one per partition), so that none waits for a slot while
-    another's batch waits on its sink. Reading `clusters` fronting clusters, each standby's
-    realtime queries need their own running tasks while it is read (a switch's drain); its
-    micro-batch queries take turns with home's."""
-    per_query = math.ceil(sized(spec, sized_for) / EVENTS_PER_TASK)
-    return _slots(spec, per_query) + _realtime_tasks(spec) * (clusters - 1)
+    another's batch waits on its sink. A standby fronting cluster's queries run in micro-batches
+    (`router.job.Router.start_output`) and take turns with these."""
+    return _slots(spec, math.ceil(sized(spec, sized_for) / EVENTS_PER_TASK))
 
 
 def _slots(spec: StreamSpec, per_query: int) -> int:
+    realtime = sum(spec.partitions for o in spec.outputs if runs_realtime(o))
     queries = sum(1 for o in spec.outputs if not runs_realtime(o)) + 1 + spec.archive.enabled
-    return _realtime_tasks(spec) + queries * min(spec.partitions, per_query)
-
-
-def _realtime_tasks(spec: StreamSpec) -> int:
-    return sum(spec.partitions for o in spec.outputs if runs_realtime(o))
+    return realtime + queries * min(spec.partitions, per_query)
 
 
 def resizes_in_place(master: str) -> bool:
@@ -76,13 +71,13 @@ def resizes_in_place(master: str) -> bool:
     return master.startswith("local")
 
 
-def started_slots(spec: StreamSpec, sized_for: int | None, master: str, clusters: int = 1) -> int:
-    """The task slots a router starts with on `master`, reading `clusters` fronting clusters:
-    where it resizes in place, a task per partition for every query at once (whatever its
-    bounds, which the owner may move while it runs); else those of its size."""
+def started_slots(spec: StreamSpec, sized_for: int | None, master: str) -> int:
+    """The task slots a router starts with on `master`: where it resizes in place, a task per
+    partition for every query at once (whatever its bounds, which the owner may move while it
+    runs); else those of its size."""
     if resizes_in_place(master):
-        return _slots(spec, spec.partitions) + _realtime_tasks(spec) * (clusters - 1)
-    return router_slots(spec, sized_for, clusters)
+        return _slots(spec, spec.partitions)
+    return router_slots(spec, sized_for)
 
 
 def batch_limit(spec: StreamSpec, sized_for: int | None = None) -> int:
