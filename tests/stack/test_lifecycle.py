@@ -10,7 +10,9 @@ import uuid
 
 import pytest
 
-from keystone.contracts.processes import PidFile
+from keystone.contracts.processes import PidFile, spawn
+from keystone.contracts.settings import Settings
+from keystone.stack import lifecycle
 from tests.support.kafka import consume_all, produce
 from tests.support.processes import alive, groups_alive, processes_mentioning, this_runs_own
 from tests.support.stack import Stack, checked, private_state_dir, stack_env
@@ -133,3 +135,15 @@ def test_a_service_that_fails_to_start_takes_the_ones_started_before_it_down() -
         assert processes_mentioning(str(state_dir)) == {}
     finally:
         shutil.rmtree(state_dir, ignore_errors=True)
+
+
+def test_down_stops_a_service_of_other_settings_whose_pid_file_is_there(tmp_path) -> None:
+    """A fronting cluster (or broker) since removed from the settings: `down` stops it too,
+    or it would keep its ports, and a purge would delete the state it runs on."""
+    settings = Settings(state_dir=tmp_path)
+    pidfile = PidFile(settings.run_dir / "kafka-west.pid")
+    pid = spawn(["sleep", "300"], settings.logs_dir / "kafka-west.log", pidfile, cwd=tmp_path)
+    said: list[tuple[str, str]] = []
+    lifecycle.down(settings, False, lambda what, state: said.append((what, state)))
+    assert pidfile.running_pid() is None and not alive(pid)
+    assert ("kafka-west", "stopped (not of these settings)") in said

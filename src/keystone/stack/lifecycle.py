@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import signal
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -10,11 +11,13 @@ from dataclasses import asdict, dataclass
 from typing import Literal
 
 from keystone.contracts.errors import StackError
-from keystone.contracts.processes import exited, port_in_use, spawn, stop
+from keystone.contracts.processes import PidFile, exited, port_in_use, spawn, stop
 from keystone.contracts.settings import Settings
 from keystone.router import jvm
 from keystone.stack import jars
 from keystone.stack.services import Service, all_services
+
+OTHERS_STOP_SECONDS = 60.0  # a broker's controlled shutdown at most
 
 Health = Literal["healthy", "unhealthy", "stopped"]
 # (service name, what is happening) as `up` goes: "starting", "running", "healthy", "external".
@@ -165,9 +168,16 @@ def _tail(service: Service, lines: int = 15) -> str:
 
 
 def down(settings: Settings, purge: bool, progress: Progress) -> None:
-    """Stops what the stack started (by pid file, in reverse start order); data stays unless
+    """Stops what the stack started (by pid file, in reverse start order), and then any other
+    service whose pid file the state directory holds (one of other settings: a broker or a
+    fronting cluster since removed, which would otherwise hold its ports); data stays unless
     `purge`, which also removes the state directory but keeps the download cache."""
-    _stop([s for s in all_services(settings) if s.embedded], progress)
+    known = [s for s in all_services(settings) if s.embedded]
+    _stop(known, progress)
+    names = {s.name for s in known}
+    for path in sorted(settings.run_dir.glob("*.pid")):
+        if path.stem not in names and stop(PidFile(path), signal.SIGTERM, OTHERS_STOP_SECONDS):
+            progress(path.stem, "stopped (not of these settings)")
     if purge and settings.state_dir.exists():
         for child in settings.state_dir.iterdir():
             if child == settings.cache_dir or child in settings.cache_dir.parents:
