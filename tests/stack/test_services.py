@@ -29,6 +29,7 @@ def test_every_service_is_healthy(stack: Stack) -> None:
         "postgres",
         "metastore",
         "kafka",
+        "kafka-west",  # the suite's second fronting cluster
         "redis",
         "elasticsearch",
         "prometheus",
