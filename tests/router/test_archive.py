@@ -18,7 +18,7 @@ from pyspark.sql import DataFrame, SparkSession
 from keystone.contracts.recovery import ArchiveSpan
 from keystone.contracts.settings import Settings
 from keystone.contracts.spec import load_spec
-from keystone.router.archive import ArchiveWriter, hour_start
+from keystone.router.archive import ArchiveWriter, archive_checkpoint, hour_start
 from tests.support.waiting import eventually
 
 
@@ -142,8 +142,9 @@ def test_a_batch_moves_the_span_back_to_its_oldest_event(
     spec = load_spec({"name": "plays", "owner": "team-a"})
     archive = ArchiveWriter(Settings(state_dir=tmp_path), spec)
     archive.table = Publishing()  # type: ignore[assignment]
-    archive.checkpoint.mkdir(parents=True)
-    (archive.checkpoint / "metadata").write_text('{"id": "q1"}')
+    checkpoint = archive_checkpoint(Settings(state_dir=tmp_path), "plays")  # home's query
+    checkpoint.mkdir(parents=True)
+    (checkpoint / "metadata").write_text('{"id": "q1"}')
     now_ms = int(time.time() * 1000)
     older = now_ms - 7_200_123
 
