@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from tests.support.api import Api
+from tests.support.browser import artifact
 from tests.support.parallel import cluster_stack_down
 from tests.support.stack import Stack, checked, private_state_dir, stack_env
 
@@ -37,6 +39,7 @@ def cluster(request: pytest.FixtureRequest) -> Iterator[Stack]:
     env = stack_env(state_dir, port_offset=12000)
     env.pop("KEYSTONE_SPARK_MASTER")  # the cluster's own master
     handle = Stack(env={**env, **CLUSTER}, state_dir=state_dir)
+    failed = request.session.testsfailed
     try:
         checked(handle.keystone("stack", "up", timeout=900))
         yield handle
@@ -44,6 +47,8 @@ def cluster(request: pytest.FixtureRequest) -> Iterator[Stack]:
         try:  # all of it down, or the suite's stack would start beside what is left
             checked(handle.keystone("stack", "down", "--purge", timeout=600))
         finally:
+            if request.session.testsfailed > failed:  # its services' logs, to see why
+                _keep_logs(state_dir)
             shutil.rmtree(state_dir, ignore_errors=True)
             cluster_stack_down(request.config)
 
@@ -52,3 +57,15 @@ def cluster(request: pytest.FixtureRequest) -> Iterator[Stack]:
 def cluster_admin(cluster: Stack) -> Api:
     token = (cluster.state_dir / "conf" / "control" / "admin-token").read_text().strip()
     return Api(cluster.settings.control_urls[0], token)
+
+
+def _keep_logs(state_dir: Path) -> None:
+    """The cluster stack's logs and its Spark executors' (the routers' tasks log there), as
+    test artifacts: a failure here is seldom seen again on demand."""
+    kept = artifact("cluster-stack-logs")
+    shutil.rmtree(kept, ignore_errors=True)
+    shutil.copytree(state_dir / "logs", kept, dirs_exist_ok=True)
+    for stderr in (state_dir / "data").glob("spark-worker-*/app-*/*/stderr"):
+        target = kept / "executors" / stderr.relative_to(state_dir / "data").parent
+        target.mkdir(parents=True, exist_ok=True)
+        shutil.copy(stderr, target / "stderr")

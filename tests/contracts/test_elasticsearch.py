@@ -5,6 +5,7 @@ HTTPS server whose certificate the settings' CA signed, with the settings' basic
 from __future__ import annotations
 
 import base64
+import json
 import ssl
 import threading
 from collections.abc import Iterator
@@ -16,7 +17,9 @@ import pytest
 
 from keystone.contracts import elasticsearch
 from keystone.contracts.elasticsearch import Connection
+from keystone.contracts.errors import SinkError
 from keystone.contracts.settings import Settings
+from keystone.router.sinks.elasticsearch.readback import search_documents
 from keystone.stack.kafka_security import make_certificates
 
 
@@ -110,3 +113,32 @@ def test_no_client_outside_the_connection_reads_elasticsearchs_url() -> None:
 def test_basic_credentials_over_plain_http_are_refused() -> None:
     with pytest.raises(ValueError, match="give an https URL"):
         Settings(elasticsearch_url="http://search:9200", elasticsearch_username="keystone")
+
+
+def test_an_answer_some_shards_failed_is_refused_not_read_as_documents_missing() -> None:
+    """A search whose shards partly failed answers 200 with fewer hits: read as the sink's
+    contents, an audit would count the rest lost. It raises, saying so."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            shards = {"total": 1, "successful": 0, "failed": 1, "failures": ["breaker"]}
+            body = {"_shards": shards, "hits": {"hits": []}}
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(json.dumps(body).encode())
+
+        def log_message(self, *_: object) -> None:
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        connection = Connection(f"http://127.0.0.1:{server.server_port}")
+        with pytest.raises(SinkError, match="shards failed: \\['breaker'\\]"):
+            search_documents(connection, "plays-search-*")
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -1,7 +1,8 @@
 """Two fronting clusters on the suite's stack (`east`, home, and `west`; switched by command
 only there): one stream's writes moved to west and back by the admin, the proxy following within
 seconds; its router reads both clusters, every event delivered (once where the sink is exact),
-and west's queries held again once they have read what it took; the fronting page and the
+and west's queries held again once they have read what it took; its dashboard marks the
+switches; the fronting page and the
 stream's page say where its writes go, and the admin fails it back there. The automatic
 failover, a whole cluster killed under load: tests/cluster/test_nodes.py."""
 
@@ -12,7 +13,7 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-from playwright.sync_api import expect
+from playwright.sync_api import Browser, Page, expect
 
 from keystone.contracts import fronting, http, kafka_clients
 from keystone.contracts.metrics import CONTROL_FRONTING_SWITCHES, ROUTER_QUERY_UP, ROUTER_UP
@@ -164,6 +165,28 @@ def test_a_streams_writes_move_to_the_standby_and_back_and_each_is_routed(
     control = http.client().get(f"{admin.url}/metrics", timeout=10).text
     assert f'{CONTROL_FRONTING_SWITCHES}{{from="east",reason="command",to="west"}}' in control
 
+    # The stream's live dashboard marks the switches on its charts (the last two: this test's).
+    with chromium() as browser:
+        tab = _signed_in(browser, admin)
+        tab.goto(f"{admin.url}/ui/streams/{STREAM}/dashboard")
+        expect(tab.locator("#charts")).to_have_attribute("data-loaded", "true", timeout=30_000)
+        marks = tab.evaluate(
+            "fetch(location.pathname + '/data').then((r) => r.json()).then((d) => d.switches)"
+        )
+        assert [m["to"] for m in marks[-2:]] == ["west", "east"], marks
+        ingest = tab.locator('figure[data-key="ingest-by-app"]')
+        expect(ingest).to_have_attribute("data-switches", str(len(marks)))
+        tab.screenshot(path=artifact("dashboard-fronting.png"), full_page=True)
+
+
+def _signed_in(browser: Browser, admin: Api) -> Page:
+    tab = browser.new_page(viewport={"width": 1280, "height": 900})
+    tab.set_default_timeout(30_000)
+    tab.goto(f"{admin.url}/ui/login")
+    tab.fill("#token", admin.token or "")
+    tab.click("button[type=submit]")
+    return tab
+
 
 def _query(prometheus: str, expression: str) -> list[float]:
     answer = httpx.get(f"{prometheus}/api/v1/query", params={"query": expression}, timeout=10)
@@ -176,11 +199,7 @@ def test_the_admin_fails_a_stream_back_on_the_fronting_page_and_its_page_says_wh
     admin.ok("POST", "/v1/fronting/switch", {"to": "west", "stream": STREAM})
     ui = f"{admin.url}/ui"
     with chromium() as browser:
-        tab = browser.new_page(viewport={"width": 1280, "height": 900})
-        tab.set_default_timeout(30_000)
-        tab.goto(f"{ui}/login")
-        tab.fill("#token", admin.token)
-        tab.click("button[type=submit]")
+        tab = _signed_in(browser, admin)
         tab.goto(f"{ui}/streams/{STREAM}")
         expect(tab.locator("#fronting")).to_have_attribute("data-cluster", "west")
         expect(tab.locator("#fronting")).to_contain_text("this stream alone")

@@ -1,6 +1,7 @@
 """Rewinds on a stream's dashboards, without the stack: the Grafana model marks each rewind of
 an output (an annotation at the moment it was asked) and charts the replays' remaining events,
-with PromQL that promtool parses; the live page's marks are the rewinds asked in its window."""
+with PromQL that promtool parses; the live page marks the rewinds asked in its window, and the
+switches of fronting cluster that moved the stream's writes."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import pytest
 import yaml
 
 from keystone.contracts import metrics as names
+from keystone.contracts.fronting import Switch
 from keystone.contracts.settings import Settings
 from keystone.dashboards import live
 from keystone.dashboards.grafana import dashboard
@@ -99,3 +101,25 @@ def test_the_live_page_marks_each_rewind_asked_in_its_window(
         {"time": now - 320, "output": "search"},  # one mark, however many steps held it
         {"time": now - 45, "output": "clicks"},
     ]
+
+
+def test_the_live_page_marks_the_switches_that_moved_its_streams_writes() -> None:
+    now = time.time()
+
+    def switch(ago: float, stream: str | None, to: str) -> Switch:
+        return Switch(at=now - ago, stream=stream, was="east", to=to, reason="command")
+
+    log = [
+        switch(3600, None, "west"),  # before the window
+        switch(600, None, "west"),
+        switch(500, "playback", "east"),
+        switch(400, "other", "west"),  # another stream's alone
+        switch(300, None, "east"),
+    ]
+    assert live.switch_marks(log, "playback", 15, 5) == [
+        {"time": now - 600, "to": "west"},
+        {"time": now - 500, "to": "east"},
+        {"time": now - 300, "to": "east"},
+    ]
+    # The fleet's page: the switches of every stream's writes.
+    assert [m["time"] for m in live.switch_marks(log, None, 15, 5)] == [now - 600, now - 300]

@@ -224,30 +224,6 @@ def test_the_exactly_once_benchmark_smoke(stack: Stack) -> None:
     assert len(figures["topics"]) == 3 * 3  # each stream's fronting, dead-letter and output topics
 
 
-@pytest.mark.timeout(600)
-@pytest.mark.parametrize(
-    ("extra", "result", "plans", "fields"),
-    [
-        ([], "router_plan.json", ["router", "hand-written"], 0),
-        # Both options in one run: each smoke is a Spark application's start.
-        (
-            ["--object-fields", "20", "--hygiene"],
-            "router_plan_hygiene.json",
-            ["router", "router, hygiene"],
-            20,
-        ),
-    ],
-    ids=["plain", "object-fields-and-hygiene"],
-)
-def test_the_router_plan_benchmark_smoke(
-    stack: Stack, extra: list[str], result: str, plans: list[str], fields: int
-) -> None:
-    figures = _smoke(stack, "router_plan_bench", result, *extra, timeout=300)
-    assert [r["name"] for r in _measured(figures)] == plans
-    assert figures["object_fields"] == fields
-    assert figures["topics"] == []
-
-
 @pytest.mark.timeout(900)
 def test_the_end_to_end_benchmark_smoke(stack: Stack) -> None:
     figures = _smoke(stack, "e2e_bench", "e2e.json", timeout=840)

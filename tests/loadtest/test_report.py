@@ -5,6 +5,7 @@ duplicates; a rewind-output fault names its output and says what it did."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -141,3 +142,27 @@ def test_the_summary_shows_the_replays(run: Run) -> None:
     clicks = next(line for line in text.splitlines() if "lt.clicks" in line)
     assert [c.strip() for c in clicks.split("│")[7:9]] == ["7", "293"]  # dups, replays
     assert "fault rewind-output: caught_up after 4.7 s" in text
+
+
+def test_a_p99_is_back_once_it_stays_under_its_bound_for_the_rest_of_the_run() -> None:
+    series = [(0.0, 1.0), (5.0, 9.0), (10.0, 30.0), (15.0, 2.0), (20.0, 12.0), (25.0, 1.5)]
+    assert report.back_under(series, 4.0, 2.0) == 21.0  # over at 20, under from 25 on
+    assert report.back_under(series, 4.0, 40.0) == 0.0  # never over
+    assert report.back_under([*series, (30.0, 3.0)], 4.0, 2.0) is None  # still over at the end
+    assert report.back_under(series, 22.0, 2.0) == 0.0  # only what came after the switch
+
+
+def test_a_fronting_switch_reports_when_each_outputs_p99_is_back(
+    run: Run, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lost = Fault.parse("kill-fronting-cluster@10+5", 30)
+    lost.began, lost.switched, lost.ended = 10.0, 14.0, 20.0
+    steady = [(float(t), 0.5) for t in range(0, 10, 5)]
+    slow = [(10.0, 0.8), (15.0, 9.0), (20.0, 4.0), (25.0, 0.9)]
+    sinks = {"times": [], "outputs": {"lt.clicks": {"latency_p99_s": steady + slow}}}
+    monkeypatch.setattr(report, "sink_series", lambda _settings, _run: sinks)
+    figures = write(Settings(), replace(run, faults=[lost]), tmp_path)
+    [effect] = figures["faults"]
+    assert effect["outputs"]["lt.clicks"]["latency_p99_back_s"] == 11.0  # 25 s, 14 s in
+    assert "lt.clicks: " in (markdown := (tmp_path / "report.md").read_text())
+    assert "p99 back 11 s after the switch" in markdown

@@ -156,3 +156,39 @@ def test_a_batch_moves_the_span_back_to_its_oldest_event(
     archive.write_batch(batch(now_ms), 1)  # newer: no move
     assert ArchiveSpan.load(ArchiveSpan.of(tmp_path, "plays")).first == older / 1000
     assert archive.table.published == ["batch-q1-000000000000", "batch-q1-000000000001"]
+
+
+@dataclass
+class CatalogSpark(RecordingSpark):
+    """A metastore holding the archive table with `columns`: answers DESCRIBE and the catalog's
+    column listing, and records the statements."""
+
+    columns: list[str] = field(default_factory=list)
+
+    def sql(self, text: str) -> Any:
+        if text.startswith("DESCRIBE"):
+            self.statements.append(text)
+            location = SimpleNamespace(col_name="Location", data_type="file:/warehouse/t")
+            return SimpleNamespace(collect=lambda: [location])
+        return super().sql(text)
+
+    @property
+    def catalog(self) -> Any:
+        return SimpleNamespace(
+            listColumns=lambda _table: [SimpleNamespace(name=c) for c in self.columns]
+        )
+
+
+def test_an_archive_made_before_the_cluster_column_gains_it_and_a_new_one_is_left_alone(
+    tmp_path: Path,
+) -> None:
+    spec = load_spec({"name": "plays", "owner": "team-a"})
+    archive = ArchiveWriter(Settings(state_dir=tmp_path), spec)
+    before = ["guid", "timestamp", "key", "value", "partition", "offset", "dateint", "hour"]
+    old = CatalogSpark(held=[], columns=before)
+    archive.prepare(old)  # type: ignore[arg-type]
+    table = "`keystone`.`plays__archive`"
+    assert f"ALTER TABLE {table} ADD COLUMNS (cluster STRING)" in old.statements
+    new = CatalogSpark(held=[], columns=[*before, "cluster"])
+    archive.prepare(new)  # type: ignore[arg-type]
+    assert not any(s.startswith("ALTER") for s in new.statements)

@@ -476,6 +476,7 @@ def test_the_archive_keeps_each_record_as_kafka_had_it_and_drops_hours_past_rete
         m.key().decode(): m for m in read_topic(rewound.stack.kafka(), f"keystone.{STREAM}")
     }
     rows = rewound.archive()
+    home = rewound.stack.settings.fronting_clusters[0]
     for row in rows:
         record = fronting[row["guid"]]
         assert json.loads(row["value"]) == rewound.sent[row["guid"]]
@@ -483,6 +484,7 @@ def test_the_archive_keeps_each_record_as_kafka_had_it_and_drops_hours_past_rete
         headers = {h["key"]: h["value"] for h in row["headers"]}
         assert headers == {k: v.decode() for k, v in record.headers()}
         assert (row["partition"], row["offset"]) == (record.partition(), record.offset())
+        assert row["cluster"] == home  # the fronting cluster that took it
         assert row["timestamp"] == int(headers[envelope.TIMESTAMP])
         assert (row["app"], row["host"]) == (APP, headers[envelope.HOST])
         hour = time.gmtime(row["timestamp"] / 1000)

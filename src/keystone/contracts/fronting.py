@@ -112,3 +112,19 @@ class Active(BaseModel):
         cluster = self.cluster if self.cluster in known else names[0]
         streams = {s: c for s, c in self.streams.items() if c in known and c != cluster}
         return self.model_copy(update={"cluster": cluster, "streams": streams})
+
+
+class Switch(BaseModel):
+    """One switch, as the registry's log of them keeps it (`RegistryReader.fronting_log`):
+    when, whose writes (`stream`; None: every stream's without an override), from where to
+    where, and why."""
+
+    at: float
+    stream: str | None
+    was: str
+    to: str
+    reason: str
+
+    def concerns(self, stream: str) -> bool:
+        """Whether it may have moved `stream`'s writes."""
+        return self.stream in (None, stream)

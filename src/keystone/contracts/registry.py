@@ -22,6 +22,7 @@ that WATCHes it knows nobody changed anything between its checks and its write.
     keystone:fronting           the fronting cluster that takes writes, JSON (contracts.fronting
                                 .Active); absent: home for every stream
     keystone:fronting_switches  hash: switches counted by '<from>><to>><reason>'
+    keystone:fronting_log       stream of the latest switches (contracts.fronting.Switch), capped
     keystone:router:<stream>    hash: the fleet's view of the stream's router (RouterState)
     keystone:rewinds:<stream>   hash: per output, its latest rewind (contracts.recovery.Rewind)
     keystone:backfills:<stream> hash: per output, its latest backfill (contracts.recovery.Backfill)
@@ -52,7 +53,7 @@ from redis.backoff import ExponentialWithJitterBackoff
 from redis.retry import Retry
 
 from keystone.contracts.errors import Conflict, InvalidName, NotFound, Unavailable
-from keystone.contracts.fronting import Active
+from keystone.contracts.fronting import Active, Switch
 from keystone.contracts.names import check_stream_name, valid_name
 from keystone.contracts.recovery import Backfill, Operation, Redrive, RestorePoint, Rewind
 from keystone.contracts.settings import Settings
@@ -75,6 +76,8 @@ AUDIT = key("audit")
 # Deleted streams' names and their owners: the topics, tables and indices stay, so the name does.
 FRONTING = key("fronting")
 FRONTING_SWITCHES = key("fronting_switches")
+FRONTING_LOG = key("fronting_log")
+FRONTING_LOG_KEPT = 1000  # switches; a dashboard marks those of its window
 RETIRED = key("retired_streams")
 # Removed owners' names, never given again.
 RETIRED_OWNERS = key("retired_owners")
@@ -304,6 +307,18 @@ class RegistryReader:
             log.error("the fronting record does not read (home takes writes): %s", e)
             return Active(cluster=home)
         return active.within(settings.fronting_clusters)
+
+    def fronting_log(self, since: float) -> list[Switch]:
+        """The switches made since `since` (epoch s), oldest first; an entry that does not read
+        is left out (said in the log)."""
+        entries = self._call(self.redis.xrange, FRONTING_LOG, min=f"{int(since * 1000)}-0")
+        found = []
+        for entry_id, values in entries:
+            try:
+                found.append(Switch.model_validate_json(values[b"switch"]))
+            except (KeyError, ValidationError) as e:
+                log.error("fronting log entry %r does not read: %s", entry_id, e)
+        return found
 
     def fronting_switches(self) -> dict[tuple[str, str, str], int]:
         """Switches so far by (from, to, reason)."""

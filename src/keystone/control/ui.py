@@ -48,7 +48,13 @@ from keystone.control.preview import preview
 from keystone.control.status import stream_status
 from keystone.control.tenancy import SESSION_SECONDS, Caller
 from keystone.dashboards.grafana import dashboard
-from keystone.dashboards.live import panel_data, panel_layout, rewind_marks, stream_alerts
+from keystone.dashboards.live import (
+    panel_data,
+    panel_layout,
+    rewind_marks,
+    stream_alerts,
+    switch_marks,
+)
 from keystone.dashboards.panels import fleet_panels, stream_panels
 from keystone.dashboards.prometheus import PrometheusError, instant
 
@@ -490,7 +496,7 @@ def stream_dashboard_data(
     stream: str, plane: PlaneDep, who: UICaller, minutes: Minutes = 15
 ) -> JSONResponse:
     spec = plane.streams.get(who, stream)
-    return _dashboard_data(plane, stream_panels(spec), {spec.name}, minutes, rewinds=spec.name)
+    return _dashboard_data(plane, stream_panels(spec), {spec.name}, minutes, stream=spec.name)
 
 
 @router.get("/streams/{stream}/dashboard/grafana.json")
@@ -523,15 +529,20 @@ def fleet_dashboard_data(plane: PlaneDep, who: UICaller, minutes: Minutes = 15) 
 
 
 def _dashboard_data(
-    plane: Plane, panels: list, streams: set[str] | None, minutes: int, rewinds: str | None = None
+    plane: Plane, panels: list, streams: set[str] | None, minutes: int, stream: str | None = None
 ) -> JSONResponse:
-    """The charts' data and alerts, and a stream's rewinds to mark on its charts."""
+    """The charts' data and alerts, a stream's rewinds to mark on its charts, and the switches
+    of fronting cluster that moved its writes (the fleet's page: every stream's)."""
+    settings = plane.settings
     try:
-        data = panel_data(plane.settings, panels, minutes)
-        data["alerts"] = stream_alerts(plane.settings, streams)
-        data["rewinds"] = rewind_marks(plane.settings, rewinds, minutes) if rewinds else []
+        data = panel_data(settings, panels, minutes)
+        data["alerts"] = stream_alerts(settings, streams)
+        data["rewinds"] = rewind_marks(settings, stream, minutes) if stream else []
     except PrometheusError as e:
         return JSONResponse({"error": str(e)}, status_code=503)
+    start = time.time() - minutes * 60
+    switches = plane.store.fronting_log(start) if len(settings.fronting_clusters) > 1 else []
+    data["switches"] = switch_marks(switches, stream, minutes, settings.scrape_interval_seconds)
     return JSONResponse(data)
 
 

@@ -1,5 +1,6 @@
 """What the live dashboard pages draw: each panel's series over a window, on one time grid, the
-streams' alerts with their state, and the rewinds to mark, from Prometheus' query API."""
+streams' alerts with their state, and the rewinds to mark, from Prometheus' query API; and the
+switches of fronting cluster to mark, from the registry's log of them."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import re
 from typing import Any
 
 from keystone.contracts import metrics as m
+from keystone.contracts.fronting import Switch
 from keystone.contracts.settings import Settings
 from keystone.dashboards.panels import UNITS, Panel
 from keystone.dashboards.prometheus import alert_rules, range_query, window
@@ -72,6 +74,19 @@ def rewind_marks(settings: Settings, stream: str, minutes: int) -> list[dict[str
             if asked >= start:  # a rewind asked before the window is not drawn
                 marks.add((asked, output))
     return [{"time": asked, "output": output} for asked, output in sorted(marks)]
+
+
+def switch_marks(
+    switches: list[Switch], stream: str | None, minutes: int, scrape_seconds: int
+) -> list[dict[str, Any]]:
+    """The switches of fronting cluster in the window that moved `stream`'s writes (with None,
+    the fleet's page: those of every stream's), oldest first: [{time: epoch s, to}]."""
+    start, _, _ = window(minutes, scrape_seconds)
+    return [
+        {"time": s.at, "to": s.to}
+        for s in switches
+        if s.at >= start and (s.stream is None or (stream is not None and s.concerns(stream)))
+    ]
 
 
 def stream_alerts(settings: Settings, streams: set[str] | None) -> list[dict[str, Any]]:

@@ -80,7 +80,7 @@ def cpu_figures(events: int, routers: CpuMeter, proxy: CpuMeter | None) -> dict[
 
 
 # The settings that shape the embedded stack, beyond one of each (issue 33's cluster stack).
-SHAPE = ("kafka_brokers", "spark_cluster", "spark_workers", "control_replicas")
+SHAPE = ("kafka_brokers", "spark_cluster", "spark_workers", "control_replicas", "fronting_clusters")
 
 
 def stack_shape(settings: Settings) -> str:
@@ -90,7 +90,12 @@ def stack_shape(settings: Settings) -> str:
     changed = [n for n in SHAPE if getattr(settings, n) != fields[n].default]
     if "spark_cluster" not in changed:
         changed = [n for n in changed if n != "spark_workers"]  # no workers in local mode
-    return "".join(f"KEYSTONE_{n.upper()}={getattr(settings, n)} " for n in changed)
+    return "".join(f"KEYSTONE_{n.upper()}={_env_value(getattr(settings, n))} " for n in changed)
+
+
+def _env_value(value: object) -> str:
+    """As the environment gives it: a list comma-separated."""
+    return ",".join(map(str, value)) if isinstance(value, list) else str(value)
 
 
 def markdown(figures: dict, command: str, images: str) -> str:

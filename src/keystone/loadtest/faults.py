@@ -89,6 +89,7 @@ class Fault:
     count: int = 0  # bad-events: how many
     began: float | None = None
     ended: float | None = None
+    switched: float | None = None  # kill-fronting-cluster: when control moved the writes
     notes: list[str] = field(default_factory=list)
 
     kinds: ClassVar[dict[str, tuple[str, float]]] = {
@@ -372,6 +373,7 @@ def kill_fronting_cluster(settings: Settings, stream: str, fault: Fault, started
                 taking = now.streams.get(stream, now.active)
                 if taking != lost:
                     moved = True
+                    fault.switched = time.time() - started
                     fault.notes.append(
                         f"control moved the writes to {taking} {elapsed:.1f} s after"
                     )

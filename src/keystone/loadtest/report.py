@@ -105,6 +105,28 @@ def _number(text: str) -> float | None:
     return value if math.isfinite(value) else None
 
 
+# An output's p99 is "back" after a switch of fronting cluster once its 30 s windows stay at or
+# under twice what they were before the fault (at least a second): a steady state of its own,
+# since objectives hold no latency.
+BACK_FACTOR = 2.0
+BACK_FLOOR_S = 1.0
+
+
+def back_under(
+    points: list[tuple[float, float | None]], since: float, bound: float
+) -> float | None:
+    """Seconds from `since` until the series is at or under `bound` for the rest of the run
+    (0 if it never went over; None if it is still over at its last sample)."""
+    after = [(t, v) for t, v in points if t >= since and v is not None]
+    over = [t for t, v in after if v > bound]
+    if not over:
+        return 0.0
+    if over[-1] == after[-1][0]:
+        return None
+    later = next(t for t, _ in after if t > over[-1])
+    return round(later - since, 1)
+
+
 def fault_effects(run: Run, producers: dict[str, list], sinks: dict[str, Any]) -> list[dict]:
     """For each fault: what ingest did while it lasted, and each output while it lasted and
     for 30 s after (a sink catches up after its fault), against the 30 s before it."""
@@ -130,6 +152,13 @@ def fault_effects(run: Run, producers: dict[str, list], sinks: dict[str, Any]) -
                 "delivered_per_s_during": round(statistics.fmean(now), 1) if now else None,
                 "latency_p99_s_during": round(max(slow), 2) if slow else None,
             }
+            steady = values("latency_p99_s", begin - 30, begin)
+            if fault.switched is not None and steady:
+                outputs[name]["latency_p99_back_s"] = back_under(
+                    data.get("latency_p99_s", []),
+                    fault.switched,
+                    max(BACK_FACTOR * statistics.median(steady), BACK_FLOOR_S),
+                )
         before = [v for v in p99[max(0, begin - 30) : begin] if v is not None]
         during = [v for v in p99[begin:end] if v is not None]
         effects.append(
@@ -366,7 +395,9 @@ def delivery_table(f: dict[str, Any]) -> list[str]:
 def faults_table(f: dict[str, Any]) -> list[str]:
     lines = [
         "Per output: delivered per second in the 30 s before the fault → while it lasted and "
-        "for 30 s after, and the worst delivery p99 (30 s windows) in that time.",
+        "for 30 s after, and the worst delivery p99 (30 s windows) in that time; after a switch "
+        "of fronting cluster, how long until its p99 stayed at or under twice its p99 before "
+        "the fault (at least 1 s).",
         "",
         "| fault | began s | ended s | acked/s before → during | request p99 ms before → "
         "worst | retried | per output: delivered/s before → during; worst p99 | what "
@@ -379,7 +410,7 @@ def faults_table(f: dict[str, Any]) -> list[str]:
             continue
         outputs = "; ".join(
             f"{name}: {v['delivered_per_s_before']} → {v['delivered_per_s_during']}, "
-            f"{_fmt(v['latency_p99_s_during'])} s"
+            f"{_fmt(v['latency_p99_s_during'])} s{_back(v)}"
             for name, v in sorted(e["outputs"].items())
         )
         lines.append(
@@ -389,6 +420,15 @@ def faults_table(f: dict[str, Any]) -> list[str]:
             f"| {e['events_retried_during']:,} | {outputs} | {'; '.join(e['notes'])} |"
         )
     return [*lines, ""]
+
+
+def _back(output: dict[str, Any]) -> str:
+    if "latency_p99_back_s" not in output:
+        return ""
+    back = output["latency_p99_back_s"]
+    if back is None:
+        return ", p99 not back by the end"
+    return f", p99 back {back:g} s after the switch"
 
 
 def _fmt(value: float | None) -> str:

@@ -3,10 +3,11 @@
 that an output can be backfilled from months back rather than from Kafka's days.
 
 A row holds what routing needs to read the event again exactly as it was read live: the
-record's `key`, `value` and `headers` as Kafka had them, with its `partition` and `offset`, and,
-for queries and pruning, the envelope's `guid`, `timestamp` (ingest, epoch ms), `host` and
-`app`. A record with no ingest time in its headers (the router dead-letters it) is archived
-under Kafka's own timestamp for it.
+record's `key`, `value` and `headers` as Kafka had them, with its `partition` and `offset` on
+the fronting `cluster` that took it, and, for queries and pruning, the envelope's `guid`,
+`timestamp` (ingest, epoch ms), `host` and `app`. (Rows archived before the column was added
+read `cluster` null: home's, the only cluster there was.) A record with no ingest time in its
+headers (the router dead-letters it) is archived under Kafka's own timestamp for it.
 
 The router writes it in one more query, `<stream>._archive`, by batch like a Hive output (a
 batch Spark runs again replaces its own files), and drops the hours older than the spec's
@@ -41,13 +42,16 @@ log = logging.getLogger(__name__)
 
 COLUMNS = (
     "guid STRING, `timestamp` BIGINT, host STRING, app STRING, key BINARY, value BINARY, "
-    "headers ARRAY<STRUCT<key: STRING, value: BINARY>>, `partition` INT, `offset` BIGINT"
+    "headers ARRAY<STRUCT<key: STRING, value: BINARY>>, `partition` INT, `offset` BIGINT, "
+    "cluster STRING"
 )
+ADDED = {"cluster": "cluster STRING"}  # columns added since the first archives: added to theirs
 EXPIRE_EVERY = 3600.0  # seconds between two looks for hours past retention
 
 
-def archived(records: DataFrame) -> DataFrame:
-    """The archive's rows (with `dateint` and `hour`) from the Kafka source's records."""
+def archived(records: DataFrame, cluster: str) -> DataFrame:
+    """The archive's rows (with `dateint` and `hour`) from the Kafka source's records on the
+    fronting cluster named `cluster`."""
     meta = first_headers(records.sparkSession, META)
 
     def header(name: str):
@@ -64,6 +68,7 @@ def archived(records: DataFrame) -> DataFrame:
         "headers",
         "partition",
         "offset",
+        F.lit(cluster).alias("cluster"),
     ).select("*", *hour_columns())
 
 
@@ -86,6 +91,9 @@ class ArchiveWriter:
 
     def prepare(self, spark: SparkSession) -> None:
         self.table.create(spark, COLUMNS)
+        held = {c.name for c in spark.catalog.listColumns(self.table.name)}
+        if missing := [ddl for name, ddl in ADDED.items() if name not in held]:
+            spark.sql(f"ALTER TABLE {self.table.name} ADD COLUMNS ({', '.join(missing)})")
         self.expire(spark)
 
     def write_batch(

@@ -586,7 +586,7 @@ class Router:
             cluster=cluster,
         )
         frame = (
-            archived(records)
+            archived(records, cluster.name)
             .observe("read", F.count(F.lit(1)).alias("in"))
             .observe("matched", F.count(F.lit(1)).alias("matched"))
         )

@@ -1,13 +1,13 @@
 """The fronting cluster that takes writes (`contracts.fronting.Active`): one record, changed in
 a registry transaction (its version bumped, so every proxy process reloads it within a second),
-each switch audited and counted."""
+each switch audited, counted and logged (for the dashboards' marks)."""
 
 from __future__ import annotations
 
 import redis
 
-from keystone.contracts.fronting import Active
-from keystone.contracts.registry import FRONTING, FRONTING_SWITCHES
+from keystone.contracts.fronting import Active, Switch
+from keystone.contracts.registry import FRONTING, FRONTING_LOG, FRONTING_LOG_KEPT, FRONTING_SWITCHES
 from keystone.contracts.settings import Settings
 from keystone.control.store.base import Repository, append_audit, audit
 
@@ -44,6 +44,13 @@ class FrontingRecords(Repository):
             tx.multi()
             tx.set(FRONTING, after.model_dump_json())
             tx.hincrby(FRONTING_SWITCHES, f"{current}>{to}>{reason}", 1)
+            logged = Switch(at=now, stream=stream, was=current, to=to, reason=reason)
+            tx.xadd(
+                FRONTING_LOG,
+                {"switch": logged.model_dump_json()},
+                maxlen=FRONTING_LOG_KEPT,
+                approximate=True,
+            )
             detail = {"from": current, "to": to, "reason": reason}
             append_audit(tx, audit(who, "fronting.switch", stream or "*", owner="admin", **detail))
             return before, after

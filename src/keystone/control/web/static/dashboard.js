@@ -1,6 +1,7 @@
 // A live dashboard: each chart drawn with uPlot from the page's data source, every 10 s, and the
 // alerts with their state. Each chart's figure carries data-points: the values it drew, and
-// data-rewinds: the rewinds it marks (a stream's page: dashed lines where its outputs were rewound).
+// data-rewinds: the rewinds it marks (a stream's page: dashed lines where its outputs were rewound),
+// and data-switches: the switches of fronting cluster it marks (where the writes moved).
 "use strict";
 
 const charts = document.getElementById("charts");
@@ -9,6 +10,7 @@ const perStream = charts.dataset.perStream === "true";
 const palette = ["#2457c5", "#12805c", "#c01048", "#b54708", "#7a5af8", "#0e9384", "#dd2590", "#667085"];
 const plots = new Map();
 const rewindColour = "#b54708";
+const switchColour = "#7a5af8";
 
 // A value as people read it: percentages, ms or s, and counts with k and M. Axis ticks leave
 // out a unit of counts (the chart's title says it); the legend keeps it.
@@ -26,14 +28,14 @@ function clock(ts, seconds) {
   return new Date(ts * 1000).toISOString().slice(11, seconds ? 19 : 16);  // HH:MM[:SS], UTC
 }
 
-// A dashed line at each rewind, named by its output, drawn over the chart's series.
-function rewindLines(marks) {
+// A dashed line at each mark (a rewind, named by its output; a switch, by where the writes went),
+// drawn over the chart's series.
+function markLines(marks) {
   return (u) => {
     const ratio = uPlot.pxRatio;
     const {ctx} = u;
     const {top, height} = u.bbox;
     ctx.save();
-    ctx.strokeStyle = ctx.fillStyle = rewindColour;
     ctx.lineWidth = ratio;
     ctx.setLineDash([4 * ratio, 3 * ratio]);
     ctx.font = `${11 * ratio}px system-ui, sans-serif`;
@@ -41,25 +43,31 @@ function rewindLines(marks) {
     ctx.textBaseline = "top";
     for (const mark of marks) {
       const x = Math.round(u.valToPos(mark.time, "x", true));
+      ctx.strokeStyle = ctx.fillStyle = mark.colour;
       ctx.beginPath();
       ctx.moveTo(x, top);
       ctx.lineTo(x, top + height);
       ctx.stroke();
-      ctx.fillText(`rewind ${mark.output}`, x + 4 * ratio, top + 2 * ratio);
+      ctx.fillText(mark.label, x + 4 * ratio, top + 2 * ratio);
     }
     ctx.restore();
   };
 }
 
-function draw(figure, times, panel, rewinds) {
+function draw(figure, times, panel, rewinds, switches) {
   const box = figure.querySelector(".plot");
   const points = panel.series.reduce((n, s) => n + s.values.filter((v) => v !== null).length, 0);
-  // An output's chart marks its own rewinds; the stream's charts every output's.
+  // An output's chart marks its own rewinds; the stream's charts every output's. Every chart
+  // marks the switches.
   const shown = (m) => times.length > 0 && m.time >= times[0] && m.time <= times[times.length - 1];
   const ours = (m) => !panel.key.startsWith("output-") || panel.key === `output-${m.output}`;
-  const marks = rewinds.filter((m) => shown(m) && ours(m));
+  const rewound = rewinds.filter((m) => shown(m) && ours(m))
+    .map((m) => ({time: m.time, label: `rewind ${m.output}`, colour: rewindColour}));
+  const moved = switches.filter(shown)
+    .map((m) => ({time: m.time, label: `writes → ${m.to}`, colour: switchColour}));
   figure.dataset.points = String(points);
-  figure.dataset.rewinds = String(points > 0 ? marks.length : 0);
+  figure.dataset.rewinds = String(points > 0 ? rewound.length : 0);
+  figure.dataset.switches = String(points > 0 ? moved.length : 0);
   figure.querySelector(".empty").hidden = points > 0;
   plots.get(panel.key)?.destroy();
   plots.delete(panel.key);
@@ -79,7 +87,7 @@ function draw(figure, times, panel, rewinds) {
       label: s.name, stroke: palette[i % palette.length], width: 1.5, spanGaps: false,
       value: (u, v) => format(v, unit),
     }))],
-    hooks: {draw: [rewindLines(marks)]},
+    hooks: {draw: [markLines([...rewound, ...moved])]},
   };
   plots.set(panel.key, new uPlot(options, [times, ...panel.series.map((s) => s.values)], box));
 }
@@ -131,7 +139,7 @@ async function refresh() {
   error.hidden = true;
   for (const panel of data.panels) {
     const figure = charts.querySelector(`figure[data-key="${panel.key}"]`);
-    if (figure) draw(figure, data.times, panel, data.rewinds || []);
+    if (figure) draw(figure, data.times, panel, data.rewinds || [], data.switches || []);
   }
   showAlerts(data.alerts);
   document.getElementById("updated").textContent =

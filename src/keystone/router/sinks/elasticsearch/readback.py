@@ -39,8 +39,9 @@ def search_documents(
     """Every document of the indices `pattern` names, refreshed first, through the scroll API:
     (id, source) pairs, the source empty unless asked for. An index the router created a moment
     ago may not be searchable yet (Elasticsearch answers 503 until its shard has started): asked
-    again for `unready_for` seconds. Any other refusal raises with Elasticsearch's answer, never
-    reads as an empty sink (an audit would count every event lost)."""
+    again for `unready_for` seconds. Any other refusal, or an answer some shards failed, raises
+    with Elasticsearch's answer, never reads as an empty sink or a short one (an audit would
+    count events lost)."""
     deadline = time.monotonic() + unready_for
     with connection.client() as es:
         while True:
@@ -58,6 +59,9 @@ def search_documents(
             if answer.status_code != 200:
                 raise SinkError(f"searching {pattern}: {answer.status_code} {answer.text[:500]}")
             page = answer.json()
+            shards = page.get("_shards", {})
+            if shards.get("failed"):  # a partial answer would read as documents missing
+                raise SinkError(f"searching {pattern}: shards failed: {shards.get('failures')}")
             hits = page["hits"]["hits"]
             found.extend((hit["_id"], hit.get("_source", {})) for hit in hits)
             if not hits:
