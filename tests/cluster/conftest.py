@@ -39,16 +39,17 @@ def cluster(request: pytest.FixtureRequest) -> Iterator[Stack]:
     env = stack_env(state_dir, port_offset=12000)
     env.pop("KEYSTONE_SPARK_MASTER")  # the cluster's own master
     handle = Stack(env={**env, **CLUSTER}, state_dir=state_dir)
-    failed = request.session.testsfailed
+    failed, up = request.session.testsfailed, False
     try:
         checked(handle.keystone("stack", "up", timeout=900))
+        up = True
         yield handle
     finally:
         try:  # all of it down, or the suite's stack would start beside what is left
+            if not up or request.session.testsfailed > failed:
+                _keep_logs(state_dir)  # before the purge removes them
             checked(handle.keystone("stack", "down", "--purge", timeout=600))
         finally:
-            if request.session.testsfailed > failed:  # its services' logs, to see why
-                _keep_logs(state_dir)
             shutil.rmtree(state_dir, ignore_errors=True)
             cluster_stack_down(request.config)
 
@@ -63,9 +64,12 @@ def _keep_logs(state_dir: Path) -> None:
     """The cluster stack's logs and its Spark executors' (the routers' tasks log there), as
     test artifacts: a failure here is seldom seen again on demand."""
     kept = artifact("cluster-stack-logs")
-    shutil.rmtree(kept, ignore_errors=True)
-    shutil.copytree(state_dir / "logs", kept, dirs_exist_ok=True)
-    for stderr in (state_dir / "data").glob("spark-worker-*/app-*/*/stderr"):
-        target = kept / "executors" / stderr.relative_to(state_dir / "data").parent
-        target.mkdir(parents=True, exist_ok=True)
-        shutil.copy(stderr, target / "stderr")
+    try:
+        shutil.rmtree(kept, ignore_errors=True)
+        shutil.copytree(state_dir / "logs", kept, dirs_exist_ok=True)
+        for stderr in (state_dir / "data").glob("spark-worker-*/app-*/*/stderr"):
+            target = kept / "executors" / stderr.relative_to(state_dir / "data").parent
+            target.mkdir(parents=True, exist_ok=True)
+            shutil.copy(stderr, target / "stderr")
+    except OSError as e:  # the stack still goes down, and the suite's stack may start
+        print(f"the cluster stack's logs not kept: {e}")

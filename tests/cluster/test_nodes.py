@@ -130,9 +130,10 @@ def test_nodes_and_then_a_whole_fronting_cluster_killed_under_load_lose_no_event
     figures = lossless_load(
         cluster,
         tmp_path,
-        110,
-        *("--fault", "kill-broker:2@8+10", "--fault", "kill-broker@26+10"),
-        *("--fault", "kill-spark-worker:1@44+15", "--fault", "kill-fronting-cluster@64+25"),
+        120,
+        # Apart by more than a restart takes here (a broker's 10 to 20 s, a worker's 20 s).
+        *("--fault", "kill-broker:2@8+10", "--fault", "kill-broker@32+10"),
+        *("--fault", "kill-spark-worker:1@54+15", "--fault", "kill-fronting-cluster@80+25"),
     )
     *nodes, lost = figures["faults"]
     notes = {f["what"]: f["notes"] for f in nodes}

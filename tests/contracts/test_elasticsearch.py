@@ -117,7 +117,8 @@ def test_basic_credentials_over_plain_http_are_refused() -> None:
 
 def test_an_answer_some_shards_failed_is_refused_not_read_as_documents_missing() -> None:
     """A search whose shards partly failed answers 200 with fewer hits: read as the sink's
-    contents, an audit would count the rest lost. It raises, saying so."""
+    contents, an audit would count the rest lost. Asked again for a while (a new index's
+    shard starting), then it raises, saying so."""
 
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
@@ -138,7 +139,7 @@ def test_an_answer_some_shards_failed_is_refused_not_read_as_documents_missing()
     try:
         connection = Connection(f"http://127.0.0.1:{server.server_port}")
         with pytest.raises(SinkError, match="shards failed: \\['breaker'\\]"):
-            search_documents(connection, "plays-search-*")
+            search_documents(connection, "plays-search-*", unready_for=2)
     finally:
         server.shutdown()
         server.server_close()

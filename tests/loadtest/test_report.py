@@ -150,6 +150,7 @@ def test_a_p99_is_back_once_it_stays_under_its_bound_for_the_rest_of_the_run() -
     assert report.back_under(series, 4.0, 40.0) == 0.0  # never over
     assert report.back_under([*series, (30.0, 3.0)], 4.0, 2.0) is None  # still over at the end
     assert report.back_under(series, 22.0, 2.0) == 0.0  # only what came after the switch
+    assert report.back_under(series, 30.0, 2.0) is None  # nothing after it: no figure
 
 
 def test_a_fronting_switch_reports_when_each_outputs_p99_is_back(

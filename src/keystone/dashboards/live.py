@@ -79,13 +79,14 @@ def rewind_marks(settings: Settings, stream: str, minutes: int) -> list[dict[str
 def switch_marks(
     switches: list[Switch], stream: str | None, minutes: int, scrape_seconds: int
 ) -> list[dict[str, Any]]:
-    """The switches of fronting cluster in the window that moved `stream`'s writes (with None,
-    the fleet's page: those of every stream's), oldest first: [{time: epoch s, to}]."""
+    """The switches of fronting cluster in the window that concerned `stream` (its own, and
+    every stream's; with None, the fleet's page: every stream's alone), oldest first:
+    [{time: epoch s, to}]."""
     start, _, _ = window(minutes, scrape_seconds)
     return [
         {"time": s.at, "to": s.to}
         for s in switches
-        if s.at >= start and (s.stream is None or (stream is not None and s.concerns(stream)))
+        if s.at >= start and (s.concerns(stream) if stream is not None else s.stream is None)
     ]
 
 

@@ -87,7 +87,9 @@ def stack_shape(settings: Settings) -> str:
     """The environment that gave the stack its shape, where it is not the default: a run's
     command says what it ran on."""
     fields = Settings.model_fields
-    changed = [n for n in SHAPE if getattr(settings, n) != fields[n].default]
+    changed = [
+        n for n in SHAPE if getattr(settings, n) != fields[n].get_default(call_default_factory=True)
+    ]
     if "spark_cluster" not in changed:
         changed = [n for n in changed if n != "spark_workers"]  # no workers in local mode
     return "".join(f"KEYSTONE_{n.upper()}={_env_value(getattr(settings, n))} " for n in changed)

@@ -116,8 +116,11 @@ def back_under(
     points: list[tuple[float, float | None]], since: float, bound: float
 ) -> float | None:
     """Seconds from `since` until the series is at or under `bound` for the rest of the run
-    (0 if it never went over; None if it is still over at its last sample)."""
+    (0 if it never went over; None if it is still over at its last sample, or has none after
+    `since`)."""
     after = [(t, v) for t, v in points if t >= since and v is not None]
+    if not after:
+        return None
     over = [t for t, v in after if v > bound]
     if not over:
         return 0.0
@@ -153,7 +156,8 @@ def fault_effects(run: Run, producers: dict[str, list], sinks: dict[str, Any]) -
                 "latency_p99_s_during": round(max(slow), 2) if slow else None,
             }
             steady = values("latency_p99_s", begin - 30, begin)
-            if fault.switched is not None and steady:
+            later = values("latency_p99_s", fault.switched or math.inf, math.inf)
+            if fault.switched is not None and steady and later:
                 outputs[name]["latency_p99_back_s"] = back_under(
                     data.get("latency_p99_s", []),
                     fault.switched,

@@ -6,8 +6,9 @@ A row holds what routing needs to read the event again exactly as it was read li
 record's `key`, `value` and `headers` as Kafka had them, with its `partition` and `offset` on
 the fronting `cluster` that took it, and, for queries and pruning, the envelope's `guid`,
 `timestamp` (ingest, epoch ms), `host` and `app`. (Rows archived before the column was added
-read `cluster` null: home's, the only cluster there was.) A record with no ingest time in its
-headers (the router dead-letters it) is archived under Kafka's own timestamp for it.
+read `cluster` null: home's, unless a standby took writes before then.) A record with no ingest
+time in its headers (the router dead-letters it) is archived under Kafka's own timestamp for
+it.
 
 The router writes it in one more query, `<stream>._archive`, by batch like a Hive output (a
 batch Spark runs again replaces its own files), and drops the hours older than the spec's
@@ -88,12 +89,15 @@ class ArchiveWriter:
         self._span_lock = threading.Lock()
         self._expiring = threading.Lock()
         self._archived_meanwhile: float | None = None
+        # Each cluster's archive query prepares the table as it starts, at the same moment.
+        self._preparing = threading.Lock()
 
     def prepare(self, spark: SparkSession) -> None:
-        self.table.create(spark, COLUMNS)
-        held = {c.name for c in spark.catalog.listColumns(self.table.name)}
-        if missing := [ddl for name, ddl in ADDED.items() if name not in held]:
-            spark.sql(f"ALTER TABLE {self.table.name} ADD COLUMNS ({', '.join(missing)})")
+        with self._preparing:
+            self.table.create(spark, COLUMNS)
+            held = {c.name for c in spark.catalog.listColumns(self.table.name)}
+            if missing := [ddl for name, ddl in ADDED.items() if name not in held]:
+                spark.sql(f"ALTER TABLE {self.table.name} ADD COLUMNS ({', '.join(missing)})")
         self.expire(spark)
 
     def write_batch(

@@ -38,12 +38,17 @@ def search_documents(
 ) -> list[tuple[str, dict]]:
     """Every document of the indices `pattern` names, refreshed first, through the scroll API:
     (id, source) pairs, the source empty unless asked for. An index the router created a moment
-    ago may not be searchable yet (Elasticsearch answers 503 until its shard has started): asked
-    again for `unready_for` seconds. Any other refusal, or an answer some shards failed, raises
-    with Elasticsearch's answer, never reads as an empty sink or a short one (an audit would
-    count events lost)."""
+    ago may not be searchable yet (Elasticsearch answers 503, or some shards fail, until its
+    shard has started): asked again for `unready_for` seconds. Any other refusal, or a later
+    page some shards failed, raises with Elasticsearch's answer, never reads as an empty sink
+    or a short one (an audit would count events lost)."""
     deadline = time.monotonic() + unready_for
     with connection.client() as es:
+
+        def close(page: dict) -> None:
+            if "_scroll_id" in page:  # none when no index matched
+                es.request("DELETE", "/_search/scroll", json={"scroll_id": page["_scroll_id"]})
+
         while True:
             es.post(f"/{pattern}/_refresh", params={"ignore_unavailable": "true"})
             answer = es.post(
@@ -51,23 +56,31 @@ def search_documents(
                 params={"scroll": "1m", "ignore_unavailable": "true"},
                 json={"size": _PAGE, "_source": source, "sort": ["_doc"]},
             )
-            if answer.status_code != 503 or time.monotonic() > deadline:
+            partial = answer.status_code == 200 and _failed_shards(answer.json())
+            if (answer.status_code != 503 and not partial) or time.monotonic() > deadline:
                 break
+            if partial:
+                close(answer.json())
             time.sleep(1)
         found: list[tuple[str, dict]] = []
         while True:
             if answer.status_code != 200:
                 raise SinkError(f"searching {pattern}: {answer.status_code} {answer.text[:500]}")
             page = answer.json()
-            shards = page.get("_shards", {})
-            if shards.get("failed"):  # a partial answer would read as documents missing
-                raise SinkError(f"searching {pattern}: shards failed: {shards.get('failures')}")
+            if failures := _failed_shards(page):  # a partial answer would read as missing
+                close(page)
+                raise SinkError(f"searching {pattern}: shards failed: {failures}")
             hits = page["hits"]["hits"]
             found.extend((hit["_id"], hit.get("_source", {})) for hit in hits)
             if not hits:
-                if "_scroll_id" in page:  # none when no index matched
-                    es.request("DELETE", "/_search/scroll", json={"scroll_id": page["_scroll_id"]})
+                close(page)
                 return found
             answer = es.post(
                 "/_search/scroll", json={"scroll": "1m", "scroll_id": page["_scroll_id"]}
             )
+
+
+def _failed_shards(page: dict) -> list | None:
+    """What the shards that failed said, if any did."""
+    shards = page.get("_shards", {})
+    return (shards.get("failures") or ["(no reason given)"]) if shards.get("failed") else None
