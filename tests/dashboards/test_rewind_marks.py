@@ -116,10 +116,11 @@ def test_the_live_page_marks_the_switches_that_moved_its_streams_writes() -> Non
         switch(400, "other", "west"),  # another stream's alone
         switch(300, None, "east"),
     ]
-    assert live.switch_marks(log, "playback", 15, 5) == [
+    start, _, _ = live.window(15, 5)
+    assert live.switch_marks(log, "playback", start) == [
         {"time": now - 600, "to": "west"},
         {"time": now - 500, "to": "east"},
         {"time": now - 300, "to": "east"},
     ]
     # The fleet's page: the switches of every stream's writes.
-    assert [m["time"] for m in live.switch_marks(log, None, 15, 5)] == [now - 600, now - 300]
+    assert [m["time"] for m in live.switch_marks(log, None, start)] == [now - 600, now - 300]

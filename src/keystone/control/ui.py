@@ -560,7 +560,7 @@ def _switches(plane: Plane, stream: str | None, minutes: int) -> list[dict]:
     except KeystoneError as e:
         log.warning("fronting switches not marked: %s", e.message)
         return []
-    return switch_marks(switches, stream, minutes, settings.scrape_interval_seconds)
+    return switch_marks(switches, stream, start)
 
 
 def _projection(text: str) -> list[str]:

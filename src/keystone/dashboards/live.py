@@ -76,13 +76,10 @@ def rewind_marks(settings: Settings, stream: str, minutes: int) -> list[dict[str
     return [{"time": asked, "output": output} for asked, output in sorted(marks)]
 
 
-def switch_marks(
-    switches: list[Switch], stream: str | None, minutes: int, scrape_seconds: int
-) -> list[dict[str, Any]]:
-    """The switches of fronting cluster in the window that concerned `stream` (its own, and
-    every stream's; with None, the fleet's page: every stream's alone), oldest first:
-    [{time: epoch s, to}]."""
-    start, _, _ = window(minutes, scrape_seconds)
+def switch_marks(switches: list[Switch], stream: str | None, start: float) -> list[dict[str, Any]]:
+    """The switches of fronting cluster from `start` (the window's, epoch s) that concerned
+    `stream` (its own, and every stream's; with None, the fleet's page: every stream's alone),
+    oldest first: [{time: epoch s, to}]."""
     return [
         {"time": s.at, "to": s.to}
         for s in switches

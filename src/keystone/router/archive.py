@@ -41,12 +41,15 @@ from keystone.router.source import META, first_headers
 
 log = logging.getLogger(__name__)
 
-COLUMNS = (
-    "guid STRING, `timestamp` BIGINT, host STRING, app STRING, key BINARY, value BINARY, "
-    "headers ARRAY<STRUCT<key: STRING, value: BINARY>>, `partition` INT, `offset` BIGINT, "
-    "cluster STRING"
+# Columns added since the first archives, by name: added to theirs as a router starts.
+ADDED = {"cluster": "cluster STRING"}
+COLUMNS = ", ".join(
+    [
+        "guid STRING, `timestamp` BIGINT, host STRING, app STRING, key BINARY, value BINARY, "
+        "headers ARRAY<STRUCT<key: STRING, value: BINARY>>, `partition` INT, `offset` BIGINT",
+        *ADDED.values(),
+    ]
 )
-ADDED = {"cluster": "cluster STRING"}  # columns added since the first archives: added to theirs
 EXPIRE_EVERY = 3600.0  # seconds between two looks for hours past retention
 
 
