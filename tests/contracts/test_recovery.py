@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
+from keystone.contracts import fronting
 from keystone.contracts.checkpoints import (
     START,
     checkpoint_dir,
@@ -32,6 +33,7 @@ from keystone.contracts.recovery import (
     RestorePoint,
     Rewind,
     RewindPhase,
+    Span,
     check_free,
     thin,
 )
@@ -97,6 +99,7 @@ def test_a_point_is_before_offsets_only_in_every_partition() -> None:
     assert at.before({0: 5, 1: 9}) and at.before({0: 6, 1: 10})
     assert not at.before({0: 4, 1: 100})
     assert RestorePoint.make_id(2, START) == "2-start"
+    assert RestorePoint.make_id(2, 7, "west") == "2-7@west"
 
 
 def test_a_replay_counts_only_what_lies_between_its_start_and_until() -> None:
@@ -107,6 +110,37 @@ def test_a_replay_counts_only_what_lies_between_its_start_and_until() -> None:
     assert not replay.caught_up({0: 110, 1: 69})
     assert replay.caught_up({0: 110, 1: 70})
     assert replay.replaying and not rewind(phase=RewindPhase.CAUGHT_UP).replaying
+
+
+def test_a_rewind_runs_on_each_cluster_it_reaches_with_that_topics_span() -> None:
+    replay = rewind(clusters={"west": Span(start={0: 0, 1: 0}, until={0: 30, 1: 0})})
+    west = replay.on("west")
+    assert west is not None and (west.start, west.until) == ({0: 0, 1: 0}, {0: 30, 1: 0})
+    assert west.id == replay.id and west.generation == replay.generation
+    assert replay.on(None) is replay and replay.on("south") is None  # named since: not rewound
+    assert list(replay.views()) == [None, "west"]
+    east, west_cluster, south = fronting.clusters(Settings(fronting_clusters="east,west,south"))
+    assert replay.at(east) is replay and replay.at(west_cluster) == west
+    assert replay.at(south) is None
+    assert west.replayed({0: 12}) == 12 and not west.caught_up({0: 29})
+    assert (
+        not west.empty
+        and rewind(clusters={"west": Span(start={0: 4}, until={0: 4})}).on("west").empty
+    )  # type: ignore[union-attr]
+
+
+def test_each_clusters_points_are_thinned_apart() -> None:
+    old = DENSE_SECONDS + 10  # all but one of the same five minutes, past the hour
+
+    def west(age: float, batch: int) -> RestorePoint:
+        at = point(age, batch)
+        return at.model_copy(update={"id": f"{at.id}@west", "cluster": "west"})
+
+    east = [point(old + 20, 1), point(old + 10, 2)]
+    wests = [west(old + 15, 1), west(old + 12, 2), west(5, 3)]
+    # Each cluster keeps its newest (east's, though west's is newer), and of each five
+    # minutes its own newest.
+    assert thin([*east, *wests], NOW, keep_seconds=86400) == [wests[0]]
 
 
 def test_a_rewind_record_is_checked_as_it_is_read_back() -> None:

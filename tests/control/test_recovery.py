@@ -16,7 +16,7 @@ from pydantic import SecretStr
 
 from keystone.contracts.checkpoints import checkpoint_dir, generations
 from keystone.contracts.errors import Conflict
-from keystone.contracts.recovery import Backfill, JobPhase, RestorePoint, RewindPhase
+from keystone.contracts.recovery import Backfill, JobPhase, RestorePoint, RewindPhase, Span
 from keystone.contracts.registry import key
 from keystone.contracts.spec import StreamSpec, load_spec
 from keystone.control.recovery import Recovery
@@ -119,6 +119,41 @@ def test_a_rewind_is_caught_up_once_committed_and_the_old_checkpoint_goes(
     assert done.phase is RewindPhase.CAUGHT_UP and done.finished_at == clock.now
     ids = [p.id for p in store.restore_points(spec.name, "search")]
     assert ids[:3] == ["1-1", "1-0", "1-start"]  # the new generation's points follow
+
+
+def test_a_rewind_on_two_fronting_clusters_catches_up_once_both_have(
+    world: tuple[Store, Recovery, Clock, StreamSpec],
+) -> None:
+    store, recovery, clock, spec = world
+    clock.now = time.time()
+    settings = recovery.settings
+    assert settings.fronting_clusters[1] == "west"  # the suite's stack runs two
+    west = a_rewind(
+        start={0: 0, 1: 0},
+        until={0: 50, 1: 50},
+        total=130,
+        clusters={"west": Span(start={0: 0, 1: 0}, until={0: 20, 1: 10})},
+    )
+    store.redis.hset(key("rewinds", spec.name), "search", west.model_dump_json())
+    spark_checkpoint(checkpoint_dir(settings, spec.name, "search@west"), {}, -1, topic=TOPIC)
+    home = checkpoint_dir(settings, spec.name, "search", 1)
+    spark_checkpoint(home, {0: {"0": 50, "1": 50}}, 0, topic=TOPIC)
+    recovery.step(spec)  # home has caught up, west's new generation has not started
+    assert store.rewinds(spec.name)["search"].replaying
+    assert set(generations(settings, spec.name, "search@west")) == {0}
+    there = checkpoint_dir(settings, spec.name, "search@west", 1)
+    spark_checkpoint(there, {0: {"0": 20, "1": 5}, 1: {"0": 20, "1": 10}}, 0, topic=TOPIC)
+    recovery.step(spec)
+    assert store.rewinds(spec.name)["search"].replaying  # west half way: its old one gone
+    assert set(generations(settings, spec.name, "search@west")) == {1}
+    spark_checkpoint_commit(there, 1)
+    recovery.step(spec)
+    assert store.rewinds(spec.name)["search"].phase is RewindPhase.CAUGHT_UP
+    points = store.restore_points(spec.name, "search")
+    assert {p.id for p in points if p.cluster == "west"} == {"1-start@west", "1-0@west", "1-1@west"}
+    assert {p.id for p in points if not p.cluster} == {"1-start", "1-0"}
+    store.recovery.forget(spec.name, "search")  # west's harvest mark goes with the output's
+    assert store.recovery.harvested(spec.name) == {}
 
 
 def spark_checkpoint_commit(path: Path, batch: int) -> None:

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from keystone.contracts.checkpoints import Offsets
-from keystone.contracts.errors import Conflict, Gone, LimitExceeded, Unprocessable
+from keystone.contracts.errors import Conflict, Gone, LimitExceeded, Unavailable, Unprocessable
+from keystone.contracts.fronting import FrontingCluster
 from keystone.contracts.recovery import (
     Backfill,
     JobPhase,
@@ -19,6 +20,7 @@ from keystone.contracts.recovery import (
     Replaced,
     RestorePoint,
     Rewind,
+    Span,
 )
 from keystone.contracts.settings import Settings
 from keystone.contracts.spec import StreamSpec, load_spec
@@ -44,15 +46,16 @@ TEAM = Caller(name="team-a", admin=False)
 
 
 def point(
-    generation: int, batch: int, offsets: Offsets, age: float, query: str = "q0"
+    generation: int, batch: int, offsets: Offsets, age: float, query: str = "q0", cluster: str = ""
 ) -> RestorePoint:
     return RestorePoint(
-        id=RestorePoint.make_id(generation, batch),
+        id=RestorePoint.make_id(generation, batch, cluster),
         time=NOW - age,
         generation=generation,
         batch=batch,
         query=query,
         offsets=offsets,
+        cluster=cluster,
     )
 
 
@@ -98,6 +101,12 @@ class FakePositions:
     earliest: Offsets = field(default_factory=lambda: {0: 0, 1: 0})
     end: Offsets = field(default_factory=lambda: {0: 100, 1: 100})
     first_at: float = NOW - 100
+    others: dict[str, FakePositions] = field(default_factory=dict)  # other fronting clusters'
+
+    def on(self, cluster: FrontingCluster) -> FakePositions:
+        if cluster.name not in self.others:
+            raise Unavailable(f"{cluster.name} is lost", retry_after=5)
+        return self.others[cluster.name]
 
     def extent(self, topic: str) -> Extent:
         return Extent(dict(self.earliest), dict(self.end))
@@ -110,9 +119,11 @@ class FakePositions:
         return self.first_at + min(offsets.values()) if offsets else None
 
 
-def rewinds(tmp_path: Path, store: FakeStore | None = None, **positions: object) -> Rewinds:
+def rewinds(
+    tmp_path: Path, store: FakeStore | None = None, clusters: str = "main", **positions: object
+) -> Rewinds:
     return Rewinds(
-        Settings(state_dir=tmp_path),
+        Settings(state_dir=tmp_path, fronting_clusters=clusters),
         store or FakeStore(),  # type: ignore[arg-type]
         FakeStreams(),  # type: ignore[arg-type]
         FakePositions(**positions),  # type: ignore[arg-type]
@@ -217,3 +228,72 @@ def test_an_output_being_backfilled_is_not_rewound_meanwhile(tmp_path: Path) -> 
         rewinds(tmp_path, store).plan(TEAM, "plays", "clicks", Target(restore_point="0-3"), None)
     store.backfilled["clicks"] = running.model_copy(update={"phase": JobPhase.DONE})
     rewinds(tmp_path, store).plan(TEAM, "plays", "clicks", Target(restore_point="0-3"), None)
+
+
+# West, the standby: its query (w0) first started after east's point 0-3, when a failover
+# gave it writes; it committed twice since.
+WEST_POINTS = [
+    point(0, 1, {0: 25, 1: 20}, age=300, query="w0", cluster="west"),
+    point(0, 0, {0: 10, 1: 5}, age=900, query="w0", cluster="west"),
+    point(0, -1, {0: 0, 1: 0}, age=1000, query="w0", cluster="west"),
+]
+
+
+def two_clusters(tmp_path: Path, **west: object) -> Rewinds:
+    store = FakeStore(points=sorted([*POINTS, *WEST_POINTS], key=lambda p: -p.time))
+    standby = FakePositions(**{"end": {0: 30, 1: 30}, "first_at": NOW - 1000, **west})  # type: ignore[arg-type]
+    return rewinds(tmp_path, store, "east,west", others={"west": standby})
+
+
+def test_a_rewind_replays_every_fronting_cluster_from_the_same_moment(tmp_path: Path) -> None:
+    planner = two_clusters(tmp_path)
+    # A Hive output, to east's 0-3: west's query began after it, so all it wrote is undone.
+    plan = planner.plan(TEAM, "plays", "warehouse", Target(restore_point="0-3"), None)
+    rewind = plan.rewind
+    assert rewind.start == {0: 30, 1: 30}
+    assert rewind.clusters == {"west": Span(start={0: 0, 1: 0}, until={0: 30, 1: 30})}
+    assert (
+        rewind.total == 140 + 60
+        and "200 events of the fronting topic on clusters east, west" in plan.effect
+    )
+    assert Replaced(query="w0", after=-1) in rewind.replaced
+    assert {p.id for p in plan.dropped} == {"1-2", "1-start", *(p.id for p in WEST_POINTS)}
+    assert planner.restore_points(TEAM, "plays", "warehouse") == POINTS  # home's are listed
+    # A Kafka output, to east's 1-2 (60 s ago): west from its own newest point before then.
+    plan = planner.plan(TEAM, "plays", "clicks", Target(restore_point="1-2"), None)
+    assert plan.rewind.clusters["west"].start == {0: 25, 1: 20}
+    assert {p.id for p in plan.dropped} == set()
+    # A Hive output to a moment west has points on both sides of: its batches after it.
+    later = FakeStore(points=[point(1, 4, {0: 95, 1: 85}, age=600, query="q1"), *WEST_POINTS])
+    planner = rewinds(
+        tmp_path, later, "east,west", others={"west": FakePositions(end={0: 30, 1: 30})}
+    )
+    plan = planner.plan(TEAM, "plays", "warehouse", Target(restore_point="1-4"), None)
+    assert plan.rewind.clusters["west"].start == {0: 10, 1: 5}
+    assert Replaced(query="w0", after=0) in plan.rewind.replaced
+    # Rewound again to 0-3, once the first rewind (generation 1) started west's query again
+    # where west began: from there, undoing all that query wrote.
+    again = [
+        point(1, 0, {0: 20, 1: 20}, age=10, query="w1", cluster="west"),
+        point(1, -1, {0: 0, 1: 0}, age=30, query="w1", cluster="west"),
+    ]
+    planner = rewinds(
+        tmp_path,
+        FakeStore(points=[*again, *POINTS[2:]]),
+        "east,west",
+        others={"west": FakePositions(end={0: 30, 1: 30})},
+    )
+    plan = planner.plan(TEAM, "plays", "warehouse", Target(restore_point="0-3"), None)
+    assert plan.rewind.clusters["west"].start == {0: 0, 1: 0}
+    assert Replaced(query="w1", after=-1) in plan.rewind.replaced
+    # A time: the first offset at or after it, on each cluster.
+    when = datetime.fromtimestamp(NOW - 990, UTC)
+    plan = two_clusters(tmp_path).plan(TEAM, "plays", "search", Target(to=when), None)
+    assert plan.rewind.clusters["west"].start == {0: 10, 1: 10}
+
+
+def test_a_rewind_is_refused_while_another_cluster_does_not_answer(tmp_path: Path) -> None:
+    store = FakeStore()
+    planner = rewinds(tmp_path, store, "east,west")  # west: no answer
+    with pytest.raises(Unavailable, match="fronting cluster west did not answer"):
+        planner.plan(TEAM, "plays", "search", Target(restore_point="0-3"), None)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from keystone.contracts.errors import InvalidSpec, KeystoneError, Unavailable
-from keystone.contracts.recovery import Rewind, RewindPhase
+from keystone.contracts.recovery import Rewind, RewindPhase, Span
 from keystone.contracts.registry import RouterState
 from keystone.contracts.settings import Settings
 from keystone.contracts.spec import load_spec
@@ -163,6 +163,14 @@ def test_the_router_follows_rewinds_and_holds_an_output_whose_record_does_not_re
     assert RouterWatch(None, "plays", least=1).ready  # no registry: never rewound, no waiting
 
 
+def test_each_clusters_query_of_an_output_follows_the_rewind_where_it_reaches() -> None:
+    both = rewind(output="search", clusters={"west": Span(start={0: 3}, until={0: 9})})
+    watch = RouterWatch(FakeRegistry(({"search": both}, set())), "plays", least=100)  # type: ignore[arg-type]
+    watch.read()
+    assert watch.plan("search") == watch.plan("search@west") == ((1, True), 100)
+    assert watch.plan("search@south") == (None, 100)  # a cluster it does not reach
+
+
 def test_a_router_that_resizes_in_place_starts_again_only_queries_whose_batches_change() -> None:
     replaying = rewind(output="clicks")
     registry = FakeRegistry(
@@ -187,8 +195,13 @@ def test_a_router_that_resizes_in_place_starts_again_only_queries_whose_batches_
     )
     watch.read()
     assert watch.sized_for == 1_000
-    plans = {q: watch.plan(q) for q in ("clicks", "search", "_stream")}
-    assert plans == {"clicks": (None, None), "search": (None, 100_000), "_stream": (None, 100_000)}
+    plans = {q: watch.plan(q) for q in ("clicks", "clicks@west", "search", "_stream")}
+    assert plans == {
+        "clicks": (None, None),
+        "clicks@west": (None, 100_000),  # a standby's queries run in micro-batches
+        "search": (None, 100_000),
+        "_stream": (None, 100_000),
+    }
     watch.read()
     assert watch.sized_for == 2_000 and {q: watch.plan(q) for q in plans} == plans
     watch.read()

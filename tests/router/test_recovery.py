@@ -2,7 +2,9 @@
 output per sink type to rewind, and one per sink type (but Keystone) to backfill, receives known
 events over three hours of ingest time (stamped by the test); a "bad deploy" (a wrong
 projection, and for the backfilled outputs a wrong filter too) runs during the middle hour and
-is fixed. Each rewound output goes back to its restore point from before the bad deploy; each
+is fixed; half the bad deploy's events are written to the standby fronting cluster (west), as
+in a failover. Each rewound output goes back to its restore point from before the bad deploy,
+on both clusters; each
 backfilled output routes the middle hour again from the stream's archive. Afterwards each sink
 holds exactly what the fixed spec gives, computed independently with the Python evaluator:
 Hive and Elasticsearch each event once, Kafka and Keystone each event with its replayed copy
@@ -24,10 +26,11 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from unittest.mock import ANY
 
 import pytest
 
-from keystone.contracts import envelope
+from keystone.contracts import envelope, fronting, kafka_clients
 from keystone.contracts.elasticsearch import Connection
 from keystone.contracts.processes import PidFile, stop
 from keystone.contracts.recovery import Backfill
@@ -48,6 +51,7 @@ BAD = ["n", "kind as wrong"]  # the bad deploy's projection
 # The backfilled outputs' filters, good or bad: the good one reads `note` too.
 FILTERS = {True: "kind = 'click' or note = 'never'", False: "kind = 'view'"}
 BATCH = 200  # events per phase, each phase an hour of ingest time
+WEST = BATCH // 2  # of the bad deploy's, written to the standby fronting cluster
 UNREADABLE = 4  # the bad hour's views whose `note` the fixed filter cannot read
 HOUR_MS = 3_600_000
 
@@ -90,6 +94,7 @@ class Rewound:
     api: Api
     tables: Tables
     producer: DirectProducer
+    west: DirectProducer  # the standby fronting cluster's
     sent: dict[str, dict] = field(default_factory=dict)  # guid -> event
     before_bad: dict[str, str] = field(default_factory=dict)  # output -> its good restore point
     # The three hours of ingest time the phases are stamped with, the bad deploy's the middle.
@@ -97,16 +102,19 @@ class Rewound:
         default_factory=lambda: (int(time.time() * 1000) // HOUR_MS - 3) * HOUR_MS
     )
     hour_of: dict[str, int] = field(default_factory=dict)  # guid -> its phase's hour (0-2)
+    on_west: set[str] = field(default_factory=set)  # written to the standby fronting cluster
     expired: set[str] = field(default_factory=set)  # ingested past the archive's retention
     unreadable: set[str] = field(default_factory=set)  # their `note` holds a lone surrogate
 
-    def send(self, numbers: range, hour: int) -> None:
+    def send(self, numbers: range, hour: int, west: bool = False) -> None:
         events = [event(n) for n in numbers]
         at = self.first_hour + hour * HOUR_MS + numbers.start  # within the hour
-        guids = self.producer.send(STREAM, events, at=at).guids
+        guids = (self.west if west else self.producer).send(STREAM, events, at=at).guids
         assert len(guids) == len(events)
         self.sent.update(zip(guids, events, strict=True))
         self.hour_of.update(dict.fromkeys(guids, hour))
+        if west:
+            self.on_west.update(guids)
 
     def send_unreadable(self, count: int) -> None:
         """Views of the bad hour whose `note` holds a lone surrogate: read by nothing but the
@@ -248,7 +256,12 @@ def rewound(stack: Stack, admin: Api) -> Iterator[Rewound]:
     team = owner(admin, OWNER)
     team.ok("POST", "/v1/apps", {"name": APP})
     team.ok("POST", "/v1/streams", {"name": TARGET, "owner": OWNER, "partitions": 2})
-    handle = Rewound(stack, team, Tables(stack), DirectProducer(stack.kafka(), APP))
+    west = kafka_clients.librdkafka(
+        fronting.cluster(stack.settings, "west").connect(stack.settings)
+    )
+    handle = Rewound(
+        stack, team, Tables(stack), DirectProducer(stack.kafka(), APP), DirectProducer(west, APP)
+    )
     try:
         team.ok("POST", "/v1/streams", handle.spec(good=True))
         handle.send(range(0, BATCH), hour=0)
@@ -272,7 +285,8 @@ def rewound(stack: Stack, admin: Api) -> Iterator[Rewound]:
             handle.before_bad[output] = point["id"]
         # The bad deploy, its events, and the fix (each a redeploy of the router).
         handle.redeploy(good=False)
-        handle.send(range(BATCH, 2 * BATCH), hour=1)
+        handle.send(range(BATCH, 2 * BATCH - WEST), hour=1)
+        handle.send(range(2 * BATCH - WEST, 2 * BATCH), hour=1, west=True)  # as in a failover
         handle.send_unreadable(UNREADABLE)
 
         def wrong_everywhere() -> bool:
@@ -303,7 +317,10 @@ def test_rewinding_each_output_past_a_bad_deploy_leaves_each_sink_right(
             continue  # from the command line, below
         plan = rewound.rewind(output, restore_point=point, dry_run=True)
         assert plan["state"] == "planned" and plan["restore_point"] == point
-        assert plan["events"] >= 2 * BATCH  # the bad deploy's and the fix's
+        assert plan["events"] >= 2 * BATCH  # the bad deploy's and the fix's, on both clusters
+        # West took writes only after the point: all it holds is replayed.
+        assert plan["clusters"]["west"] == {"start": {"0": 0, "1": 0}, "until": ANY}
+        assert sum(plan["clusters"]["west"]["until"].values()) == WEST
         started[output] = rewound.rewind(output, restore_point=point)["id"]
     # The command line: the restore points newest first, the plan, then the rewind followed
     # by its progress bar until it has caught up.
@@ -358,8 +375,8 @@ def test_rewinding_each_output_past_a_bad_deploy_leaves_each_sink_right(
         detail, point = logged[rewind_id], rewound.point(output, rewound.before_bad[output])
         assert detail["output"] == output and detail["restore_point"] == point["id"]
         assert {int(p): o for p, o in detail["to"].items()} == point["offsets"]
-        # From where it had got to: past the bad deploy's events and the fix's.
-        assert sum(detail["from"].values()) >= sum(point["offsets"].values()) + 2 * BATCH
+        # From where it had got to on home: past the bad deploy's events there and the fix's.
+        assert sum(detail["from"].values()) >= sum(point["offsets"].values()) + 2 * BATCH - WEST
 
 
 def test_a_router_killed_during_a_rewind_loses_nothing(rewound: Rewound) -> None:
@@ -472,19 +489,22 @@ def test_the_archive_keeps_each_record_as_kafka_had_it_and_drops_hours_past_rete
     rewound: Rewound,
 ) -> None:
     eventually("the archive to hold every event", lambda: _archived(rewound), timeout=120)
-    fronting = {
-        m.key().decode(): m for m in read_topic(rewound.stack.kafka(), f"keystone.{STREAM}")
-    }
+    settings = rewound.stack.settings
+    took = {}  # guid -> the fronting cluster that took it, and its record there
+    for cluster in fronting.clusters(settings):
+        connection = kafka_clients.librdkafka(cluster.connect(settings))
+        for m in read_topic(connection, f"keystone.{STREAM}"):
+            took[m.key().decode()] = (cluster.name, m)
+    assert {g for g, (c, _) in took.items() if c == "west"} == rewound.on_west
     rows = rewound.archive()
-    home = rewound.stack.settings.fronting_clusters[0]
     for row in rows:
-        record = fronting[row["guid"]]
+        cluster, record = took[row["guid"]]
         assert json.loads(row["value"]) == rewound.sent[row["guid"]]
         assert row["value"] == record.value().decode() and row["key"] == row["guid"]
         headers = {h["key"]: h["value"] for h in row["headers"]}
         assert headers == {k: v.decode() for k, v in record.headers()}
         assert (row["partition"], row["offset"]) == (record.partition(), record.offset())
-        assert row["cluster"] == home  # the fronting cluster that took it
+        assert row["cluster"] == cluster  # the fronting cluster that took it
         assert row["timestamp"] == int(headers[envelope.TIMESTAMP])
         assert (row["app"], row["host"]) == (APP, headers[envelope.HOST])
         hour = time.gmtime(row["timestamp"] / 1000)

@@ -46,14 +46,13 @@ def watched(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
     resumes: dict[str, dict[int, int] | None] = {"search@west": None, "_stream@west": None}
     monkeypatch.setattr(standby, "watermark_reader", lambda connection: connection)
     monkeypatch.setattr(standby, "read_watermarks", read_watermarks)
-    monkeypatch.setattr(Standby, "_resume", lambda self, path: resumes[path.name])
     registry = Registry("east")
     _, west = fronting.clusters(settings)
     watch = Standby(
         settings,
         "plays",
         [west],
-        lambda cluster: {key: tmp_path / key for key in resumes},
+        lambda cluster: dict(resumes),
         registry,  # type: ignore[arg-type]
     )
     return watch, ends, resumes, registry

@@ -7,7 +7,10 @@ generation and query it belongs to; control collects them from the output's chec
 old ones (`thin`). A **rewind** takes one output back to a position: the router starts the
 output's next checkpoint generation there, replays at a bounded rate until it reaches `until`
 (where the fronting topic ended when the rewind was asked), labels what it writes again to Kafka
-with `ks_replay`, and has a Hive output replace the batches the rewind undoes (`replaced`).
+with `ks_replay`, and has a Hive output replace the batches the rewind undoes (`replaced`). A
+stream read from several fronting clusters is rewound on each, to the same moment: the output's
+query on every other cluster replays its own `Span` of the topic there (`Rewind.on`), and the
+rewind has caught up once each has.
 
 A **backfill** routes a time range of the stream's archive through one output's current spec,
 and a **redrive** sends a stream's dead letters again through its current spec: each is a `Job`,
@@ -28,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from keystone.contracts.checkpoints import Offsets
 from keystone.contracts.errors import Conflict
+from keystone.contracts.fronting import FrontingCluster
 
 DENSE_SECONDS = 3600.0  # every restore point of the last hour is kept
 SPARSE_SECONDS = 300.0  # older ones: the last of every five minutes
@@ -40,18 +44,23 @@ class _Record(BaseModel):
 
 class RestorePoint(_Record):
     id: str = Field(
-        description="'<generation>-<batch>' ('<generation>-start' where it began), stable while "
-        "the point is kept."
+        description="'<generation>-<batch>' ('<generation>-start' where it began; '@<cluster>' "
+        "after it for another fronting cluster's query than home's), stable while the point is "
+        "kept."
     )
     time: float = Field(description="When the output had delivered everything before it.")
     generation: int = Field(ge=0)
     batch: int = Field(ge=-1, description="-1: where the generation started.")
     query: str = Field("", description="The streaming query that committed it.")
     offsets: Offsets
+    cluster: str = Field(
+        "", description="The fronting cluster the query reads, its topic's offsets ('': home)."
+    )
 
     @staticmethod
-    def make_id(generation: int, batch: int) -> str:
-        return f"{generation}-{batch if batch >= 0 else 'start'}"
+    def make_id(generation: int, batch: int, cluster: str = "") -> str:
+        where = f"@{cluster}" if cluster else ""
+        return f"{generation}-{batch if batch >= 0 else 'start'}{where}"
 
     def before(self, offsets: Offsets) -> bool:
         """Whether this point is at or before `offsets` in every partition."""
@@ -127,8 +136,17 @@ class Replaced(_Record):
     after: int = Field(ge=-1)
 
 
+class Span(_Record):
+    """A rewind's replay on a fronting cluster but home: its topic there, from `start` to
+    `until` (where it ended when the rewind was asked)."""
+
+    start: Offsets
+    until: Offsets
+
+
 class Rewind(Operation):
-    """One output's latest rewind; `generation` is the checkpoint generation it started."""
+    """One output's latest rewind; `generation` is the checkpoint generation it started (on
+    every fronting cluster it reaches). `start` and `until` are home's topic's."""
 
     kind = "rewinds"
     prefix = "rw"
@@ -145,11 +163,45 @@ class Rewind(Operation):
     phase: RewindPhase = RewindPhase.REPLAYING
     target: str = Field(description="What was asked: a restore point, a time or offsets.")
     restore_point: str | None = None
-    total: int = Field(ge=0, description="Records of the fronting topic the replay reads.")
+    total: int = Field(
+        ge=0, description="Records of the fronting topic the replay reads (on every cluster)."
+    )
+    clusters: dict[str, Span] = Field(
+        default_factory=dict,
+        description="Its replay on each other fronting cluster, by name: a cluster named in "
+        "settings since is not rewound.",
+    )
 
     @property
     def active(self) -> bool:
         return self.replaying
+
+    def on(self, cluster: str | None) -> Rewind | None:
+        """The rewind as the output's query on `cluster` (None: home) runs it: that topic's
+        start and until; None on a cluster it does not reach."""
+        if cluster is None:
+            return self
+        span = self.clusters.get(cluster)
+        if span is None:
+            return None
+        return self.model_copy(update={"start": span.start, "until": span.until, "clusters": {}})
+
+    def at(self, cluster: FrontingCluster) -> Rewind | None:
+        return self.on(None if cluster.home else cluster.name)
+
+    def views(self) -> dict[str | None, Rewind]:
+        """The rewind on every cluster it reaches, by name (None: home)."""
+        found: dict[str | None, Rewind] = {None: self}
+        for cluster in self.clusters:
+            view = self.on(cluster)
+            assert view is not None, "a cluster it names"
+            found[cluster] = view
+        return found
+
+    @property
+    def empty(self) -> bool:
+        """Nothing to replay (on this view's cluster)."""
+        return all(u <= self.start.get(p, 0) for p, u in self.until.items())
 
     @property
     def replaying(self) -> bool:
@@ -170,22 +222,24 @@ def thin(points: list[RestorePoint], now: float, keep_seconds: float) -> list[Re
     """The points to drop: those older than `keep_seconds`, and of those older than an hour all
     but the newest of each generation in each five minutes; never the newest of all. Every
     generation keeps a point while any is kept from its time: its query's name is how a Hive
-    rewind to before it knows which files to replace."""
+    rewind to before it knows which files to replace. Each fronting cluster's points are thinned
+    apart: a rewind aligns them by time."""
     drop = []
-    newest_in: dict[tuple[int, int], RestorePoint] = {}
-    ordered = sorted(points, key=lambda p: p.time)
-    # The newest is kept whatever its age: an idle output commits nothing new, and is still
-    # exactly there.
-    for point in ordered[:-1]:
-        age = now - point.time
-        if age > keep_seconds:
-            drop.append(point)
-        elif age > DENSE_SECONDS:
-            bucket = (point.generation, int(point.time // SPARSE_SECONDS))
-            earlier = newest_in.get(bucket)
-            if earlier is not None:
-                drop.append(earlier)
-            newest_in[bucket] = point
+    newest_in: dict[tuple[str, int, int], RestorePoint] = {}
+    for cluster in {p.cluster for p in points}:
+        ordered = sorted((p for p in points if p.cluster == cluster), key=lambda p: p.time)
+        # The newest is kept whatever its age: an idle output commits nothing new, and is still
+        # exactly there.
+        for point in ordered[:-1]:
+            age = now - point.time
+            if age > keep_seconds:
+                drop.append(point)
+            elif age > DENSE_SECONDS:
+                bucket = (cluster, point.generation, int(point.time // SPARSE_SECONDS))
+                earlier = newest_in.get(bucket)
+                if earlier is not None:
+                    drop.append(earlier)
+                newest_in[bucket] = point
     return drop
 
 

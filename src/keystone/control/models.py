@@ -30,6 +30,7 @@ from keystone.contracts.recovery import (
     RestorePoint,
     Rewind,
     Selection,
+    Span,
 )
 from keystone.contracts.registry import App, RouterPhase, RouterState
 from keystone.contracts.settings import Settings
@@ -336,7 +337,11 @@ class RewindPublic(OperationPublic):
     committed: dict[int, int] | None = Field(
         None, description="Where the output is (for a plan: where it was)."
     )
-    events: int = Field(description="Events of the fronting topic the replay reads.")
+    clusters: dict[str, Span] = Field(
+        default_factory=dict,
+        description="Where it replays on each other fronting cluster (start and until are home's).",
+    )
+    events: int = Field(description="Events of the fronting topics the replay reads.")
     replayed: int = Field(description="Of those, how many the output has committed.")
     rate: int = Field(description="Events per second the replay reads at most.")
     eta_seconds: float | None = Field(None, description="Until it has caught up, at its pace.")
@@ -384,6 +389,7 @@ def _rewind_fields(stream: str, rewind: Rewind) -> dict[str, Any]:
         "restore_point": rewind.restore_point,
         "start": rewind.start,
         "until": rewind.until,
+        "clusters": rewind.clusters,
         "events": rewind.total,
     }
 

@@ -10,6 +10,7 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 from keystone.contracts import kafka_clients
 from keystone.contracts.checkpoints import Offsets
 from keystone.contracts.errors import Unavailable
+from keystone.contracts.fronting import FrontingCluster
 from keystone.contracts.settings import Settings
 from keystone.router.topics import offsets_at, watermarks
 
@@ -38,6 +39,10 @@ class Positions:
                 "isolation.level": "read_committed",
             }
         )
+
+    def on(self, cluster: FrontingCluster) -> Positions:
+        """Positions in that fronting cluster's topics."""
+        return Positions(cluster.connect(self.settings))
 
     def extent(self, topic: str) -> Extent:
         marks = watermarks(self.settings, topic)

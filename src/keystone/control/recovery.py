@@ -31,6 +31,7 @@ from keystone.contracts.checkpoints import (
     query_id,
     remove_generations,
 )
+from keystone.contracts.fronting import FrontingCluster, clusters, query_key
 from keystone.contracts.names import fronting_topic
 from keystone.contracts.recovery import OPERATIONS, Job, RestorePoint, Rewind, RewindPhase, thin
 from keystone.contracts.settings import Settings
@@ -47,9 +48,17 @@ def generation_of(rewind: Rewind | None) -> int:
     return rewind.generation if rewind is not None else 0
 
 
-def committed(settings: Settings, stream: str, output: str, rewind: Rewind | None) -> Commit | None:
-    """The output's newest committed position, in its current generation."""
-    path = checkpoint_dir(settings, stream, output, generation_of(rewind))
+def committed(
+    settings: Settings,
+    stream: str,
+    output: str,
+    rewind: Rewind | None,
+    cluster: FrontingCluster | None = None,
+) -> Commit | None:
+    """The output's newest committed position on `cluster` (home by default), in the
+    generation its query there runs in."""
+    view = rewind.at(cluster) if rewind is not None and cluster is not None else rewind
+    path = checkpoint_dir(settings, stream, query_key(output, cluster), generation_of(view))
     return latest(path, fronting_topic(stream))
 
 
@@ -75,12 +84,17 @@ class Recovery:
         now = self.clock()
         for output in spec.outputs:
             rewind = rewinds.get(output.name)
-            generation = generation_of(rewind)
-            path = checkpoint_dir(self.settings, spec.name, output.name, generation)
-            added = self._harvest(spec.name, output.name, path, generation, marks, now)
+            added = False
+            for cluster in clusters(self.settings):
+                key = query_key(output.name, cluster)
+                view = rewind.at(cluster) if rewind is not None else None
+                path = checkpoint_dir(self.settings, spec.name, key, generation_of(view))
+                added |= self._harvest(
+                    spec.name, key, cluster, path, generation_of(view), marks, now
+                )
             self._thin(spec, output.name, now, force=added)
             if rewind is not None:
-                self._advance(spec.name, rewind, path, now)
+                self._advance(spec.name, rewind, now)
 
     def forget(self, stream: str, output: str | None = None) -> None:
         for runs in self.jobs:
@@ -94,31 +108,36 @@ class Recovery:
     def _harvest(
         self,
         stream: str,
-        output: str,
+        key: str,
+        cluster: FrontingCluster,
         path: Path,
         generation: int,
         marks: dict[str, tuple[int, int]],
         now: float,
     ) -> bool:
-        mark = marks.get(output)
+        """The restore points the output's query `key` on `cluster` committed since the last
+        collected, added; whether any were."""
+        mark = marks.get(key)
         after = mark[1] if mark is not None and mark[0] == generation else START - 1
         found = commits(path, fronting_topic(stream), after)
         if not found:
             return False
         query = query_id(path) or ""
+        where = "" if cluster.home else cluster.name
         points = [
             RestorePoint(
-                id=RestorePoint.make_id(generation, c.batch),
+                id=RestorePoint.make_id(generation, c.batch, where),
                 time=c.time or now,
                 generation=generation,
                 batch=c.batch,
                 query=query,
                 offsets=c.offsets,
+                cluster=where,
             )
             for c in found
         ]
         return self.store.recovery.add_restore_points(
-            stream, output, points, (generation, found[-1].batch)
+            stream, key, points, (generation, found[-1].batch)
         )
 
     def _thin(self, spec: StreamSpec, output: str, now: float, force: bool) -> None:
@@ -131,23 +150,29 @@ class Recovery:
             spec.name, output, thin(points, now, spec.recovery.keep_seconds)
         )
 
-    def _advance(self, stream: str, rewind: Rewind, path: Path, now: float) -> None:
-        position = latest(path, fronting_topic(stream))
-        if position is not None and position.batch != START:
-            older = [
-                g
-                for g in generations(self.settings, stream, rewind.output)
-                if g < rewind.generation
-            ]
-            if older:
-                log.info("rewind %s committed: deleting checkpoints %s", rewind.id, older)
-                remove_generations(self.settings, stream, rewind.output, below=rewind.generation)
+    def _advance(self, stream: str, rewind: Rewind, now: float) -> None:
+        """The rewind's earlier generations deleted on each cluster once its new one has
+        committed a batch there; caught up once every cluster's query has reached its `until`
+        (a cluster with nothing to replay has, whether or not its query runs)."""
+        caught_up = True
+        for cluster in clusters(self.settings):
+            view = rewind.at(cluster)
+            if view is None:
+                continue  # a cluster named since: not rewound
+            key = query_key(rewind.output, cluster)
+            path = checkpoint_dir(self.settings, stream, key, rewind.generation)
+            position = latest(path, fronting_topic(stream))
+            moved = position is not None and position.batch != START
+            if moved:
+                older = [g for g in generations(self.settings, stream, key) if g < view.generation]
+                if older:
+                    log.info("rewind %s committed on %s: deleting %s", rewind.id, key, older)
+                    remove_generations(self.settings, stream, key, below=view.generation)
+            reached = moved and position is not None and view.caught_up(position.offsets)
+            caught_up = caught_up and (view.empty or reached)
         if not rewind.replaying:
             return
-        done = rewind.total == 0 or (
-            position is not None and position.batch != START and rewind.caught_up(position.offsets)
-        )
-        if done:
+        if rewind.total == 0 or caught_up:
             finished = rewind.model_copy(
                 update={"phase": RewindPhase.CAUGHT_UP, "finished_at": now}
             )

@@ -10,6 +10,13 @@ partition (Kafka's offsets-for-times), or at the offsets given. A Hive output st
 restore point (the newest at or before the asked position) whatever was asked, since its table
 is reset by whole batches: the replay removes the batches committed after that point, hour by
 hour as it reaches them, and writes their events again.
+
+A stream read from several fronting clusters is rewound on each, to the moment asked: home's
+position says when that is (the restore point's time, the time asked, or the first record's at
+the offsets asked), and the output's query on every other cluster replays from its own newest
+restore point at or before that moment (from the first offset at or after it, for a time asked,
+or where it has none). A cluster that does not answer refuses the rewind (503): its events would
+not be replayed.
 """
 
 from __future__ import annotations
@@ -17,22 +24,25 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from keystone.contracts import fronting
 from keystone.contracts.checkpoints import (
+    START,
     Commit,
     Offsets,
     checkpoint_dir,
     generations,
     query_id,
 )
-from keystone.contracts.errors import Gone, KeystoneError, NotFound, Unprocessable
+from keystone.contracts.errors import Gone, KeystoneError, NotFound, Unavailable, Unprocessable
+from keystone.contracts.fronting import FrontingCluster, query_key
 from keystone.contracts.limits import check_replay_rate
 from keystone.contracts.names import fronting_topic
-from keystone.contracts.recovery import Replaced, RestorePoint, Rewind
+from keystone.contracts.recovery import Replaced, RestorePoint, Rewind, Span
 from keystone.contracts.settings import Settings
 from keystone.contracts.sinks import Replay
 from keystone.contracts.spec import OutputSpec, StreamSpec
 from keystone.control.operations import Operations
-from keystone.control.positions import Extent
+from keystone.control.positions import Extent, Positions
 from keystone.control.recovery import committed, generation_of
 from keystone.control.store import Planned
 from keystone.control.tenancy import Caller
@@ -71,8 +81,9 @@ class Rewinds(Operations[Rewind]):
     kind = Rewind
 
     def restore_points(self, caller: Caller, stream: str, output: str) -> list[RestorePoint]:
+        """Home's restore points: those of other clusters are how a rewind aligns them."""
         self.output_of(caller, stream, output)
-        return self.store.restore_points(stream, output)
+        return [p for p in self.store.restore_points(stream, output) if not p.cluster]
 
     def progress(self, caller: Caller, stream: str, output: str) -> Progress:
         """The output's latest rewind and how far its replay has come (404 if it has none)."""
@@ -109,7 +120,8 @@ class Rewinds(Operations[Rewind]):
         check_replay_rate(self.settings, rate)
         topic = fronting_topic(stream)
         extent = self.positions.extent(topic)
-        points = self.store.restore_points(stream, output)  # newest first
+        every = self.store.restore_points(stream, output)  # newest first, every cluster's
+        points = [p for p in every if not p.cluster]
         position = committed(self.settings, stream, output, current)
         point, start, asked = self._start(topic, target, points, extent.end)
         # A partition not given stays where the output is (else at the topic's start); and no
@@ -118,14 +130,22 @@ class Rewinds(Operations[Rewind]):
         for p, earliest in extent.earliest.items():
             start.setdefault(p, delivered.get(p, earliest))
         start = {p: min(o, delivered.get(p, o)) for p, o in start.items()}
-        self._within_retention(topic, target, start, extent, asked)
+        self._within_retention(self.positions, topic, target, start, extent, asked)
         replay = out.sink.kind.replay
         replaced: list[Replaced] = []
         if replay is Replay.RESETTABLE:
             point, replaced = self._reset_from(spec.name, out, point, start, points, current)
             start = {**start, **point.offsets}
-            self._within_retention(topic, target, start, extent, f"restore point {point.id}")
+            self._within_retention(
+                self.positions, topic, target, start, extent, f"restore point {point.id}"
+            )
         until = {p: max(end, start.get(p, 0)) for p, end in extent.end.items()}
+        moment = self._moment(topic, target, point, start)
+        spans: dict[str, Span] = {}
+        for cluster in fronting.clusters(self.settings)[1:]:
+            span, undone = self._span(spec.name, out, cluster, target, moment, every, current)
+            spans[cluster.name] = span
+            replaced += [r for r in undone if r not in replaced]
         # The next generation: past any on disk too (a record lost must not reuse a checkpoint).
         on_disk = max(generations(self.settings, stream, output), default=0)
         rewind = Rewind(
@@ -140,13 +160,14 @@ class Rewinds(Operations[Rewind]):
             by=caller.name,
             target=asked,
             restore_point=point.id if point is not None else None,
-            total=sum(max(0, until[p] - start.get(p, 0)) for p in until),
+            total=_records(start, until) + sum(_records(s.start, s.until) for s in spans.values()),
+            clusters=spans,
         )
         since = point.time if point is not None else None
         if target.to is not None and point is None:
             since = target.to.timestamp()
         period, effect = self._effect(spec, out, rewind, replay, since)
-        dropped = [p for p in points if not keeps(rewind, point, p)]
+        dropped = [p for p in every if not keeps(rewind, point, p)]
         return Plan(
             rewind=rewind,
             position=position,
@@ -158,8 +179,94 @@ class Rewinds(Operations[Rewind]):
             planned=Planned(stream, out, current.id if current is not None else None),
         )
 
+    def _moment(
+        self, topic: str, target: Target, point: RestorePoint | None, start: Offsets
+    ) -> float | None:
+        """When the rewind goes back to (epoch s), as home's start says: the restore point's
+        time, the time asked, or the first record's at the offsets asked (None: there is none,
+        nothing to replay elsewhere)."""
+        if point is not None:
+            return point.time
+        if target.to is not None:
+            return (target.to if target.to.tzinfo else target.to.replace(tzinfo=UTC)).timestamp()
+        return self.positions.first_timestamp(topic, start)
+
+    def _span(
+        self,
+        stream: str,
+        output: OutputSpec,
+        cluster: FrontingCluster,
+        target: Target,
+        moment: float | None,
+        every: list[RestorePoint],
+        current: Rewind | None,
+    ) -> tuple[Span, list[Replaced]]:
+        """The rewind on another fronting cluster than home: from the output's query's newest
+        restore point there at or before `moment` (or its first, made after it), or, for a time
+        asked or where it has none, from the first offset at or after `moment`; a resettable
+        output's batches there that it undoes."""
+        topic = fronting_topic(stream)
+        try:
+            positions = self.positions.on(cluster)
+            extent = positions.extent(topic)
+        except KeystoneError as e:
+            raise Unavailable(
+                f"fronting cluster {cluster.name} did not answer, and a rewind replays every "
+                f"fronting cluster's events: {e.message}",
+                retry_after=30,
+            ) from e
+        position = committed(self.settings, stream, output.name, current, cluster)
+        delivered = position.offsets if position is not None else {}
+        resettable = output.sink.kind.replay is Replay.RESETTABLE
+        mine = [p for p in every if p.cluster == cluster.name]  # newest first
+        point = aligned(mine, moment) if moment is not None else None
+        if moment is None:
+            start: Offsets = {}
+        elif point is not None and (resettable or target.restore_point is not None):
+            start = dict(point.offsets)
+        elif resettable and mine:
+            raise Unprocessable(
+                f"no restore point of {stream}.{output.name} on fronting cluster {cluster.name} "
+                f"at or before {_when(moment)}: a Hive output's replay starts at one there too",
+                earliest=mine[-1].id,
+            )
+        elif resettable:  # its query has committed nothing there: all it holds
+            start = dict(extent.earliest)
+        else:
+            start = positions.at_time(topic, int(moment * 1000))
+        for p, earliest in extent.earliest.items():
+            start.setdefault(p, delivered.get(p, earliest))
+        start = {p: min(o, delivered.get(p, o)) for p, o in start.items()}
+        asked = f"{_when(moment) if moment is not None else 'its position'} on {cluster.name}"
+        self._within_retention(positions, topic, target, start, extent, asked)
+        until = {p: max(end, start.get(p, 0)) for p, end in extent.end.items()}
+        if not resettable:
+            return Span(start=start, until=until), []
+        # The batches its queries there wrote after the point: every one, without a point.
+        view = current.at(cluster) if current is not None else None
+        running = query_id(
+            checkpoint_dir(
+                self.settings, stream, query_key(output.name, cluster), generation_of(view)
+            )
+        )
+        later = {
+            p.query for p in mine if p.query and (point is None or p.generation > point.generation)
+        }
+        if running:
+            later.add(running)
+        replaced = [Replaced(query=point.query, after=point.batch)] if point is not None else []
+        skip = {point.query} if point is not None else set()
+        replaced += [Replaced(query=q, after=-1) for q in sorted(later - skip)]
+        return Span(start=start, until=until), replaced
+
     def _within_retention(
-        self, topic: str, target: Target, start: Offsets, extent: Extent, asked: str
+        self,
+        positions: Positions,
+        topic: str,
+        target: Target,
+        start: Offsets,
+        extent: Extent,
+        asked: str,
     ) -> None:
         """Refuses a start before what the fronting topic still holds, naming the earliest."""
         before = {p: o for p, o in start.items() if o < extent.earliest.get(p, 0)}
@@ -167,16 +274,14 @@ class Rewinds(Operations[Rewind]):
             # Offsets-for-times answers a partition's earliest record for a time before it:
             # a time before the records the topic has dropped is before its retention.
             edge = {p: o for p, o in start.items() if o == extent.earliest.get(p) and o > 0}
-            first = self.positions.first_timestamp(topic, edge) if edge else None
+            first = positions.first_timestamp(topic, edge) if edge else None
             if first is not None and first > target.to.timestamp():
                 before = edge
         if before:
             raise Unprocessable(
                 f"{asked} is before what the fronting topic {topic} still holds (its "
                 "retention): the earliest position is "
-                + _describe(
-                    extent.earliest, self.positions.first_timestamp(topic, extent.earliest)
-                ),
+                + _describe(extent.earliest, positions.first_timestamp(topic, extent.earliest)),
                 earliest=extent.earliest,
             )
 
@@ -255,6 +360,9 @@ class Rewinds(Operations[Rewind]):
         since: float | None,
     ) -> tuple[int | None, str]:
         events = f"{rewind.total:,} events of the fronting topic"
+        if rewind.clusters:
+            names = [fronting.home(self.settings).name, *rewind.clusters]
+            events += f" on clusters {', '.join(names)}"
         if replay is Replay.IDEMPOTENT:
             return None, (
                 f"{events} are routed again; Elasticsearch documents are written again under "
@@ -286,12 +394,26 @@ class Rewinds(Operations[Rewind]):
 
 
 def keeps(rewind: Rewind, point: RestorePoint | None, candidate: RestorePoint) -> bool:
-    """Whether a restore point outlives the rewind: it is at or before the rewind's start (and,
-    for a rewind to a restore point, no later than that point); the others describe a history
-    the rewind undoes."""
-    if not candidate.before(rewind.start):
+    """Whether a restore point outlives the rewind: it is at or before the rewind's start on its
+    cluster (and, for a rewind to a restore point, no later than that point); the others
+    describe a history the rewind undoes. A cluster's the rewind does not reach are kept."""
+    view = rewind.on(candidate.cluster or None)
+    if view is None:
+        return True
+    if not candidate.before(view.start):
         return False
     return point is None or candidate.time <= point.time
+
+
+def aligned(points: list[RestorePoint], moment: float) -> RestorePoint | None:
+    """Of one cluster's restore points (newest first), the newest at or before `moment`; else
+    the oldest, if it is where a query started: none kept is older (the cluster's query first
+    started after the moment, or a rewind to before it started it there), so everything it
+    delivered since is later. Else none: the older ones are past `recovery.keep`."""
+    found = next((p for p in points if p.time <= moment), None)
+    if found is None and points and points[-1].batch == START:
+        return points[-1]
+    return found
 
 
 def progress(settings: Settings, spec: StreamSpec, rewind: Rewind) -> Progress:
@@ -301,9 +423,21 @@ def progress(settings: Settings, spec: StreamSpec, rewind: Rewind) -> Progress:
     assert output is not None, "a rewind of an output the stream has"
     position = committed(settings, spec.name, rewind.output, rewind)
     replayed = rewind.total if not rewind.replaying else 0
-    if rewind.replaying and position is not None:
-        replayed = rewind.replayed(position.offsets)
+    if rewind.replaying:
+        for cluster in fronting.clusters(settings):
+            view = rewind.at(cluster)
+            there = committed(settings, spec.name, rewind.output, rewind, cluster)
+            if view is not None and there is not None:
+                replayed += view.replayed(there.offsets)
     return Progress(rewind, replayed, position, output.sink.kind.replay)
+
+
+def _records(start: Offsets, until: Offsets) -> int:
+    return sum(max(0, end - start.get(p, 0)) for p, end in until.items())
+
+
+def _when(moment: float) -> str:
+    return datetime.fromtimestamp(moment, UTC).isoformat().replace("+00:00", "Z")
 
 
 def _offsets_text(offsets: Offsets) -> str:

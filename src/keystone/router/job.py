@@ -29,7 +29,6 @@ import threading
 import time
 from collections.abc import Callable, Collection
 from functools import partial
-from pathlib import Path
 from typing import TypeVar
 
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -40,12 +39,13 @@ from keystone.contracts.checkpoints import (
     Offsets,
     checkpoint_dir,
     generations,
+    latest,
     planned,
     remove_generations,
     replay_bound_path,
 )
 from keystone.contracts.errors import KeystoneError
-from keystone.contracts.fronting import FrontingCluster, query_key
+from keystone.contracts.fronting import FrontingCluster, query_key, split_key
 from keystone.contracts.fronting import clusters as fronting_clusters
 from keystone.contracts.names import (
     ARCHIVE_QUERY,
@@ -278,12 +278,15 @@ class RouterWatch:
         self._errors.pop(what, None)
         return answer
 
-    def plan(self, name: str) -> tuple[tuple[int, bool] | None, int | None]:
+    def plan(self, key: str) -> tuple[tuple[int, bool] | None, int | None]:
         """What a query runs as (a change starts it again): its rewind's checkpoint generation
-        and whether it replays; and its batch limit, for a query that reads in micro-batches."""
+        and whether it replays (on its cluster); and its batch limit, for a query that reads in
+        micro-batches."""
+        name, cluster = split_key(key)
         rewind = self.rewinds.get(name)
+        rewind = rewind.on(cluster) if rewind is not None else None
         rewound = None if rewind is None else (rewind.generation, rewind.replaying)
-        batched = name not in self.realtime or (rewind is not None and rewind.replaying)
+        batched = key not in self.realtime or (rewind is not None and rewind.replaying)
         return rewound, self.batch_limit if batched else None
 
 
@@ -372,22 +375,31 @@ class Router:
                 log.info("dead letters read from %s: written by %s", cluster, letters.plan.host)
         standby = self.clusters[1:]
         if standby:
-            self.watch.standby = Standby(settings, spec.name, standby, self._checkpoints, registry)
+            self.watch.standby = Standby(settings, spec.name, standby, self._resumes, registry)
         listen(spark, ProgressListener(metrics))
 
-    def _checkpoints(self, cluster: FrontingCluster) -> dict[str, Path]:
-        """The cluster's queries by key, and their checkpoints (a standby's: never rewound)."""
+    def _resumes(self, cluster: FrontingCluster) -> dict[str, Offsets | None]:
+        """The cluster's queries by key, and where each goes on from (None: at the earliest
+        its topic holds): its checkpoint's last commit, else where its rewind starts it."""
+        topic = fronting_topic(self.spec.name)
         letters = self.letters[cluster.name]
-        found = {
-            query_key(o.name, cluster): Route(self.settings, self.spec, o, None, cluster).checkpoint
-            for o in self.spec.outputs
-        }
+        found: dict[str, Offsets | None] = {}
+        for output in self.spec.outputs:
+            rewind = self._rewind_on(output.name, cluster)
+            checkpoint = Route(self.settings, self.spec, output, rewind, cluster).checkpoint
+            commit = latest(checkpoint, topic)
+            start = rewind.start if rewind is not None else None
+            found[query_key(output.name, cluster)] = commit.offsets if commit else start
+        paths = {}
         if letters.plan.host is None:
-            found[letters.key] = letters.writer()
+            paths[letters.key] = letters.writer()
         if self.archive is not None:
-            found[query_key(ARCHIVE_QUERY, cluster)] = archive_checkpoint(
+            paths[query_key(ARCHIVE_QUERY, cluster)] = archive_checkpoint(
                 self.settings, self.spec.name, cluster
             )
+        for key, path in paths.items():
+            commit = latest(path, topic)
+            found[key] = commit.offsets if commit is not None else None
         return found
 
     @property
@@ -445,24 +457,24 @@ class Router:
         began = home / "metadata"
         return int(began.stat().st_mtime * 1000) if began.exists() else self.started_ms
 
-    def _generation_on(self, cluster: FrontingCluster, output: str) -> int:
-        """The checkpoint generation the output's query on `cluster` runs in: a rewind moves
-        home's (a standby's query is never rewound)."""
-        return self._generation(output) if cluster.home else 0
-
-    def _generation(self, output: str) -> int:
-        """The checkpoint generation the output's query runs in now."""
+    def _rewind_on(self, output: str, cluster: FrontingCluster) -> Rewind | None:
+        """The output's latest rewind as its query on `cluster` runs it, if it reaches there."""
         rewind = self.watch.rewinds.get(output)
+        return rewind.at(cluster) if rewind is not None else None
+
+    def _generation_on(self, cluster: FrontingCluster, output: str) -> int:
+        """The checkpoint generation the output's query on `cluster` runs in now."""
+        rewind = self._rewind_on(output, cluster)
         return rewind.generation if rewind is not None else 0
 
     def start_output(
         self, output: OutputSpec, cluster: FrontingCluster | None = None
     ) -> StreamingQuery:
-        """The output's query on `cluster` (home by default). A standby's is never rewound,
-        and first starts where `_standby_start` says."""
+        """The output's query on `cluster` (home by default). A standby's first starts where
+        `_standby_start` says, unless a rewind starts it."""
         cluster = cluster or self.clusters[0]
         meter = self.meters.get(output.name)
-        rewind = self.watch.rewinds.get(output.name) if cluster.home else None
+        rewind = self._rewind_on(output.name, cluster)
         route = Route(self.settings, self.spec, output, rewind, cluster)
         writer = writer_for(route, meter)
         writer.prepare(self.spark)
@@ -477,8 +489,8 @@ class Router:
             # for task slots: Real-time Mode would hold a task per partition of its own, which
             # a router on a cluster has not got spare (its cores are its size's).
             plan = QueryPlan(plan.starting, self.batch_limit, BACK_TO_BACK, real_time=False)
-        starting_at = None if cluster.home else self._standby_start(output)
-        bound = self.replay_bound(output, rewind) if rewind is not None else None
+        starting_at = None if cluster.home or rewind else self._standby_start(output)
+        bound = self.replay_bound(output, rewind, cluster) if rewind is not None else None
         paths = paths_read_by([output])
         letters = self.letters[cluster.name]
         hosts = letters.plan.host == output.name
@@ -511,36 +523,37 @@ class Router:
         writer.attach(stream_writer, lambda outcome: self.metrics.outcome(output.name, outcome))
         return stream_writer.start()
 
-    def replay_bound(self, output: OutputSpec, rewind: Rewind) -> Offsets:
-        """Where the output's earlier generation had got to when the rewind's generation first
-        started: its events are written again (labelled), those after it for the first time.
-        Worked out once, before the generation's query first starts (its predecessor then
-        stopped), and kept beside it. What bounds it is `router.plan.replay_bound`'s to say, from
-        the earlier generation's checkpoint and the topic, read here."""
-        path = replay_bound_path(self.settings, self.spec.name, output.name, rewind.generation)
+    def replay_bound(self, output: OutputSpec, rewind: Rewind, cluster: FrontingCluster) -> Offsets:
+        """Where the output's earlier generation on `cluster` had got to when the rewind's
+        generation first started there (`rewind`: as it runs there): its events are written
+        again (labelled), those after it for the first time. Worked out once, before the
+        generation's query first starts (its predecessor then stopped), and kept beside it.
+        What bounds it is `router.plan.replay_bound`'s to say, from the earlier generation's
+        checkpoint and the topic, read here."""
+        key = query_key(output.name, cluster)
+        path = replay_bound_path(self.settings, self.spec.name, key, rewind.generation)
         try:
             return {int(p): int(o) for p, o in json.loads(path.read_text()).items()}
         except (OSError, ValueError, AttributeError):
             pass  # not worked out yet (a file that does not read is worked out again)
         topic = fronting_topic(self.spec.name)
         earlier = [
-            g
-            for g in generations(self.settings, self.spec.name, output.name)
-            if g < rewind.generation
+            g for g in generations(self.settings, self.spec.name, key) if g < rewind.generation
         ]
-        latest = max(earlier, default=0)  # the generation that ran before, if one did
-        before = checkpoint_dir(self.settings, self.spec.name, output.name, latest)
+        newest = max(earlier, default=0)  # the generation that ran before, if one did
+        before = checkpoint_dir(self.settings, self.spec.name, key, newest)
+        kafka = cluster.connect(self.settings)
         bound = replay_bound(
             output,
             rewind,
             earlier=bool(earlier),
             planned=lambda: planned(before, topic),
-            topic_end=lambda: {p: end for p, (_, end) in watermarks(self.settings, topic).items()},
+            topic_end=lambda: {p: end for p, (_, end) in watermarks(kafka, topic).items()},
         )
         staging = path.with_suffix(".tmp")
         staging.write_text(json.dumps(bound))
         staging.replace(path)
-        log.info("rewind %s of %s replays up to %s", rewind.id, output.name, bound)
+        log.info("rewind %s of %s replays up to %s", rewind.id, key, bound)
         return bound
 
     def _dead_letters_past(self, written: Offsets | None) -> Column:

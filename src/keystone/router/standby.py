@@ -15,11 +15,10 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Collection, Mapping
-from pathlib import Path
 
 from confluent_kafka import Consumer
 
-from keystone.contracts.checkpoints import Offsets, latest
+from keystone.contracts.checkpoints import Offsets
 from keystone.contracts.fronting import FrontingCluster
 from keystone.contracts.names import fronting_topic
 from keystone.contracts.registry import RegistryReader
@@ -51,20 +50,21 @@ class Standby:
         settings: Settings,
         stream: str,
         clusters: list[FrontingCluster],
-        checkpoints: Callable[[FrontingCluster], dict[str, Path]],
+        resumes: Callable[[FrontingCluster], dict[str, Offsets | None]],
         registry: RegistryReader | None,
     ) -> None:
-        """`clusters`: the standby ones (all but home); `checkpoints(cluster)`: its queries'
-        keys and their checkpoints; `registry`: where control says which cluster takes the
-        stream's writes (none: home, always)."""
+        """`clusters`: the standby ones (all but home); `resumes(cluster)`: its queries by
+        key, and where each goes on from (None: the earliest record its topic holds);
+        `registry`: where control says which cluster takes the stream's writes (none: home,
+        always)."""
         self.settings = settings
         self.stream = stream
         self.topic = fronting_topic(stream)
         self.clusters = clusters
-        self.checkpoints = checkpoints
+        self.resumes = resumes
         self.registry = registry
         # Held until looked at: a standby that never took writes has nothing to read.
-        self.idle: frozenset[str] | set[str] = {k for c in clusters for k in checkpoints(c)}
+        self.idle: frozenset[str] | set[str] = {k for c in clusters for k in resumes(c)}
         self.ready = threading.Event()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="standby", daemon=True)
@@ -92,7 +92,7 @@ class Standby:
         """One look at every standby cluster."""
         active = self._active()
         for cluster in self.clusters:
-            keys = self.checkpoints(cluster)
+            keys = self.resumes(cluster)
             if cluster.name == active:
                 self._run_all(cluster, keys, "it takes the stream's writes")
                 continue
@@ -101,8 +101,7 @@ class Standby:
             except Exception as e:  # not reachable: its queries stay as they were
                 self._say(cluster, f"not looked at: {e}")
                 continue
-            resumes = [self._resume(path) for path in keys.values()]
-            if drained(ends, resumes):
+            if drained(ends, keys.values()):
                 if not set(keys) <= self.idle:
                     self._say(cluster, "everything it holds is read: its queries are held")
                 self.idle = self.idle | set(keys)  # swapped whole: read by the supervisor
@@ -115,7 +114,7 @@ class Standby:
             reader = self._readers[cluster.name] = watermark_reader(cluster.connect(self.settings))
         return read_watermarks(reader, self.topic, timeout=CHECK_SECONDS)
 
-    def _run_all(self, cluster: FrontingCluster, keys: Mapping[str, Path], why: str) -> None:
+    def _run_all(self, cluster: FrontingCluster, keys: Collection[str], why: str) -> None:
         if set(keys) & self.idle:
             self._say(cluster, f"its queries run: {why}")
         self.idle = self.idle - set(keys)
@@ -130,10 +129,6 @@ class Standby:
         except Exception as e:
             log.warning("fronting: which cluster takes writes not read (as it was): %s", e)
         return self._last_active
-
-    def _resume(self, checkpoint: Path) -> Offsets | None:
-        commit = latest(checkpoint, self.topic)
-        return commit.offsets if commit is not None else None
 
     def _say(self, cluster: FrontingCluster, what: str) -> None:
         if self._said.get(cluster.name) != what:

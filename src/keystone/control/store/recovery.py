@@ -14,6 +14,7 @@ import redis
 from pydantic import ValidationError
 
 from keystone.contracts.errors import Conflict, NotFound
+from keystone.contracts.fronting import split_key
 from keystone.contracts.names import valid_name
 from keystone.contracts.recovery import (
     OPERATIONS,
@@ -118,7 +119,8 @@ class RecoveryRecords(Repository):
         return self.tx.once([hash_name], write, audit)
 
     def harvested(self, stream: str) -> dict[str, tuple[int, int]]:
-        """Per output, the generation and batch of its last restore point collected."""
+        """Per output's query (`add_restore_points`), the generation and batch of its last
+        restore point collected."""
         raw = self._call(self.redis.hgetall, key("harvested", stream))
         found = {}
         for output, mark in raw.items():
@@ -130,16 +132,19 @@ class RecoveryRecords(Repository):
         return found
 
     def add_restore_points(
-        self, stream: str, output: str, points: list[RestorePoint], mark: tuple[int, int]
+        self, stream: str, query: str, points: list[RestorePoint], mark: tuple[int, int]
     ) -> bool:
-        """Adds the points of generation `mark[0]` (and marks them collected) if that is still
-        the output's generation: points a rewind has just undone are not brought back. Whether
-        they were added."""
+        """Adds the points of an output's query (its key on its fronting cluster,
+        `contracts.fronting.query_key`) in generation `mark[0]`, and marks them collected, if
+        that is still the query's generation: points a rewind has just undone are not brought
+        back. Whether they were added."""
+        output, cluster = split_key(query)
         rewinds, _ = slot(Rewind, stream, output)
 
         def write(tx: redis.client.Pipeline) -> bool:
             now = _record_or_none(Rewind, tx.hget(rewinds, output), output)
-            if (now.generation if now is not None else 0) != mark[0]:
+            view = now.on(cluster) if now is not None else None
+            if (view.generation if view is not None else 0) != mark[0]:
                 return False
             tx.multi()
             if points:
@@ -147,7 +152,7 @@ class RecoveryRecords(Repository):
                     restore_points_key(stream, output),
                     {p.model_dump_json(): p.time for p in points},
                 )
-            tx.hset(key("harvested", stream), output, f"{mark[0]}:{mark[1]}")
+            tx.hset(key("harvested", stream), query, f"{mark[0]}:{mark[1]}")
             return True
 
         return self.tx.once([rewinds], write)
@@ -164,18 +169,21 @@ class RecoveryRecords(Repository):
         """The output's (or every output's) restore points, harvest mark and operations: its
         checkpoints went, so its history did (and a stream's own operations with the stream)."""
         per_output = [k for k in OPERATIONS.values() if k.per_output]
+        marks = key("harvested", stream)
+        queries = [q.decode(errors="replace") for q in self._call(self.redis.hkeys, marks)]
         if output is not None:
             outputs = {output}
         else:
-            hashes = [key("harvested", stream), *(operations_key(k, stream) for k in per_output)]
-            outputs = {
+            hashes = [operations_key(k, stream) for k in per_output]
+            outputs = {split_key(q)[0] for q in queries} | {
                 o.decode(errors="replace") for h in hashes for o in self._call(self.redis.hkeys, h)
             }
         with self.redis.pipeline(transaction=True) as tx:
             for name in outputs:
                 if valid_name(name):
                     tx.delete(restore_points_key(stream, name))
-                tx.hdel(key("harvested", stream), name)
+                for query in [q for q in queries if split_key(q)[0] == name] or [name]:
+                    tx.hdel(marks, query)
                 for kind in per_output:
                     tx.hdel(*slot(kind, stream, name))
             if output is None:
