@@ -30,6 +30,7 @@ from keystone.contracts.recovery import (
     HourDone,
     JobPhase,
     Redrive,
+    Replaced,
     RestorePoint,
     Rewind,
     RewindPhase,
@@ -113,20 +114,27 @@ def test_a_replay_counts_only_what_lies_between_its_start_and_until() -> None:
 
 
 def test_a_rewind_runs_on_each_cluster_it_reaches_with_that_topics_span() -> None:
-    replay = rewind(clusters={"west": Span(start={0: 0, 1: 0}, until={0: 30, 1: 0})})
-    west = replay.on("west")
+    replay = rewind(
+        clusters={"west": Span(start={0: 0, 1: 0}, until={0: 30, 1: 0})},
+        replaced=[Replaced(query="q0", after=3), Replaced(query="w0", after=-1, cluster="west")],
+    )
+    west, home = replay.on("west"), replay.on(None)
     assert west is not None and (west.start, west.until) == ({0: 0, 1: 0}, {0: 30, 1: 0})
     assert west.id == replay.id and west.generation == replay.generation
-    assert replay.on(None) is replay and replay.on("south") is None  # named since: not rewound
-    assert list(replay.views()) == [None, "west"]
+    assert west.replaced == [Replaced(query="w0", after=-1, cluster="west")]  # its own batches
+    assert home is not None and (home.start, home.until) == (replay.start, replay.until)
+    assert home.replaced == [Replaced(query="q0", after=3)]
+    assert replay.on("south") is None  # a cluster named since: not rewound
     east, west_cluster, south = fronting.clusters(Settings(fronting_clusters="east,west,south"))
-    assert replay.at(east) is replay and replay.at(west_cluster) == west
+    assert replay.at(east) == home and replay.at(west_cluster) == west
     assert replay.at(south) is None
     assert west.replayed({0: 12}) == 12 and not west.caught_up({0: 29})
-    assert (
-        not west.empty
-        and rewind(clusters={"west": Span(start={0: 4}, until={0: 4})}).on("west").empty
-    )  # type: ignore[union-attr]
+    assert not west.empty
+    assert rewind(clusters={"west": Span(start={0: 4}, until={0: 4})}).on("west").empty  # type: ignore[union-attr]
+    # Each cluster runs as usual again once its own replay has caught up.
+    home_done = replay.model_copy(update={"caught_up_on": [""]})
+    assert not home_done.on(None).replaying and home_done.on("west").replaying  # type: ignore[union-attr]
+    assert home_done.replaying  # the rewind itself, until every cluster has
 
 
 def test_each_clusters_points_are_thinned_apart() -> None:
@@ -136,11 +144,13 @@ def test_each_clusters_points_are_thinned_apart() -> None:
         at = point(age, batch)
         return at.model_copy(update={"id": f"{at.id}@west", "cluster": "west"})
 
-    east = [point(old + 20, 1), point(old + 10, 2)]
-    wests = [west(old + 15, 1), west(old + 12, 2), west(5, 3)]
+    east = [point(90_000, 0), point(old + 20, 1), point(old + 10, 2)]
+    wests = [west(90_200, 0), west(90_100, 1), west(old + 15, 2), west(old + 12, 3), west(5, 4)]
     # Each cluster keeps its newest (east's, though west's is newer), and of each five
-    # minutes its own newest.
-    assert thin([*east, *wests], NOW, keep_seconds=86400) == [wests[0]]
+    # minutes its own newest; past retention, home keeps none, and a standby its newest: where
+    # it has been since, idle between failovers.
+    dropped = thin([*east, *wests], NOW, keep_seconds=86_400)
+    assert sorted(p.id for p in dropped) == ["0-0", "0-0@west", "0-2@west"]
 
 
 def test_a_rewind_record_is_checked_as_it_is_read_back() -> None:

@@ -139,7 +139,9 @@ def test_a_rewind_on_two_fronting_clusters_catches_up_once_both_have(
     home = checkpoint_dir(settings, spec.name, "search", 1)
     spark_checkpoint(home, {0: {"0": 50, "1": 50}}, 0, topic=TOPIC)
     recovery.step(spec)  # home has caught up, west's new generation has not started
-    assert store.rewinds(spec.name)["search"].replaying
+    halfway = store.rewinds(spec.name)["search"]
+    assert halfway.replaying and halfway.caught_up_on == [""]
+    assert not halfway.on(None).replaying  # type: ignore[union-attr]  # home runs as usual
     assert set(generations(settings, spec.name, "search@west")) == {0}
     there = checkpoint_dir(settings, spec.name, "search@west", 1)
     spark_checkpoint(there, {0: {"0": 20, "1": 5}, 1: {"0": 20, "1": 10}}, 0, topic=TOPIC)

@@ -116,7 +116,8 @@ class FakePositions:
         return {p: max(self.earliest[p], min(offset, self.end[p])) for p in self.end}
 
     def first_timestamp(self, topic: str, offsets: Offsets) -> float | None:
-        return self.first_at + min(offsets.values()) if offsets else None
+        held = [o for p, o in offsets.items() if o < self.end[p]]
+        return self.first_at + min(held) if held else None
 
 
 def rewinds(
@@ -256,7 +257,7 @@ def test_a_rewind_replays_every_fronting_cluster_from_the_same_moment(tmp_path: 
         rewind.total == 140 + 60
         and "200 events of the fronting topic on clusters east, west" in plan.effect
     )
-    assert Replaced(query="w0", after=-1) in rewind.replaced
+    assert Replaced(query="w0", after=-1, cluster="west") in rewind.replaced
     assert {p.id for p in plan.dropped} == {"1-2", "1-start", *(p.id for p in WEST_POINTS)}
     assert planner.restore_points(TEAM, "plays", "warehouse") == POINTS  # home's are listed
     # A Kafka output, to east's 1-2 (60 s ago): west from its own newest point before then.
@@ -270,7 +271,7 @@ def test_a_rewind_replays_every_fronting_cluster_from_the_same_moment(tmp_path: 
     )
     plan = planner.plan(TEAM, "plays", "warehouse", Target(restore_point="1-4"), None)
     assert plan.rewind.clusters["west"].start == {0: 10, 1: 5}
-    assert Replaced(query="w0", after=0) in plan.rewind.replaced
+    assert Replaced(query="w0", after=0, cluster="west") in plan.rewind.replaced
     # Rewound again to 0-3, once the first rewind (generation 1) started west's query again
     # where west began: from there, undoing all that query wrote.
     again = [
@@ -285,7 +286,7 @@ def test_a_rewind_replays_every_fronting_cluster_from_the_same_moment(tmp_path: 
     )
     plan = planner.plan(TEAM, "plays", "warehouse", Target(restore_point="0-3"), None)
     assert plan.rewind.clusters["west"].start == {0: 0, 1: 0}
-    assert Replaced(query="w1", after=-1) in plan.rewind.replaced
+    assert Replaced(query="w1", after=-1, cluster="west") in plan.rewind.replaced
     # A time: the first offset at or after it, on each cluster.
     when = datetime.fromtimestamp(NOW - 990, UTC)
     plan = two_clusters(tmp_path).plan(TEAM, "plays", "search", Target(to=when), None)
@@ -297,3 +298,31 @@ def test_a_rewind_is_refused_while_another_cluster_does_not_answer(tmp_path: Pat
     planner = rewinds(tmp_path, store, "east,west")  # west: no answer
     with pytest.raises(Unavailable, match="fronting cluster west did not answer"):
         planner.plan(TEAM, "plays", "search", Target(restore_point="0-3"), None)
+
+
+def test_another_clusters_moment_holds_past_its_gaps_and_home_at_its_end(tmp_path: Path) -> None:
+    # West's first failover's records are gone (its earliest is 10), and it took writes again
+    # since: a time after the gap is no time before its retention.
+    when = datetime.fromtimestamp(NOW - 995, UTC)
+    plan = two_clusters(tmp_path, earliest={0: 10, 1: 10}).plan(
+        TEAM, "plays", "search", Target(to=when), None
+    )
+    assert plan.rewind.clusters["west"].start == {0: 10, 1: 10}
+    # Offsets at home's end (home idle: west took the writes): the moment is when the output
+    # got there, and west replays from then.
+    idle = FakeStore(points=[point(0, 9, {0: 100, 1: 100}, age=500), *POINTS])
+    planner = rewinds(
+        tmp_path,
+        idle,
+        "east,west",
+        others={"west": FakePositions(end={0: 30, 1: 30}, first_at=NOW - 510)},
+    )
+    plan = planner.plan(TEAM, "plays", "clicks", Target(offsets={0: 100, 1: 100}), None)
+    assert plan.rewind.clusters["west"].start == {0: 10, 1: 10} and plan.rewind.total == 40
+    # A Hive point there that does not name its query is no place to start.
+    nameless = [point(0, 1, {0: 25, 1: 20}, age=1900, query="", cluster="west"), *POINTS]
+    planner = rewinds(
+        tmp_path, FakeStore(points=nameless), "east,west", others={"west": FakePositions()}
+    )
+    with pytest.raises(Unprocessable, match="does not name its query"):
+        planner.plan(TEAM, "plays", "warehouse", Target(restore_point="0-3"), None)

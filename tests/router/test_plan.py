@@ -117,8 +117,8 @@ def never() -> Offsets:
 
 def test_a_first_generation_replays_nothing_and_reads_nothing_to_know_it() -> None:
     at = rewind(start={0: 10, 1: 20})
-    for out in (KAFKA, HIVE):
-        bound = replay_bound(out, at, earlier=False, planned=never, topic_end=never)
+    for realtime in (True, False):
+        bound = replay_bound(at, earlier=False, realtime=realtime, planned=never, topic_end=never)
         assert bound == {0: 10, 1: 20}
 
 
@@ -126,7 +126,7 @@ def test_a_real_time_mode_output_replays_up_to_where_the_topic_ends() -> None:
     # Its running epoch's offsets are not in the checkpoint: the topic's end bounds it.
     at = rewind(start={0: 10, 1: 20})
     ends = {0: 500, 1: 600}
-    bound = replay_bound(KAFKA, at, earlier=True, planned=never, topic_end=lambda: ends)
+    bound = replay_bound(at, earlier=True, realtime=True, planned=never, topic_end=lambda: ends)
     assert bound == ends
 
 
@@ -142,7 +142,8 @@ def test_a_micro_batch_output_replays_up_to_its_earlier_generations_last_planned
     planned: Offsets | None, expected: Offsets
 ) -> None:
     at = rewind(start={0: 10, 1: 20})
-    bound = replay_bound(HIVE, at, earlier=True, planned=lambda: planned, topic_end=never)
+    # A Hive output's query, or a realtime output's on a standby cluster (in micro-batches).
+    bound = replay_bound(at, earlier=True, realtime=False, planned=lambda: planned, topic_end=never)
     assert bound == expected
 
 

@@ -134,6 +134,11 @@ class Replaced(_Record):
 
     query: str
     after: int = Field(ge=-1)
+    cluster: str = Field(
+        "",
+        description="The fronting cluster its query reads ('': home): each cluster's query "
+        "removes its own as its replay reaches them.",
+    )
 
 
 class Span(_Record):
@@ -171,6 +176,11 @@ class Rewind(Operation):
         description="Its replay on each other fronting cluster, by name: a cluster named in "
         "settings since is not rewound.",
     )
+    caught_up_on: list[str] = Field(
+        default_factory=list,
+        description="The clusters whose replay has caught up ('': home), each running as usual "
+        "again; the rewind has caught up (`phase`) once every one it reaches has.",
+    )
 
     @property
     def active(self) -> bool:
@@ -178,25 +188,27 @@ class Rewind(Operation):
 
     def on(self, cluster: str | None) -> Rewind | None:
         """The rewind as the output's query on `cluster` (None: home) runs it: that topic's
-        start and until; None on a cluster it does not reach."""
-        if cluster is None:
-            return self
-        span = self.clusters.get(cluster)
+        start and until, that cluster's batches to replace, replaying until that cluster has
+        caught up; None on a cluster it does not reach."""
+        where = cluster or ""
+        span = Span(start=self.start, until=self.until) if cluster is None else None
+        span = span or self.clusters.get(where)
         if span is None:
             return None
-        return self.model_copy(update={"start": span.start, "until": span.until, "clusters": {}})
+        done = not self.replaying or where in self.caught_up_on
+        return self.model_copy(
+            update={
+                "start": span.start,
+                "until": span.until,
+                "replaced": [r for r in self.replaced if r.cluster == where],
+                "phase": RewindPhase.CAUGHT_UP if done else RewindPhase.REPLAYING,
+                "clusters": {},
+                "caught_up_on": [],
+            }
+        )
 
     def at(self, cluster: FrontingCluster) -> Rewind | None:
         return self.on(None if cluster.home else cluster.name)
-
-    def views(self) -> dict[str | None, Rewind]:
-        """The rewind on every cluster it reaches, by name (None: home)."""
-        found: dict[str | None, Rewind] = {None: self}
-        for cluster in self.clusters:
-            view = self.on(cluster)
-            assert view is not None, "a cluster it names"
-            found[cluster] = view
-        return found
 
     @property
     def empty(self) -> bool:
@@ -229,11 +241,17 @@ def thin(points: list[RestorePoint], now: float, keep_seconds: float) -> list[Re
     for cluster in {p.cluster for p in points}:
         ordered = sorted((p for p in points if p.cluster == cluster), key=lambda p: p.time)
         # The newest is kept whatever its age: an idle output commits nothing new, and is still
-        # exactly there.
+        # exactly there. So is, on another cluster than home, the newest past retention: a
+        # standby idles between failovers, and where it was then is where it is all along.
+        last_past = None
+        if cluster:
+            past = [p for p in ordered[:-1] if now - p.time > keep_seconds]
+            last_past = past[-1] if past else None
         for point in ordered[:-1]:
             age = now - point.time
             if age > keep_seconds:
-                drop.append(point)
+                if point is not last_past:
+                    drop.append(point)
             elif age > DENSE_SECONDS:
                 bucket = (cluster, point.generation, int(point.time // SPARSE_SECONDS))
                 earlier = newest_in.get(bucket)

@@ -151,14 +151,17 @@ class Recovery:
         )
 
     def _advance(self, stream: str, rewind: Rewind, now: float) -> None:
-        """The rewind's earlier generations deleted on each cluster once its new one has
-        committed a batch there; caught up once every cluster's query has reached its `until`
-        (a cluster with nothing to replay has, whether or not its query runs)."""
-        caught_up = True
+        """On each cluster the rewind reaches: its earlier generations deleted once its new one
+        has committed a batch there; caught up there once that query has reached its `until`
+        (nothing to replay: at once), after which it runs as usual again while the others
+        replay; the rewind caught up once every cluster is."""
+        caught_up = list(rewind.caught_up_on)
+        reached = []
         for cluster in clusters(self.settings):
             view = rewind.at(cluster)
             if view is None:
                 continue  # a cluster named since: not rewound
+            reached.append("" if cluster.home else cluster.name)
             key = query_key(rewind.output, cluster)
             path = checkpoint_dir(self.settings, stream, key, rewind.generation)
             position = latest(path, fronting_topic(stream))
@@ -168,13 +171,15 @@ class Recovery:
                 if older:
                     log.info("rewind %s committed on %s: deleting %s", rewind.id, key, older)
                     remove_generations(self.settings, stream, key, below=view.generation)
-            reached = moved and position is not None and view.caught_up(position.offsets)
-            caught_up = caught_up and (view.empty or reached)
-        if not rewind.replaying:
+            if view.replaying and (
+                view.empty or (moved and position is not None and view.caught_up(position.offsets))
+            ):
+                caught_up.append(reached[-1])
+        if not rewind.replaying or caught_up == rewind.caught_up_on:
             return
-        if rewind.total == 0 or caught_up:
-            finished = rewind.model_copy(
-                update={"phase": RewindPhase.CAUGHT_UP, "finished_at": now}
-            )
-            if self.store.recovery.update(stream, finished):
-                log.info("rewind %s of %s.%s caught up", rewind.id, stream, rewind.output)
+        update: dict[str, object] = {"caught_up_on": caught_up}
+        if rewind.total == 0 or set(reached) <= set(caught_up):
+            update |= {"phase": RewindPhase.CAUGHT_UP, "finished_at": now}
+        if self.store.recovery.update(stream, rewind.model_copy(update=update)):
+            where = ", ".join(c or "home" for c in caught_up if c not in rewind.caught_up_on)
+            log.info("rewind %s of %s.%s caught up on %s", rewind.id, stream, rewind.output, where)

@@ -34,7 +34,7 @@ from keystone.contracts.checkpoints import (
     query_id,
 )
 from keystone.contracts.errors import Gone, KeystoneError, NotFound, Unavailable, Unprocessable
-from keystone.contracts.fronting import FrontingCluster, query_key
+from keystone.contracts.fronting import FrontingCluster, query_key, query_keys
 from keystone.contracts.limits import check_replay_rate
 from keystone.contracts.names import fronting_topic
 from keystone.contracts.recovery import Replaced, RestorePoint, Rewind, Span
@@ -140,14 +140,21 @@ class Rewinds(Operations[Rewind]):
                 self.positions, topic, target, start, extent, f"restore point {point.id}"
             )
         until = {p: max(end, start.get(p, 0)) for p, end in extent.end.items()}
-        moment = self._moment(topic, target, point, start)
+        moment = self._moment(topic, target, point, start, points)
         spans: dict[str, Span] = {}
         for cluster in fronting.clusters(self.settings)[1:]:
             span, undone = self._span(spec.name, out, cluster, target, moment, every, current)
             spans[cluster.name] = span
             replaced += [r for r in undone if r not in replaced]
         # The next generation: past any on disk too (a record lost must not reuse a checkpoint).
-        on_disk = max(generations(self.settings, stream, output), default=0)
+        on_disk = max(
+            (
+                g
+                for key in query_keys(self.settings, output)
+                for g in generations(self.settings, stream, key)
+            ),
+            default=0,
+        )
         rewind = Rewind(
             id=Rewind.new_id(),
             output=output,
@@ -180,16 +187,26 @@ class Rewinds(Operations[Rewind]):
         )
 
     def _moment(
-        self, topic: str, target: Target, point: RestorePoint | None, start: Offsets
+        self,
+        topic: str,
+        target: Target,
+        point: RestorePoint | None,
+        start: Offsets,
+        points: list[RestorePoint],
     ) -> float | None:
         """When the rewind goes back to (epoch s), as home's start says: the restore point's
-        time, the time asked, or the first record's at the offsets asked (None: there is none,
-        nothing to replay elsewhere)."""
+        time, the time asked, or for offsets the first record's there, else (home holds none
+        past them: it was idle, a standby took the writes) when the output first got to them
+        (`points`: home's, newest first). None: it never has; nothing is replayed elsewhere."""
         if point is not None:
             return point.time
         if target.to is not None:
             return (target.to if target.to.tzinfo else target.to.replace(tzinfo=UTC)).timestamp()
-        return self.positions.first_timestamp(topic, start)
+        first = self.positions.first_timestamp(topic, start)
+        if first is not None:
+            return first
+        reached = [p for p in points if all(p.offsets.get(q, 0) >= o for q, o in start.items())]
+        return reached[-1].time if reached else None
 
     def _span(
         self,
@@ -223,6 +240,8 @@ class Rewinds(Operations[Rewind]):
         if moment is None:
             start: Offsets = {}
         elif point is not None and (resettable or target.restore_point is not None):
+            if resettable and not point.query:
+                raise Unprocessable(f"restore point {point.id} does not name its query")
             start = dict(point.offsets)
         elif resettable and mine:
             raise Unprocessable(
@@ -238,7 +257,9 @@ class Rewinds(Operations[Rewind]):
             start.setdefault(p, delivered.get(p, earliest))
         start = {p: min(o, delivered.get(p, o)) for p, o in start.items()}
         asked = f"{_when(moment) if moment is not None else 'its position'} on {cluster.name}"
-        self._within_retention(positions, topic, target, start, extent, asked)
+        # Only a start before what it holds is refused: a standby's records come in bursts
+        # (failovers) far apart, so a time before its first record kept is no sign of any lost.
+        self._within_retention(positions, topic, Target(), start, extent, asked)
         until = {p: max(end, start.get(p, 0)) for p, end in extent.end.items()}
         if not resettable:
             return Span(start=start, until=until), []
@@ -254,9 +275,10 @@ class Rewinds(Operations[Rewind]):
         }
         if running:
             later.add(running)
-        replaced = [Replaced(query=point.query, after=point.batch)] if point is not None else []
+        where = cluster.name
+        replaced = [Replaced(query=point.query, after=point.batch, cluster=where)] if point else []
         skip = {point.query} if point is not None else set()
-        replaced += [Replaced(query=q, after=-1) for q in sorted(later - skip)]
+        replaced += [Replaced(query=q, after=-1, cluster=where) for q in sorted(later - skip)]
         return Span(start=start, until=until), replaced
 
     def _within_retention(

@@ -544,9 +544,9 @@ class Router:
         before = checkpoint_dir(self.settings, self.spec.name, key, newest)
         kafka = cluster.connect(self.settings)
         bound = replay_bound(
-            output,
             rewind,
             earlier=bool(earlier),
+            realtime=cluster.home and runs_realtime(output),
             planned=lambda: planned(before, topic),
             topic_end=lambda: {p: end for p, (_, end) in watermarks(kafka, topic).items()},
         )

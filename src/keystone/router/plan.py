@@ -127,19 +127,20 @@ def query_plan(
 
 
 def replay_bound(
-    output: OutputSpec,
     rewind: Rewind,
     *,
     earlier: bool,
+    realtime: bool,
     planned: Callable[[], Offsets | None],
     topic_end: Callable[[], Offsets],
 ) -> Offsets:
     """Where the output's earlier generation had got to, bounding what the rewind writes
     again (`router.job.Router.replay_bound`). `earlier`: whether an earlier generation's
-    checkpoint is there; then, read
-    only when the answer depends on it, `planned`: the end offsets of the newest batch the
-    earlier generation planned (`contracts.checkpoints.planned`), and `topic_end`: where the
-    fronting topic ends now.
+    checkpoint is there; `realtime`: whether it ran under Real-time Mode (home's query of a
+    realtime output: another cluster's runs in micro-batches); then, read only when the answer
+    depends on it, `planned`: the end offsets of the newest batch the earlier generation
+    planned (`contracts.checkpoints.planned`), and `topic_end`: where the fronting topic ends
+    now.
 
     With no earlier generation nothing was written, and the bound is the rewind's start. A
     micro-batch query wrote nothing past its last planned batch (the start if it planned none);
@@ -147,7 +148,7 @@ def replay_bound(
     epoch's are not in the checkpoint: nothing past the topic's end, then."""
     if not earlier:
         return dict(rewind.start)
-    if runs_realtime(output):
+    if realtime:
         return topic_end()
     return planned() or dict(rewind.start)
 

@@ -166,19 +166,20 @@ class RecoveryRecords(Repository):
             )
 
     def forget(self, stream: str, output: str | None = None) -> None:
-        """The output's (or every output's) restore points, harvest mark and operations: its
-        checkpoints went, so its history did (and a stream's own operations with the stream)."""
+        """The output's (or every output's) restore points, harvest marks (one per fronting
+        cluster's query) and operations: its checkpoints went, so its history did (and a
+        stream's own operations with the stream). One transaction over the marks: one a harvest
+        writes meanwhile goes too."""
         per_output = [k for k in OPERATIONS.values() if k.per_output]
         marks = key("harvested", stream)
-        queries = [q.decode(errors="replace") for q in self._call(self.redis.hkeys, marks)]
-        if output is not None:
-            outputs = {output}
-        else:
-            hashes = [operations_key(k, stream) for k in per_output]
-            outputs = {split_key(q)[0] for q in queries} | {
-                o.decode(errors="replace") for h in hashes for o in self._call(self.redis.hkeys, h)
-            }
-        with self.redis.pipeline(transaction=True) as tx:
+        hashes = [operations_key(k, stream) for k in per_output]
+
+        def write(tx: redis.client.Pipeline) -> None:
+            queries = [q.decode(errors="replace") for q in tx.hkeys(marks)]
+            outputs = {output} if output is not None else {split_key(q)[0] for q in queries}
+            if output is None:
+                outputs |= {o.decode(errors="replace") for h in hashes for o in tx.hkeys(h)}
+            tx.multi()
             for name in outputs:
                 if valid_name(name):
                     tx.delete(restore_points_key(stream, name))
@@ -190,7 +191,8 @@ class RecoveryRecords(Repository):
                 for kind in OPERATIONS.values():
                     if not kind.per_output:
                         tx.hdel(*slot(kind, stream, None))
-            self._call(tx.execute)
+
+        self.tx.run(write, watch=[marks, *hashes])
 
 
 def _output_of(record: Operation) -> str | None:
