@@ -25,6 +25,7 @@ CLUSTER = {
     "KEYSTONE_SPARK_CLUSTER": "standalone",
     "KEYSTONE_SPARK_WORKERS": "2",
     "KEYSTONE_CONTROL_REPLICAS": "2",
+    "KEYSTONE_ALERTMANAGER_REPLICAS": "2",  # two peers, gossiping
     "KEYSTONE_KAFKA_SECURITY": "plaintext",  # the default's proof (the suite's stack is secured)
     # Two fronting clusters of three brokers each, failed over by the fleet's leader when one
     # is lost (its default: 3 s), as production would run them (tests/cluster/test_nodes.py).

@@ -77,6 +77,16 @@ def test_every_node_is_listed_healthy_and_topics_live_on_three_brokers(
     for name in ("kafka", "kafka-2", "kafka-3", "spark-master", "spark-worker-1", "control-2"):
         assert services[name]["health"] == "healthy" and services[name]["pid"], name
     assert "spark-worker-2" in services
+
+    # The Alertmanager peers found each other: a silence or a notification is known to both.
+    def gossiping() -> bool:
+        for url in cluster.settings.alertmanager_urls:
+            status = http.client().get(f"{url}/api/v2/status", timeout=10).json()["cluster"]
+            if status["status"] != "ready" or len(status["peers"]) != 2:
+                return False
+        return True
+
+    eventually("the Alertmanager peers to gossip", gossiping, 60)
     admin = AdminClient(kafka_clients.librdkafka(cluster.settings))
     topic = fronting_topic(STREAM)
     partitions = admin.list_topics(topic, timeout=10).topics[topic].partitions.values()

@@ -154,6 +154,13 @@ class FakeStore:
         pass
 
 
+class FakeAlerts:
+    """The alerts' publisher (tests/alerts has the real one, with Alertmanager)."""
+
+    def sync(self, receivers: list) -> bool:
+        return False
+
+
 @dataclass
 class FakeDashboards:
     synced: list[tuple[list[str], set[str] | None]] = field(default_factory=list)
@@ -227,6 +234,7 @@ def _world(tmp_path: Path, **settings_given: str) -> World:
         dashboards=dashboards,
         recovery=recovery,
         sizer=Sizer(settings, store, clock, sizes=topics),
+        alerts=FakeAlerts(),
         clock=clock,
     )
     return World(fleet, launcher, store, dashboards, clock, recovery, topics)

@@ -288,6 +288,8 @@ def world(tmp_path: Path) -> Iterator[World]:
         redrives=None,  # type: ignore[arg-type]
         fleet=None,  # type: ignore[arg-type]
         fronting=None,  # type: ignore[arg-type]
+        receivers=None,  # type: ignore[arg-type]
+        silences=None,  # type: ignore[arg-type]
     )
     app = create_app(settings)
     app.state.plane = plane  # the lifespan, which connects to Redis, is not run

@@ -193,14 +193,19 @@ def test_sql_reports_a_bad_query_clearly(stack: Stack) -> None:
 
 def test_the_cluster_stack_has_each_broker_worker_and_control_process(tmp_path) -> None:
     settings = Settings(
-        state_dir=tmp_path, kafka_brokers=3, spark_cluster="standalone", control_replicas=2
+        state_dir=tmp_path,
+        kafka_brokers=3,
+        spark_cluster="standalone",
+        control_replicas=2,
+        alertmanager_replicas=2,
+        fronting_clusters="east,west",
     )
     names = [s.name for s in all_services(settings)]
     assert names == [
         "postgres",
         "metastore",
-        *("kafka", "kafka-2", "kafka-3"),
-        *("redis", "elasticsearch", "prometheus"),
+        *("kafka", "kafka-2", "kafka-3", "kafka-west", "kafka-west-2", "kafka-west-3"),
+        *("redis", "elasticsearch", "prometheus", "alertmanager", "alertmanager-2"),
         *("spark-master", "spark-worker-1", "spark-worker-2"),
         "ingest_proxy",
         *("control", "control-2"),

@@ -52,6 +52,12 @@ def stack_env(state_dir: Path, port_offset: int) -> dict[str, str]:
     # writes (the cluster stack's drill fails over by itself: tests/cluster/).
     env["KEYSTONE_FRONTING_CLUSTERS"] = "east,west"
     env["KEYSTONE_FRONTING_FAILOVER_AFTER_SECONDS"] = "86400"
+    # Alerts reach webhooks the tests serve on loopback (issue 46; tests/alerts/), which the
+    # defaults refuse; notified a second after they fire, again two seconds after they change.
+    env["KEYSTONE_ALERT_RECEIVER_SCHEMES"] = "http,https"
+    env["KEYSTONE_ALERT_RECEIVER_NETWORKS"] = "127.0.0.1/32"
+    env["KEYSTONE_ALERT_GROUP_WAIT_SECONDS"] = "1"
+    env["KEYSTONE_ALERT_GROUP_INTERVAL_SECONDS"] = "2"
     for name, model_field in Settings.model_fields.items():
         if name.endswith("_port"):
             env[f"KEYSTONE_{name.upper()}"] = str(model_field.default + port_offset)

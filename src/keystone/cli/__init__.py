@@ -27,7 +27,9 @@ from keystone.cli import (
     loadtest,
     outputs,
     owners,
+    receivers,
     send,
+    silences,
     stack,
     streams,
 )
@@ -54,6 +56,8 @@ app.add_typer(deadletters.app, name="dead-letters")
 app.add_typer(apps.app, name="app")
 app.add_typer(owners.app, name="owner")
 app.add_typer(fronting.app, name="fronting")
+app.add_typer(receivers.app, name="receiver")
+app.add_typer(silences.app, name="silence")
 
 
 @app.callback()

@@ -46,6 +46,12 @@ class Limits(BaseModel):
     max_streams_per_owner: int = Field(50, ge=1, description="Live streams of one owner (422).")
     max_outputs_per_stream: int = Field(20, ge=1, description="Outputs of one stream (422).")
     max_apps_per_owner: int = Field(50, ge=1, description="Apps one owner registers (422).")
+    max_receivers_per_owner: int = Field(
+        10, ge=1, description="Alert receivers one owner registers (422)."
+    )
+    max_silence_hours: int = Field(
+        168, ge=1, description="How long an owner's silence of a stream's alerts lasts at most."
+    )
     max_producers_per_stream: int = Field(
         100,
         ge=1,

@@ -23,6 +23,8 @@ that WATCHes it knows nobody changed anything between its checks and its write.
                                 .Active); absent: home for every stream
     keystone:fronting_switches  hash: switches counted by '<from>><to>><reason>'
     keystone:fronting_log       stream of the latest switches (contracts.fronting.Switch), capped
+    keystone:receivers          hash: the owners' alert receivers by '<owner>/<name>', JSON
+                                (contracts.receivers.Receiver)
     keystone:router:<stream>    hash: the fleet's view of the stream's router (RouterState)
     keystone:rewinds:<stream>   hash: per output, its latest rewind (contracts.recovery.Rewind)
     keystone:backfills:<stream> hash: per output, its latest backfill (contracts.recovery.Backfill)
@@ -55,6 +57,7 @@ from redis.retry import Retry
 from keystone.contracts.errors import Conflict, InvalidName, NotFound, Unavailable
 from keystone.contracts.fronting import Active, Switch
 from keystone.contracts.names import check_stream_name, valid_name
+from keystone.contracts.receivers import Receiver
 from keystone.contracts.recovery import Backfill, Operation, Redrive, RestorePoint, Rewind
 from keystone.contracts.settings import Settings
 from keystone.contracts.spec import Principal, StreamSpec
@@ -77,6 +80,7 @@ AUDIT = key("audit")
 FRONTING = key("fronting")
 FRONTING_SWITCHES = key("fronting_switches")
 FRONTING_LOG = key("fronting_log")
+RECEIVERS = key("receivers")
 FRONTING_LOG_KEPT = 1000  # switches; a dashboard marks those of its window
 RETIRED = key("retired_streams")
 # Removed owners' names, never given again.
@@ -307,6 +311,24 @@ class RegistryReader:
             log.error("the fronting record does not read (home takes writes): %s", e)
             return Active(cluster=home)
         return active.within(settings.fronting_clusters)
+
+    def receivers(self, owner: str | None = None) -> list[Receiver]:
+        """Every owner's alert receivers (or one owner's), by owner and name; one that does
+        not read is left out (said in the log)."""
+        found = []
+        for field_name, raw in sorted(self._call(self.redis.hgetall, RECEIVERS).items()):
+            name = field_name.decode(errors="replace")
+            try:
+                receiver = Receiver.model_validate_json(raw)
+            except ValidationError as e:
+                log.error("receiver %r does not read (left out): %s", name, e)
+                continue
+            if receiver.field != name:  # one owner's field naming another's receiver
+                log.error("receiver %r holds %r's (left out)", name, receiver.field)
+                continue
+            if owner is None or receiver.owner == owner:
+                found.append(receiver)
+        return found
 
     def fronting_log(self, since: float) -> list[Switch]:
         """The switches made since `since` (epoch s), oldest first; an entry that does not read

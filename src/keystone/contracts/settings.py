@@ -7,6 +7,7 @@ neither starts nor stops it, it only checks its health.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 import secrets
@@ -34,6 +35,7 @@ ADDRESS_SETTING: dict[str, str] = {
     "redis": "redis_url",
     "elasticsearch": "elasticsearch_url",
     "prometheus": "prometheus_url",
+    "alertmanager": "alertmanager_url",
     "ingest_proxy": "proxy_url",
     "control": "control_url",
 }
@@ -211,6 +213,19 @@ class Settings(BaseSettings, Limits):
     )
     metastore_port: int = Field(19083, description="The embedded Hive metastore's Thrift port.")
     prometheus_port: int = Field(19090, description="The embedded Prometheus's port.")
+    alertmanager_port: int = Field(
+        19390,
+        description="The embedded Alertmanager's HTTP port; peer n listens on this port + 2(n - 1)"
+        ", and gossips with the other peers on the port above its own.",
+    )
+    alertmanager_replicas: int = Field(
+        1,
+        ge=1,
+        le=3,
+        description="Alertmanager peers of the embedded stack, clustered: they share silences "
+        "and notification logs, so that a notification goes out once; Prometheus sends every "
+        "alert to each.",
+    )
 
     # Where clients find the services; derived from the ports above unless set.
     kafka_bootstrap: str = Field(
@@ -294,6 +309,11 @@ class Settings(BaseSettings, Limits):
     )
     prometheus_url: str = Field(
         "", description=f"Prometheus's URL (default: the embedded Prometheus).{_EXTERNAL}"
+    )
+    alertmanager_url: str = Field(
+        "",
+        description="Alertmanager's URL (default: the embedded one's first peer); Prometheus "
+        f"sends alerts there and control loads its configuration there.{_EXTERNAL}",
     )
     proxy_url: str = Field(
         "",
@@ -440,13 +460,77 @@ class Settings(BaseSettings, Limits):
         60.0, description="How long a router has to stop gracefully before it is killed."
     )
 
+    # Alerts: how Alertmanager groups them, and where owners' receivers may send them.
+    alert_group_wait_seconds: float = Field(
+        30.0,
+        gt=0,
+        le=3600,
+        description="How long Alertmanager gathers a new group's alerts (one alert of one "
+        "stream) before its first notification.",
+    )
+    alert_group_interval_seconds: float = Field(
+        300.0,
+        gt=0,
+        description="How long it waits before notifying a group again of alerts added to it, "
+        "or resolved.",
+    )
+    alert_repeat_interval_seconds: float = Field(
+        14_400.0, gt=0, description="How often a group still firing is notified again."
+    )
+    alert_receiver_schemes: Annotated[list[str], NoDecode] = Field(
+        default_factory=lambda: ["https"],
+        description="The schemes an owner's webhook receiver may use (http, https), "
+        "comma-separated.",
+    )
+    alert_receiver_networks: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Networks (CIDR, comma-separated: '10.1.0.0/16,127.0.0.1/32') an owner's "
+        "webhook receiver may reach although they are loopback, link-local, private or "
+        "otherwise not global, which are refused unless listed here.",
+    )
+    alert_admin_webhook: SecretStr = Field(
+        SecretStr(""),
+        description="The admin's catch-all receiver, a webhook URL: every alert, whoever owns "
+        "it, goes there too (none: alerts no owner hears are only shown). Not checked against "
+        "the receivers' networks: the admin sets it.",
+    )
+    smtp_smarthost: str = Field(
+        "",
+        description="host:port of the SMTP server that e-mail receivers send through; while "
+        "unset, an e-mail receiver is refused.",
+    )
+    smtp_from: str = Field("", description="The From address of alert e-mails.")
+    smtp_username: str = Field("", description="The SMTP login, if the server asks for one.")
+    smtp_password: SecretStr = Field(SecretStr(""), description="The SMTP password.")
+    smtp_require_tls: bool = Field(True, description="Send e-mail only over STARTTLS.")
+
     kafka_heap: str = Field("1g", description="JVM heap of the embedded Kafka broker.")
     elasticsearch_heap: str = Field("1g", description="JVM heap of the embedded Elasticsearch.")
     metastore_heap: str = Field("512m", description="JVM heap of the embedded Hive metastore.")
 
-    @field_validator("fronting_clusters", mode="before")
+    @field_validator("alert_receiver_schemes")
     @classmethod
-    def _cluster_names(cls, value: object) -> object:
+    def _schemes(cls, value: list[str]) -> list[str]:
+        unknown = sorted(set(value) - {"http", "https"})
+        if unknown:
+            raise ValueError(f"a webhook's scheme is http or https, not {unknown[0]!r}")
+        return value
+
+    @field_validator("alert_receiver_networks")
+    @classmethod
+    def _networks(cls, value: list[str]) -> list[str]:
+        for network in value:
+            try:
+                ipaddress.ip_network(network)
+            except ValueError as e:
+                raise ValueError(f"{network!r} is not a network in CIDR notation: {e}") from e
+        return value
+
+    @field_validator(
+        "fronting_clusters", "alert_receiver_schemes", "alert_receiver_networks", mode="before"
+    )
+    @classmethod
+    def _comma_separated(cls, value: object) -> object:
         return (
             [n.strip() for n in value.split(",") if n.strip()] if isinstance(value, str) else value
         )
@@ -479,6 +563,7 @@ class Settings(BaseSettings, Limits):
             "elasticsearch_url": f"http://{host}:{self.elasticsearch_port}",
             "metastore_uri": f"thrift://{host}:{self.metastore_port}",
             "prometheus_url": f"http://{host}:{self.prometheus_port}",
+            "alertmanager_url": f"http://{host}:{self.alertmanager_port}",
             "proxy_url": f"http://{host}:{self.proxy_port}",
             "control_url": f"http://{host}:{self.control_port}",
             "spark_master": (
@@ -696,6 +781,20 @@ class Settings(BaseSettings, Limits):
     def dashboards_dir(self) -> Path:
         """Each stream's generated Grafana dashboard model."""
         return self.state_dir / "dashboards"
+
+    @property
+    def alertmanager_urls(self) -> list[str]:
+        """Every Alertmanager peer's URL: the embedded peers', or the one set."""
+        if not self.is_embedded("alertmanager"):
+            return [self.alertmanager_url]
+        host, port = self.bind_host, self.alertmanager_port
+        return [f"http://{host}:{port + 2 * n}" for n in range(self.alertmanager_replicas)]
+
+    @property
+    def alertmanager_config_file(self) -> Path:
+        """Alertmanager's configuration as control generates it from the registry (the
+        embedded peers load it; control asks them to reload it when it changes)."""
+        return self.state_dir / "alertmanager" / "alertmanager.yml"
 
     @property
     def prometheus_rules_dir(self) -> Path:

@@ -27,11 +27,15 @@ from keystone.control.models import (
     OwnerToken,
     PreviewPublic,
     PreviewRequest,
+    ReceiverCreate,
+    ReceiverPublic,
     RedrivePublic,
     RedriveRequest,
     RestorePointPublic,
     RewindPublic,
     RewindRequest,
+    SilenceCreate,
+    SilencePublic,
     StatusPublic,
     StreamPublic,
 )
@@ -386,6 +390,52 @@ def revoke_kafka_credential(app: str, plane: PlaneDep, who: CallerDep) -> None:
 def delete_app(app: str, plane: PlaneDep, who: CallerDep) -> None:
     """Revokes the app: its key stops working and it leaves every stream's producers."""
     plane.accounts.delete_app(who, app)
+
+
+# Alert receivers
+
+
+@router.post("/receivers", response_model=ReceiverPublic, status_code=201, tags=["alerts"])
+def add_receiver(body: ReceiverCreate, plane: PlaneDep, who: CallerDep) -> ReceiverPublic:
+    """Registers where the caller's streams' alerts go. A webhook's URL is checked against
+    alert_receiver_schemes and alert_receiver_networks (422 naming the one that refuses it),
+    and is never shown again: answers give its scheme and host."""
+    return ReceiverPublic.of(plane.receivers.add(who, body.receiver()))
+
+
+@router.get("/receivers", response_model=list[ReceiverPublic], tags=["alerts"])
+def list_receivers(plane: PlaneDep, who: CallerDep) -> list[ReceiverPublic]:
+    """The caller's receivers (the admin's view: every owner's)."""
+    return [ReceiverPublic.of(r) for r in plane.receivers.list(who)]
+
+
+@router.delete("/receivers/{name}", status_code=204, tags=["alerts"])
+def remove_receiver(name: str, plane: PlaneDep, who: CallerDep, owner: str | None = None) -> None:
+    """Removes one of the caller's receivers (the admin: of `owner`)."""
+    plane.receivers.remove(who, name, owner)
+
+
+@router.post(
+    "/streams/{stream}/silences", response_model=SilencePublic, status_code=201, tags=["alerts"]
+)
+def add_silence(stream: str, body: SilenceCreate, plane: PlaneDep, who: CallerDep) -> SilencePublic:
+    """Silences the stream's alerts (one of them, by name) for a while: Alertmanager notifies
+    nobody of them meanwhile; the dashboards show them silenced."""
+    silence_id = plane.silences.add(who, stream, body.alert, body.hours, body.comment)
+    found = next(s for s in plane.silences.list(who, stream) if s["id"] == silence_id)
+    return SilencePublic.of(stream, found)
+
+
+@router.get("/streams/{stream}/silences", response_model=list[SilencePublic], tags=["alerts"])
+def list_silences(stream: str, plane: PlaneDep, who: CallerDep) -> list[SilencePublic]:
+    """The stream's silences not yet expired."""
+    return [SilencePublic.of(stream, s) for s in plane.silences.list(who, stream)]
+
+
+@router.delete("/streams/{stream}/silences/{silence}", status_code=204, tags=["alerts"])
+def expire_silence(stream: str, silence: str, plane: PlaneDep, who: CallerDep) -> None:
+    """Ends one of the stream's silences now."""
+    plane.silences.expire(who, stream, silence)
 
 
 # Fronting clusters

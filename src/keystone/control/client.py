@@ -23,9 +23,11 @@ from keystone.control.models import (
     LineagePublic,
     OwnerToken,
     PreviewPublic,
+    ReceiverPublic,
     RedrivePublic,
     RestorePointPublic,
     RewindPublic,
+    SilencePublic,
     StatusPublic,
     StreamPublic,
 )
@@ -50,6 +52,10 @@ _DEAD_LETTERS = TypeAdapter(DeadLettersPublic)
 _REDRIVE = TypeAdapter(RedrivePublic)
 _REWIND = TypeAdapter(RewindPublic)
 _FRONTING = TypeAdapter(FrontingPublic)
+_RECEIVER = TypeAdapter(ReceiverPublic)
+_RECEIVERS = TypeAdapter(list[ReceiverPublic])
+_SILENCE = TypeAdapter(SilencePublic)
+_SILENCES = TypeAdapter(list[SilencePublic])
 
 
 class ControlError(KeystoneError):
@@ -223,6 +229,29 @@ class ControlClient:
 
     def cancel_redrive(self, stream: str) -> RedrivePublic:
         return self._read(_REDRIVE, "DELETE", f"/v1/streams/{stream}/dead-letters/redrive")
+
+    # Alert receivers
+
+    def add_receiver(self, request: dict[str, Any]) -> ReceiverPublic:
+        """`request`: a `ReceiverCreate`'s fields."""
+        return self._read(_RECEIVER, "POST", "/v1/receivers", request)
+
+    def receivers(self) -> list[ReceiverPublic]:
+        return self._read(_RECEIVERS, "GET", "/v1/receivers")
+
+    def remove_receiver(self, name: str, owner: str | None = None) -> None:
+        query = f"?owner={owner}" if owner else ""
+        self.call("DELETE", f"/v1/receivers/{name}{query}")
+
+    def add_silence(self, stream: str, request: dict[str, Any]) -> SilencePublic:
+        """`request`: a `SilenceCreate`'s fields."""
+        return self._read(_SILENCE, "POST", f"/v1/streams/{stream}/silences", request)
+
+    def silences(self, stream: str) -> list[SilencePublic]:
+        return self._read(_SILENCES, "GET", f"/v1/streams/{stream}/silences")
+
+    def expire_silence(self, stream: str, silence: str) -> None:
+        self.call("DELETE", f"/v1/streams/{stream}/silences/{silence}")
 
     # Apps and owners
 

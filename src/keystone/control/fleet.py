@@ -33,9 +33,11 @@ import uuid
 from collections.abc import Callable
 from typing import Protocol
 
+from keystone.alerts.publish import AlertPublisher
 from keystone.contracts.backoff import Backoff
 from keystone.contracts.errors import KeystoneError
 from keystone.contracts.names import valid_name
+from keystone.contracts.receivers import Receiver
 from keystone.contracts.registry import RouterPhase, RouterState
 from keystone.contracts.settings import Settings
 from keystone.contracts.spec import StreamSpec
@@ -53,6 +55,7 @@ log = logging.getLogger(__name__)
 LEASE = "fleet:leader"
 LEASE_SECONDS = 15.0
 PASS_SECONDS = 1.0
+ALERTS_SECONDS = 10.0  # how often Alertmanager's configuration is made from the receivers
 ACCESS_SECONDS = 10.0  # how often apps' Kafka credentials and ACLs are made what the registry says
 HEALTHY_AFTER = 60.0  # a router up this long has recovered: its failure count starts again
 FAILED_AFTER = 3  # deaths in a row that make a router "failed" (still retried, slowly)
@@ -76,6 +79,12 @@ class Dashboards(Protocol):
     """What the fleet asks of the dashboards' publisher (`keystone.dashboards.publish`)."""
 
     def sync(self, specs: list[StreamSpec], keep: set[str] | None = None) -> list[str]: ...
+
+
+class Alerts(Protocol):
+    """What the fleet asks of the alerts' publisher (`keystone.alerts.publish`)."""
+
+    def sync(self, receivers: list[Receiver]) -> bool: ...
 
 
 class Keeper(Protocol):
@@ -103,6 +112,7 @@ class Fleet:
         recovery: Keeper | None = None,
         sizer: Sizer | None = None,
         access: AppAccess | None = None,
+        alerts: Alerts | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.settings = settings
@@ -117,6 +127,9 @@ class Fleet:
         self.access = access if access is not None else AppAccess(settings, store)
         self._access_synced = float("-inf")
         self._access_sync: threading.Thread | None = None
+        self.alerts: Alerts = alerts if alerts is not None else AlertPublisher(settings)
+        self._alerts_synced = float("-inf")
+        self._alerts_sync: threading.Thread | None = None
         self.fronting = FrontingWatch(settings, store, clock)
         self._fronting_step: threading.Thread | None = None
         self.holder = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
@@ -168,6 +181,7 @@ class Fleet:
         except KeystoneError as e:  # sized as they were; sampled again next time
             log.warning("traffic not sampled: %s", e)
         self._sync_access()
+        self._sync_alerts()
         self._watch_fronting()
         desired = {s.name: s for s in specs if s.outputs}
         running = self.launcher.deployments()
@@ -201,6 +215,26 @@ class Fleet:
 
         self._access_sync = threading.Thread(target=sync, name="kafka-access", daemon=True)
         self._access_sync.start()
+
+    def _sync_alerts(self) -> None:
+        """Alertmanager's configuration made from the receivers every ALERTS_SECONDS, on a
+        thread of its own: checking a webhook's host asks DNS, which must not hold the pass."""
+        if self._alerts_sync is not None and self._alerts_sync.is_alive():
+            return
+        if self.clock() - self._alerts_synced < ALERTS_SECONDS:
+            return
+
+        def sync() -> None:
+            try:
+                self.alerts.sync(self.store.receivers())
+            except (KeystoneError, ValueError, OSError) as e:  # said; retried next time
+                log.warning("alerts not published: %s", e)
+            except Exception:  # its own boundary
+                log.exception("alerts: publishing failed")
+            self._alerts_synced = self.clock()
+
+        self._alerts_sync = threading.Thread(target=sync, name="alerts", daemon=True)
+        self._alerts_sync.start()
 
     def _watch_fronting(self) -> None:
         """One probe of the fronting clusters a pass, on a thread of its own: a lost cluster

@@ -14,12 +14,14 @@ from pydantic import (
     ConfigDict,
     Field,
     NonNegativeInt,
+    SecretStr,
     field_validator,
     model_validator,
 )
 
 from keystone.contracts import fronting, kafka_clients
 from keystone.contracts.names import fronting_topic
+from keystone.contracts.receivers import Receiver, ReceiverKind
 from keystone.contracts.recovery import (
     Backfill,
     BackfillProgress,
@@ -34,7 +36,7 @@ from keystone.contracts.recovery import (
 )
 from keystone.contracts.registry import App, RouterPhase, RouterState
 from keystone.contracts.settings import Settings
-from keystone.contracts.spec import Principal, StreamSpec
+from keystone.contracts.spec import Name, Principal, StreamSpec
 from keystone.control.backfills import BackfillPlan
 from keystone.control.deadletters import Listing
 from keystone.control.fronting import View
@@ -691,6 +693,106 @@ class FrontingSwitch(BaseModel):
     stream: str | None = Field(None, description="One stream's writes; null: every stream's.")
 
     model_config = ConfigDict(extra="forbid")
+
+
+class ReceiverCreate(BaseModel):
+    """Where the caller's alerts go: a webhook (Alertmanager's JSON, POSTed), a Slack-compatible
+    webhook, or an e-mail address."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: Name
+    kind: ReceiverKind
+    url: SecretStr | None = Field(
+        None,
+        description="A webhook's or Slack's URL (their kinds need it); a secret: never shown "
+        "again. Its scheme and host are checked against alert_receiver_schemes and "
+        "alert_receiver_networks.",
+    )
+    to: str | None = Field(None, description="An e-mail receiver's address (its kind needs it).")
+    channel: str | None = Field(None, description="A Slack receiver's channel.")
+    send_resolved: bool = Field(True, description="Say so too when an alert is resolved.")
+
+    @model_validator(mode="after")
+    def _addressed(self) -> ReceiverCreate:
+        needs = "to" if self.kind is ReceiverKind.EMAIL else "url"
+        if not getattr(self, needs):
+            raise ValueError(f"a {self.kind} receiver needs {needs}")
+        other = "url" if needs == "to" else "to"
+        if getattr(self, other):
+            raise ValueError(f"a {self.kind} receiver takes no {other}")
+        if self.channel and self.kind is not ReceiverKind.SLACK:
+            raise ValueError("only a slack receiver takes a channel")
+        return self
+
+    def receiver(self) -> Receiver:
+        """As the registry keeps it (its owner set by the caller's)."""
+        return Receiver(
+            name=self.name,
+            owner="",
+            kind=self.kind,
+            url=self.url.get_secret_value() if self.url is not None else "",
+            to=self.to or "",
+            channel=self.channel or "",
+            send_resolved=self.send_resolved,
+        )
+
+
+class ReceiverPublic(BaseModel):
+    name: str
+    owner: str
+    kind: ReceiverKind
+    where: str = Field(description="Where it sends: a URL's scheme and host only.")
+    channel: str | None = None
+    send_resolved: bool
+    created: float
+
+    @classmethod
+    def of(cls, receiver: Receiver) -> ReceiverPublic:
+        return cls(
+            name=receiver.name,
+            owner=receiver.owner,
+            kind=receiver.kind,
+            where=receiver.where,
+            channel=receiver.channel or None,
+            send_resolved=receiver.send_resolved,
+            created=receiver.created,
+        )
+
+
+class SilenceCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    alert: str | None = Field(
+        None, description="The alert to silence, by name (none: every alert of the stream)."
+    )
+    hours: float = Field(gt=0, description="How long, at most max_silence_hours.")
+    comment: str = Field("", max_length=500, description="Why, for whoever reads it later.")
+
+
+class SilencePublic(BaseModel):
+    id: str
+    stream: str
+    alert: str | None = Field(None, description="The alert silenced (none: every one).")
+    state: str = Field(description="active or pending (from a later start)")
+    starts_at: str
+    ends_at: str
+    created_by: str
+    comment: str
+
+    @classmethod
+    def of(cls, stream: str, silence: dict[str, Any]) -> SilencePublic:
+        names = {m["name"]: m["value"] for m in silence.get("matchers", [])}
+        return cls(
+            id=silence["id"],
+            stream=stream,
+            alert=names.get("alertname"),
+            state=silence.get("status", {}).get("state", ""),
+            starts_at=silence.get("startsAt", ""),
+            ends_at=silence.get("endsAt", ""),
+            created_by=silence.get("createdBy", ""),
+            comment=silence.get("comment", ""),
+        )
 
 
 class AppCreate(BaseModel):

@@ -11,8 +11,10 @@ from keystone.control.deadletters import DeadLetters
 from keystone.control.fleet import Fleet
 from keystone.control.fronting import Fronting
 from keystone.control.kafka_access import AppAccess
+from keystone.control.receivers import Receivers
 from keystone.control.redrives import Redrives
 from keystone.control.rewinds import Rewinds
+from keystone.control.silences import Silences
 from keystone.control.store import Store
 from keystone.control.streams import Streams
 from keystone.control.tenancy import Authenticator
@@ -31,6 +33,8 @@ class Plane:
     redrives: Redrives
     fleet: Fleet
     fronting: Fronting
+    receivers: Receivers
+    silences: Silences
 
     @classmethod
     def build(cls, settings: Settings) -> Plane:
@@ -49,4 +53,6 @@ class Plane:
             redrives=Redrives(settings, store, streams),
             fleet=Fleet(settings, store, access=access),
             fronting=Fronting(settings, store),
+            receivers=Receivers(settings, store),
+            silences=Silences(settings, streams),
         )

@@ -1,7 +1,8 @@
 """A stream's Prometheus recording and alerting rules: router down, lag growing for minutes,
 dead letters appearing, delivery rate under the stream's objective, ingest rejects spiking, and
 where an output is exactly once, its transactions aborting again and again. One rule group per
-stream, named `keystone-stream-<name>`; every alert carries `stream`."""
+stream, named `keystone-stream-<name>`; every alert carries `stream` and `owner`, which
+Alertmanager routes by (`keystone.alerts.config`)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,21 @@ RECORDED_INGEST = "keystone:stream_ingest_events:rate5m"
 # One aborted batch is a crash or a broker's restart, retried; this many in 10 minutes is an
 # output that cannot commit.
 ABORTS_TO_ALERT = 3
+TRANSACTIONS_ABORTING = "KeystoneTransactionsAborting"
+ROUTER_DOWN = "KeystoneRouterDown"
+LAG_GROWING = "KeystoneLagGrowing"
+DEAD_LETTERS = "KeystoneDeadLetters"
+DELIVERY_RATE_LOW = "KeystoneDeliveryRateLow"
+INGEST_REJECTS_SPIKING = "KeystoneIngestRejectsSpiking"
+# Every alert a stream's rules may hold (an owner silences them by name).
+ALERTS = (
+    TRANSACTIONS_ABORTING,
+    ROUTER_DOWN,
+    LAG_GROWING,
+    DEAD_LETTERS,
+    DELIVERY_RATE_LOW,
+    INGEST_REJECTS_SPIKING,
+)
 
 
 def group_name(stream: str) -> str:
@@ -37,12 +53,12 @@ def rules(spec: StreamSpec, dashboard_url: str) -> dict[str, Any]:
             "alert": name,
             "expr": expr,
             "for": wait,
-            "labels": {"severity": severity, "stream": s},
+            "labels": {"severity": severity, "stream": s, "owner": spec.owner},
             "annotations": {"summary": summary, "description": text, "dashboard": dashboard_url},
         }
 
     aborting = alert(
-        "KeystoneTransactionsAborting",
+        TRANSACTIONS_ABORTING,
         f"sum by (stream, output) (increase({m.ROUTER_TRANSACTIONS}"
         f'{{{sel},outcome="aborted"}}[10m])) >= {ABORTS_TO_ALERT}',
         "0m",
@@ -77,7 +93,7 @@ def rules(spec: StreamSpec, dashboard_url: str) -> dict[str, Any]:
                         "expr": f"sum by (stream, result) (rate({m.INGEST_EVENTS}{{{sel}}}[5m]))",
                     },
                     alert(
-                        "KeystoneRouterDown",
+                        ROUTER_DOWN,
                         f'max(up{{job="keystone_router",{sel}}}) < 1 '
                         f"or max({m.ROUTER_UP}{{{sel}}}) < 1",
                         f"{objective.router_down_seconds}s",
@@ -89,7 +105,7 @@ def rules(spec: StreamSpec, dashboard_url: str) -> dict[str, Any]:
                         "error.",
                     ),
                     alert(
-                        "KeystoneLagGrowing",
+                        LAG_GROWING,
                         f"{m.ROUTER_LAG}{{{sel}}} > {objective.lag_records} "
                         f"and deriv({m.ROUTER_LAG}{{{sel}}}[5m]) > 0",
                         "5m",
@@ -99,7 +115,7 @@ def rules(spec: StreamSpec, dashboard_url: str) -> dict[str, Any]:
                         "for 5 minutes: its sink is slow or away.",
                     ),
                     alert(
-                        "KeystoneDeadLetters",
+                        DEAD_LETTERS,
                         f"sum by (stream, output) (increase({events}"
                         f'{{{sel},stage="dead_letter"}}[5m])) > 0',
                         "0m",
@@ -109,7 +125,7 @@ def rules(spec: StreamSpec, dashboard_url: str) -> dict[str, Any]:
                         f"topic keystone.{s}.dlq; their ks_dlq_reason header says why.",
                     ),
                     alert(
-                        "KeystoneDeliveryRateLow",
+                        DELIVERY_RATE_LOW,
                         f"{RECORDED_DELIVERY}{{{sel}}} < {objective.delivery_rate}",
                         "10m",
                         "critical",
@@ -119,7 +135,7 @@ def rules(spec: StreamSpec, dashboard_url: str) -> dict[str, Any]:
                         f"minutes; the objective is {objective.delivery_rate:.4%}.",
                     ),
                     alert(
-                        "KeystoneIngestRejectsSpiking",
+                        INGEST_REJECTS_SPIKING,
                         f'sum by (stream) ({RECORDED_INGEST}{{{sel},result=~"rejected|failed"}})'
                         f" > 1 and sum by (stream) ({RECORDED_INGEST}"
                         f'{{{sel},result=~"rejected|failed"}}) / sum by (stream) '

@@ -22,6 +22,7 @@ from abc import ABC, abstractmethod
 from base64 import urlsafe_b64encode
 from pathlib import Path
 from typing import ClassVar
+from urllib.parse import urlsplit
 from xml.sax.saxutils import escape
 
 import httpx
@@ -29,6 +30,8 @@ import redis
 from confluent_kafka.admin import AdminClient
 from thrift.Thrift import TException
 
+from keystone.alerts.config import config_yaml
+from keystone.alerts.publish import alertmanager_service
 from keystone.contracts import fronting, http, kafka_clients, metastore
 from keystone.contracts.errors import StackError
 from keystone.contracts.fronting import FrontingCluster
@@ -704,7 +707,7 @@ class Prometheus(Service):
         s.prometheus_targets_dir.mkdir(parents=True, exist_ok=True)
         s.prometheus_rules_dir.mkdir(parents=True, exist_ok=True)
         interval = f"{s.scrape_interval_seconds}s"
-        (self.conf / "prometheus.yml").write_text(
+        scraping = (
             "global:\n"
             f"  scrape_interval: {interval}\n"
             f"  evaluation_interval: {interval}\n"
@@ -715,6 +718,7 @@ class Prometheus(Service):
             "    file_sd_configs:\n"
             f"      - files: ['{s.prometheus_targets_dir}/*.json']\n"
         )
+        (self.conf / "prometheus.yml").write_text(scraping + _alerting(s))
         targets.write_target(
             s, "prometheus", [f"{s.bind_host}:{s.prometheus_port}"], {"component": "prometheus"}
         )
@@ -735,6 +739,89 @@ class Prometheus(Service):
 
     def healthy(self) -> bool:
         return _get(f"{self.address}/-/ready") is not None
+
+
+class Alertmanager(Service):
+    """Alertmanager from Debian's packages, loading the configuration control makes from the
+    registry (`keystone.alerts.publish`); with `alertmanager_replicas` above one, the peers
+    form a cluster (gossip on the port above each one's own)."""
+
+    name = "alertmanager"
+    binary = "prometheus-alertmanager"
+    install_hint = "install Debian's prometheus-alertmanager"
+    start_timeout = 60.0
+
+    def __init__(self, settings: Settings, peer: int = 1) -> None:
+        super().__init__(settings)
+        self.peer = peer
+        self.name = alertmanager_service(peer)
+
+    @property
+    def embedded(self) -> bool:
+        return self.settings.is_embedded("alertmanager")
+
+    @property
+    def address(self) -> str:
+        return self.settings.alertmanager_urls[self.peer - 1]
+
+    @property
+    def port(self) -> int:
+        return self.settings.alertmanager_port + 2 * (self.peer - 1)
+
+    @property
+    def ports(self) -> list[int]:
+        return [self.port, self.port + 1]
+
+    def prepare(self) -> None:
+        """Until control has made one from the registry: the configuration of no receiver but
+        the admin's."""
+        self._dirs()
+        path = self.settings.alertmanager_config_file
+        if not path.exists():
+            _write_private(path, config_yaml(self.settings, []))
+        targets.write_target(
+            self.settings,
+            self.name,
+            [f"{self.settings.bind_host}:{self.port}"],
+            {"component": "alertmanager"},
+        )
+
+    def argv(self) -> list[str]:
+        s = self.settings
+        host = s.bind_host
+        gossip = [f"--cluster.listen-address={host}:{self.port + 1}"]
+        gossip += [f"--cluster.advertise-address={host}:{self.port + 1}"]
+        gossip += [
+            f"--cluster.peer={host}:{s.alertmanager_port + 2 * n + 1}"
+            for n in range(s.alertmanager_replicas)
+            if n != self.peer - 1
+        ]
+        if s.alertmanager_replicas == 1:
+            gossip = ["--cluster.listen-address="]  # no cluster: no gossip port
+        return [
+            "prometheus-alertmanager",
+            f"--config.file={s.alertmanager_config_file}",
+            f"--storage.path={self.data}",
+            f"--web.listen-address={host}:{self.port}",
+            f"--web.external-url={self.address}",
+            *gossip,
+        ]
+
+    def healthy(self) -> bool:
+        return _get(f"{self.address}/-/ready") is not None
+
+
+def _alerting(settings: Settings) -> str:
+    """Prometheus's `alerting` section: every Alertmanager peer gets every alert."""
+    lines = ["alerting:\n", "  alertmanagers:\n"]
+    for url in settings.alertmanager_urls:
+        parts = urlsplit(url)
+        lines += [
+            f"    - scheme: {parts.scheme}\n",
+            f"      path_prefix: '{parts.path or '/'}'\n",
+            f"      static_configs: [{{targets: ['{parts.netloc}']}}]\n",
+        ]
+    return "".join(lines)
 
 
 class UvicornService(Service):
@@ -1008,6 +1095,7 @@ SERVICES: tuple[type[Service], ...] = (
     Redis,
     Elasticsearch,
     Prometheus,
+    Alertmanager,
     SparkMaster,
     SparkWorker,
     IngestProxy,
@@ -1025,6 +1113,10 @@ def all_services(settings: Settings) -> list[Service]:
                 Kafka(settings, n, cluster)
                 for cluster in fronting.clusters(settings)
                 for n in range(1, settings.kafka_brokers + 1)
+            ]
+        elif cls is Alertmanager and settings.is_embedded("alertmanager"):
+            services += [
+                Alertmanager(settings, n) for n in range(1, settings.alertmanager_replicas + 1)
             ]
         elif cls is Control and settings.is_embedded("control"):
             services += [Control(settings, n) for n in range(1, settings.control_replicas + 1)]

@@ -22,6 +22,7 @@ from keystone.control.store.base import Transactions, audit
 from keystone.control.store.fleet import FleetRecords
 from keystone.control.store.fronting import FrontingRecords
 from keystone.control.store.principals import Principals
+from keystone.control.store.receivers import ReceiverRecords
 from keystone.control.store.recovery import Planned, RecoveryRecords
 from keystone.control.store.sessions import Sessions
 from keystone.control.store.specs import Specs, stored_form
@@ -39,4 +40,5 @@ class Store(RegistryReader):
         self.fronting_records = FrontingRecords(self, tx)
         self.recovery = RecoveryRecords(self, tx)
         self.sessions = Sessions(self, tx)
+        self.receiver_records = ReceiverRecords(self, tx)
         self.audit = AuditLog(self, tx)

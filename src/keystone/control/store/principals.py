@@ -49,10 +49,10 @@ class Principals(Repository):
         def owns_nothing() -> None:
             streams = sorted(s.name for s in self.reader.streams() if s.owner == name)
             apps = sorted(a.name for a in self.reader.apps() if a.owner == name)
-            if streams or apps:
-                raise Conflict(
-                    f"owner {name!r} still owns {', '.join(streams + apps)}: delete those first"
-                )
+            receivers = [f"receiver {r.name}" for r in self.reader.receivers(name)]
+            if streams or apps or receivers:
+                owned = ", ".join(streams + apps + receivers)
+                raise Conflict(f"owner {name!r} still owns {owned}: delete those first")
 
         self._delete_principal(
             "owner",

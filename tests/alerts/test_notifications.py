@@ -1,0 +1,263 @@
+"""Alerts reach their owners (issue 46), on the suite's stack's real Prometheus and Alertmanager:
+two owners register webhook receivers served here on loopback (the suite's settings allow
+http on 127.0.0.1, which the defaults refuse). One owner's router, frozen past its stream's
+`router_down_for`, brings that owner one KeystoneRouterDown notification naming the stream, the
+owner and its dashboard, then a resolved one once it runs again; the other owner hears nothing.
+A silence the owner makes suppresses the next one, and another owner can neither see nor expire
+it. Receivers to refused networks are refused, naming the setting.
+
+The router is frozen (SIGSTOP), not killed: the fleet would start a killed one again at once,
+and Prometheus sees a frozen one as down for as long as the test needs. While a router is down
+its own lag series are gone, so the inhibited lag alert is one sent to Alertmanager here, as
+Prometheus would send it for a router whose query is stopped (`keystone_router_up` 0) while it
+still reports its lag; a dead-letter alert sent with it is the control that arrives."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from keystone.contracts import http
+from keystone.control.launcher import Deployment
+from keystone.dashboards.rules import DEAD_LETTERS, LAG_GROWING, ROUTER_DOWN
+from tests.support.api import Api, owner
+from tests.support.stack import Stack
+from tests.support.waiting import eventually
+
+STREAM, OWNER, OTHER = "al_main", "team-alerts", "team-alerts-other"
+SPEC = {
+    "name": STREAM,
+    "owner": OWNER,
+    "partitions": 1,
+    "outputs": [{"name": "copy", "sink": {"type": "kafka"}}],
+    "objectives": {"router_down_for": "10 seconds"},
+    "archive": {"enabled": False},
+}
+WAIT = 120  # seconds: an alert's `for`, two evaluations, the group's wait, with room
+
+
+class Webhooks:
+    """Notifications received, by path, as Alertmanager POSTed them."""
+
+    def __init__(self) -> None:
+        self.received: dict[str, list[dict]] = {}
+        self.lock = threading.Lock()
+        hooks = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                with hooks.lock:
+                    hooks.received.setdefault(self.path, []).append(body)
+                self.send_response(200)
+                self.end_headers()
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def alerts(self, path: str) -> list[tuple[str, dict]]:
+        """Every alert notified at `path`, in order: (the notification's status, the alert)."""
+        with self.lock:
+            bodies = list(self.received.get(path, []))
+        return [(b["status"], a) for b in bodies for a in b["alerts"]]
+
+
+@pytest.fixture(scope="module")
+def hooks() -> Iterator[Webhooks]:
+    found = Webhooks()
+    yield found
+    found.server.shutdown()
+
+
+@pytest.fixture(scope="module")
+def teams(stack: Stack, admin: Api, hooks: Webhooks) -> Iterator[tuple[Api, Api]]:
+    team, other = owner(admin, OWNER), owner(admin, OTHER)
+    team.ok("POST", "/v1/streams", SPEC)
+    for who, path in ((team, "/a"), (other, "/b")):
+        body = {"name": "hook", "kind": "webhook", "url": f"{hooks.url}{path}"}
+        who.ok("POST", "/v1/receivers", body)
+    try:
+        yield team, other
+    finally:
+        router = _router(stack)
+        if router is not None:
+            os.killpg(router, signal.SIGCONT)
+        team.call("DELETE", f"/v1/streams/{STREAM}")
+        for who in (team, other):
+            who.call("DELETE", "/v1/receivers/hook")
+
+
+def _router(stack: Stack) -> int | None:
+    deployed = Deployment.load(stack.settings, STREAM)
+    return deployed.pid if deployed is not None and deployed.alive() else None
+
+
+def _alertmanager(
+    stack: Stack, method: str, path: str, body: object = None, **params: object
+) -> object:
+    answer = http.client().request(
+        method,
+        f"{stack.settings.alertmanager_url}/api/v2{path}",
+        json=body,
+        params=params,
+        timeout=10,
+    )
+    assert answer.status_code < 300, answer.text
+    return answer.json() if answer.content else None
+
+
+def _sent(stack: Stack, alertname: str, **labels: str) -> None:
+    """An alert sent to Alertmanager as Prometheus sends one, for a minute."""
+    ends = datetime.fromtimestamp(time.time() + 60, UTC).isoformat()
+    alert = {"labels": {"alertname": alertname, "stream": STREAM, "owner": OWNER, **labels}}
+    _alertmanager(stack, "POST", "/alerts", [alert | {"endsAt": ends}])
+
+
+def _state(stack: Stack, alertname: str) -> dict | None:
+    """Alertmanager's view of the stream's alert (its state, silences, inhibitions)."""
+    found = _alertmanager(
+        stack, "GET", "/alerts", filter=[f'alertname="{alertname}"', f'stream="{STREAM}"']
+    )
+    assert isinstance(found, list)
+    return found[0]["status"] if found else None
+
+
+def _freeze(stack: Stack) -> int:
+    pid = _router(stack)
+    assert pid is not None
+    os.killpg(pid, signal.SIGSTOP)  # the router and its JVM: Prometheus reaches neither
+    return pid
+
+
+def test_a_router_down_notifies_its_owner_once_then_resolved_and_inhibits_its_lag_alert(
+    stack: Stack, teams: tuple[Api, Api], hooks: Webhooks
+) -> None:
+    team, _ = teams
+    config = f"{stack.settings.alertmanager_url}/api/v2/status"
+
+    def published() -> bool:
+        text = http.client().get(config, timeout=10).json()["config"]["original"]
+        return f"{hooks.url}/a" in text and f"{hooks.url}/b" in text
+
+    eventually("the receivers in Alertmanager's configuration", published, 60)
+    eventually(
+        "the router to run",
+        lambda: team.ok("GET", f"/v1/streams/{STREAM}/status")["router"]["state"] == "running",
+        240,
+    )
+    eventually("Prometheus to see it up", lambda: _state(stack, ROUTER_DOWN) is None, WAIT)
+    pid = _freeze(stack)
+    try:
+        eventually(
+            "the owner's router-down notification",
+            lambda: any(a["labels"]["alertname"] == ROUTER_DOWN for _, a in hooks.alerts("/a")),
+            WAIT,
+        )
+        # Meanwhile a lag alert of the stream is inhibited; the dead-letter alert sent with it
+        # is not, and arrives.
+        _sent(stack, LAG_GROWING, output="copy")
+        _sent(stack, DEAD_LETTERS, output="copy")
+
+        def inhibited() -> bool:
+            state = _state(stack, LAG_GROWING)
+            return state is not None and bool(state["inhibitedBy"])
+
+        eventually(
+            "the lag alert inhibited",
+            inhibited,
+            30,
+            seen=lambda: json.dumps(_alertmanager(stack, "GET", "/alerts", None), indent=1),
+        )
+        eventually(
+            "the dead-letter notification",
+            lambda: any(a["labels"]["alertname"] == DEAD_LETTERS for _, a in hooks.alerts("/a")),
+            WAIT,
+        )
+    finally:
+        os.killpg(pid, signal.SIGCONT)
+    eventually(
+        "the resolved notification",
+        lambda: (
+            ("resolved", ROUTER_DOWN)
+            in {(s, a["labels"]["alertname"]) for s, a in hooks.alerts("/a")}
+        ),
+        WAIT,
+    )
+    firing = [a for s, a in hooks.alerts("/a") if a["labels"]["alertname"] == ROUTER_DOWN]
+    alert = firing[0]
+    assert alert["labels"]["stream"] == STREAM and alert["labels"]["owner"] == OWNER
+    assert alert["annotations"]["dashboard"].endswith(f"/ui/streams/{STREAM}/dashboard")
+    notified = {(s, a["labels"]["alertname"]) for s, a in hooks.alerts("/a")}
+    assert ("firing", LAG_GROWING) not in notified  # one notification for one cause
+    assert hooks.alerts("/b") == []  # another owner hears nothing of it
+
+
+def test_an_owners_silence_suppresses_the_next_and_is_theirs_alone(
+    stack: Stack, teams: tuple[Api, Api], hooks: Webhooks
+) -> None:
+    team, other = teams
+    path = f"/v1/streams/{STREAM}/silences"
+    made = team.ok("POST", path, {"alert": ROUTER_DOWN, "hours": 1, "comment": "maintenance"})
+    assert made["alert"] == ROUTER_DOWN and made["state"] == "active"
+    assert [s["id"] for s in team.ok("GET", path)] == [made["id"]]
+    assert other.call("GET", path).status_code == 404  # not their stream
+    assert other.call("DELETE", f"{path}/{made['id']}").status_code == 404
+    unknown = team.call("POST", path, {"alert": "NoSuchAlert", "hours": 1})
+    assert unknown.status_code == 422
+    too_long = team.call("POST", path, {"hours": 10_000})
+    assert too_long.status_code == 422 and "max_silence_hours" in too_long.text
+
+    before = len(hooks.alerts("/a"))
+    eventually("Prometheus to see the router up", lambda: _state(stack, ROUTER_DOWN) is None, WAIT)
+    pid = _freeze(stack)
+    try:
+
+        def silenced() -> bool:
+            state = _state(stack, ROUTER_DOWN)
+            return state is not None and made["id"] in state["silencedBy"]
+
+        eventually("the router-down alert to fire, silenced", silenced, WAIT)
+        # A control that is not silenced: once it is notified, the silenced one would have been.
+        _sent(stack, DEAD_LETTERS, output="after-silence")
+        eventually(
+            "the unsilenced notification",
+            lambda: any(
+                a["labels"].get("output") == "after-silence" for _, a in hooks.alerts("/a")
+            ),
+            WAIT,
+        )
+    finally:
+        os.killpg(pid, signal.SIGCONT)
+    since = hooks.alerts("/a")[before:]
+    assert ("firing", ROUTER_DOWN) not in {(s, a["labels"]["alertname"]) for s, a in since}
+    assert team.call("DELETE", f"{path}/{made['id']}").status_code == 204
+    assert team.ok("GET", path) == []
+
+
+def test_a_receiver_to_a_refused_network_or_scheme_is_refused_naming_the_setting(
+    teams: tuple[Api, Api],
+) -> None:
+    team, _ = teams
+    private = team.call(
+        "POST", "/v1/receivers", {"name": "inside", "kind": "webhook", "url": "http://10.1.2.3/x"}
+    )
+    assert private.status_code == 422 and private.json()["setting"] == "alert_receiver_networks"
+    scheme = team.call(
+        "POST", "/v1/receivers", {"name": "ftp", "kind": "webhook", "url": "ftp://example.com/"}
+    )
+    assert scheme.status_code == 422 and scheme.json()["setting"] == "alert_receiver_schemes"
+    listed = team.ok("GET", "/v1/receivers")
+    assert [(r["name"], r["where"]) for r in listed] == [("hook", "http://127.0.0.1/…")]
+    assert "/a" not in json.dumps(listed)  # the URL is not shown again
