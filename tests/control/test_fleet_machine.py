@@ -155,10 +155,13 @@ class FakeStore:
 
 
 class FakeAlerts:
-    """The alerts' publisher (tests/alerts has the real one, with Alertmanager)."""
+    """The alerts' publisher and control's silences (tests/alerts: the real ones)."""
 
     def sync(self, receivers: list) -> bool:
         return False
+
+    def step(self, specs: list) -> None:
+        pass
 
 
 @dataclass
@@ -235,6 +238,7 @@ def _world(tmp_path: Path, **settings_given: str) -> World:
         recovery=recovery,
         sizer=Sizer(settings, store, clock, sizes=topics),
         alerts=FakeAlerts(),
+        quieting=FakeAlerts(),
         clock=clock,
     )
     return World(fleet, launcher, store, dashboards, clock, recovery, topics)

@@ -65,3 +65,31 @@ def test_the_queries_select_the_stream_alone() -> None:
     asked = queries("plays")
     assert set(asked) == {"rates", "totals", "lag", "p99"}
     assert all('stream="plays"' in q for q in asked.values())
+
+
+def test_alerts_are_listed_firing_silenced_or_inhibited_with_whom_they_reach() -> None:
+    def held(name: str, state: str, silenced: list[str], inhibited: list[str]) -> dict:
+        return {
+            "labels": {"alertname": name, "stream": "plays", "owner": "team-a", "output": "x"},
+            "annotations": {"summary": f"{name} of plays"},
+            "startsAt": "2026-11-29T10:00:00Z",
+            "receivers": [{"name": "keystone-admin"}, {"name": "owner-team-a"}],
+            "status": {"state": state, "silencedBy": silenced, "inhibitedBy": inhibited},
+        }
+
+    alerts = [
+        held("KeystoneRouterDown", "active", [], []),
+        held("KeystoneDeadLetters", "suppressed", ["s1"], []),
+        held("KeystoneLagGrowing", "suppressed", [], ["f1"]),
+    ]
+    status = compose(Facts(SPEC, None, alerts=alerts))
+    assert [(a.alert, a.state) for a in status.alerts] == [
+        ("KeystoneRouterDown", "firing"),
+        ("KeystoneDeadLetters", "silenced"),
+        ("KeystoneLagGrowing", "inhibited"),
+    ]
+    first = status.alerts[0]
+    assert first.receivers == ["keystone-admin", "owner-team-a"] and first.output == "x"
+    assert status.alerts[1].silenced_by == ["s1"]
+    away = compose(Facts(SPEC, None, alerts_error="Alertmanager did not answer"))
+    assert away.alerts == [] and away.alerts_error == "Alertmanager did not answer"

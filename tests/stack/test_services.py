@@ -33,6 +33,7 @@ def test_every_service_is_healthy(stack: Stack) -> None:
         "redis",
         "elasticsearch",
         "prometheus",
+        "alertmanager",
         "ingest_proxy",
         "control",
     }

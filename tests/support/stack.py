@@ -56,8 +56,10 @@ def stack_env(state_dir: Path, port_offset: int) -> dict[str, str]:
     # defaults refuse; notified a second after they fire, again two seconds after they change.
     env["KEYSTONE_ALERT_RECEIVER_SCHEMES"] = "http,https"
     env["KEYSTONE_ALERT_RECEIVER_NETWORKS"] = "127.0.0.1/32"
+    env["KEYSTONE_ALERT_RECEIVER_PORTS"] = "1024-65535"
     env["KEYSTONE_ALERT_GROUP_WAIT_SECONDS"] = "1"
     env["KEYSTONE_ALERT_GROUP_INTERVAL_SECONDS"] = "2"
+    env["KEYSTONE_ALERT_REDEPLOY_SETTLE_SECONDS"] = "20"
     for name, model_field in Settings.model_fields.items():
         if name.endswith("_port"):
             env[f"KEYSTONE_{name.upper()}"] = str(model_field.default + port_offset)

@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 
 from keystone.contracts import http
-from keystone.contracts.errors import NotFound, Unavailable
+from keystone.contracts.errors import NotFound, Unavailable, Unprocessable
 from keystone.contracts.settings import Settings
 
 TIMEOUT = 10.0
@@ -18,6 +18,7 @@ TIMEOUT = 10.0
 class Alertmanager:
     def __init__(self, settings: Settings) -> None:
         self.url = f"{settings.alertmanager_url}/api/v2"
+        self.settings = settings
 
     def alerts(self, labels: dict[str, str]) -> list[dict[str, Any]]:
         """The alerts whose labels are `labels` (and any others), firing, silenced or
@@ -40,12 +41,17 @@ class Alertmanager:
         self._call("DELETE", f"/silence/{silence_id}")
 
     def _call(self, method: str, path: str, **kwargs: Any) -> Any:
+        auth = self.settings.alertmanager_auth()  # read each time: the stack may make it later
         try:
-            answer = http.client().request(method, f"{self.url}{path}", timeout=TIMEOUT, **kwargs)
+            answer = http.client().request(
+                method, f"{self.url}{path}", timeout=TIMEOUT, auth=auth, **kwargs
+            )
         except httpx.HTTPError as e:
             raise Unavailable(f"Alertmanager did not answer: {e}", retry_after=5) from e
         if answer.status_code == 404:
             raise NotFound(f"Alertmanager has no {path.strip('/')}")
+        if answer.status_code == 400:  # what was asked cannot be (a silence ending before now)
+            raise Unprocessable(f"Alertmanager refused it: {answer.text[:200]}")
         if answer.status_code >= 300:
             raise Unavailable(
                 f"Alertmanager answered {answer.status_code}: {answer.text[:200]}", retry_after=5

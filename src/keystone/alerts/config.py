@@ -6,7 +6,8 @@
   each owner's receivers hear their own streams' alerts, and no other's.
 - A stream whose router is down has its derived alerts (lag, delivery rate) inhibited: one
   notification for one cause.
-- A receiver follows no redirect (`keystone.alerts.targets`).
+- A receiver follows no redirect, and goes through `alert_receiver_proxy` where one is set
+  (`keystone.alerts.targets`).
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ def config(settings: Settings, receivers: list[Receiver]) -> dict[str, Any]:
             }
         ],
         "receivers": [_admin(settings)]
-        + [_owner(o, [r for r in receivers if r.owner == o]) for o in owners],
+        + [_owner(settings, o, [r for r in receivers if r.owner == o]) for o in owners],
     }
     if settings.smtp_smarthost:
         made["global"] = {
@@ -77,19 +78,21 @@ def _admin(settings: Settings) -> dict[str, Any]:
     url = settings.alert_admin_webhook.get_secret_value()
     if not url:
         return {"name": ADMIN}  # shown on the dashboards, sent nowhere
-    return {"name": ADMIN, "webhook_configs": [_webhook(url, send_resolved=True)]}
+    return {"name": ADMIN, "webhook_configs": [_webhook(settings, url, send_resolved=True)]}
 
 
-def _owner(owner: str, receivers: list[Receiver]) -> dict[str, Any]:
+def _owner(settings: Settings, owner: str, receivers: list[Receiver]) -> dict[str, Any]:
     made: dict[str, Any] = {"name": receiver_name(owner)}
     for r in receivers:
         if r.kind is ReceiverKind.WEBHOOK:
-            made.setdefault("webhook_configs", []).append(_webhook(r.url, r.send_resolved))
+            made.setdefault("webhook_configs", []).append(
+                _webhook(settings, r.url, r.send_resolved)
+            )
         elif r.kind is ReceiverKind.SLACK:
             slack = {
                 "api_url": r.url,
                 "send_resolved": r.send_resolved,
-                "http_config": {"follow_redirects": False},
+                "http_config": _http(settings),
                 "title": "{{ .CommonLabels.alertname }}: {{ .CommonLabels.stream }}",
                 "text": "{{ range .Alerts }}{{ .Annotations.summary }} "
                 "({{ .Annotations.dashboard }})\n{{ end }}",
@@ -104,12 +107,17 @@ def _owner(owner: str, receivers: list[Receiver]) -> dict[str, Any]:
     return made
 
 
-def _webhook(url: str, send_resolved: bool) -> dict[str, Any]:
-    return {
-        "url": url,
-        "send_resolved": send_resolved,
-        "http_config": {"follow_redirects": False},
-    }
+def _webhook(settings: Settings, url: str, send_resolved: bool) -> dict[str, Any]:
+    return {"url": url, "send_resolved": send_resolved, "http_config": _http(settings)}
+
+
+def _http(settings: Settings) -> dict[str, Any]:
+    """How a receiver's request goes out: never following a redirect, through the egress
+    proxy where settings name one (`keystone.alerts.targets`)."""
+    made: dict[str, Any] = {"follow_redirects": False}
+    if settings.alert_receiver_proxy:
+        made["proxy_url"] = settings.alert_receiver_proxy
+    return made
 
 
 def _seconds(value: float) -> str:

@@ -2,21 +2,28 @@
 from the registry's receivers on every pass of control's fleet, written only when it changed,
 and then loaded by every Alertmanager peer.
 
-Nothing is loaded unless `amtool check-config` passes it. A receiver that does not pass (its
-check again against the settings, or Alertmanager's own) is left out, named in `failures`, and
-every other receiver is published: one owner's receiver never stops another's. Its address is
-never in a message: amtool's words are given with each receiver's address replaced by
-`Receiver.where`.
+Nothing is loaded unless `amtool check-config` passes it. The configuration without any owner's
+receiver is checked first: a setting it refuses is the admin's to fix, and leaves the last good
+file in place. Then each receiver whose own configuration amtool refuses, or whose address the
+settings refuse now, is left out and named in `failures`, and every other receiver is
+published: one owner's receiver never stops another's. No address is ever in a message:
+amtool's words are given with every URL in them replaced.
+
+A webhook's host is looked up again every `RECHECK_SECONDS`, not every pass; a lookup that
+does not answer keeps the receiver as last decided (it passed when it was registered).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import re
 import shutil
 import signal
 import subprocess
 import tempfile
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -31,43 +38,56 @@ from keystone.contracts.settings import Settings
 
 log = logging.getLogger(__name__)
 
+RECHECK_SECONDS = 300.0
+URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s\"']*")
+
 
 class AlertPublisher:
-    def __init__(self, settings: Settings, lookup: Resolve = resolve) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        lookup: Resolve = resolve,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.settings = settings
         self.lookup = lookup
+        self.clock = clock
         self.failures: dict[str, str] = {}  # '<owner>/<name>' -> why it is left out
+        self._decided: dict[Receiver, tuple[str | None, float]] = {}  # its refusal, and when
         self._amtool: dict[Receiver, str] = {}  # receivers amtool refused, and its words
-        self._reload_pending = False
+        # Loaded once by whoever leads the fleet now: the last leader may have written the
+        # file and died before the peers loaded it.
+        self._reload_pending = True
 
     def sync(self, receivers: list[Receiver]) -> bool:
         """Writes the configuration if it changed and has every peer load it; whether it was
         written."""
+        path = self.settings.alertmanager_config_file
         failures = {r.field: why for r in receivers if (why := self._refusal(r)) is not None}
-        # Those amtool refused, as they are (a changed one is tried again).
-        failures |= {r.field: self._amtool[r] for r in receivers if r in self._amtool}
         self._amtool = {r: why for r, why in self._amtool.items() if r in receivers}
+        failures |= {r.field: why for r, why in self._amtool.items()}
         usable = [r for r in receivers if r.field not in failures]
         text = config_yaml(self.settings, usable)
-        path = self.settings.alertmanager_config_file
         written = False
         if not _same(path, text):
-            problem = check(text)
-            if problem is not None:  # each owner's alone, to find whose it is
-                for owner in sorted({r.owner for r in usable}):
-                    theirs = [r for r in usable if r.owner == owner]
-                    if check(config_yaml(self.settings, theirs)) is not None:
-                        for r in theirs:
-                            failures[r.field] = self._amtool[r] = _redacted(problem, receivers)
+            base = check(config_yaml(self.settings, []))
+            if base is not None:
+                self._said(failures)
+                raise ValueError(
+                    f"Alertmanager's configuration does not pass amtool whatever the receivers "
+                    f"(the settings' part: the last good one stays): {base}"
+                )
+            if check(text) is not None:  # each receiver alone, to find whose it is
+                for r in usable:
+                    problem = check(config_yaml(self.settings, [r]))
+                    if problem is not None:
+                        failures[r.field] = self._amtool[r] = problem
                 usable = [r for r in usable if r.field not in failures]
                 text = config_yaml(self.settings, usable)
                 problem = check(text)
-            if problem is not None:
-                self._said(failures)
-                raise ValueError(
-                    "Alertmanager's configuration does not pass amtool, the last good one "
-                    f"stays: {_redacted(problem, receivers)}"
-                )
+                if problem is not None:
+                    self._said(failures)
+                    raise ValueError(f"amtool refuses the receivers together: {problem}")
             _write_private(path, text)
             written = self._reload_pending = True
             log.info("alerts: Alertmanager's configuration written (%d receivers)", len(usable))
@@ -77,14 +97,24 @@ class AlertPublisher:
         return written
 
     def _refusal(self, receiver: Receiver) -> str | None:
-        """Why the receiver cannot be published under the settings as they are now."""
+        """Why the receiver cannot be published under the settings as they are now (its
+        address looked up again once RECHECK_SECONDS have passed)."""
         if receiver.kind is ReceiverKind.EMAIL:
             return None if self.settings.smtp_smarthost else "smtp_smarthost is not set"
+        now = self.clock()
+        decided = self._decided.get(receiver)
+        if decided is not None and now - decided[1] < RECHECK_SECONDS:
+            return decided[0]
         try:
             check_webhook(self.settings, receiver.url, self.lookup)
-        except KeystoneError as e:
-            return e.message
-        return None
+            refusal = None
+        except Unavailable:  # its host did not answer: as last decided
+            return decided[0] if decided is not None else None
+        except (KeystoneError, ValueError) as e:  # a record that does not read is refused too
+            refusal = e.message if isinstance(e, KeystoneError) else redacted(str(e))
+        self._decided = {r: d for r, d in self._decided.items() if now - d[1] < 2 * RECHECK_SECONDS}
+        self._decided[receiver] = (refusal, now)
+        return refusal
 
     def _said(self, failures: dict[str, str]) -> None:
         for field, why in failures.items():
@@ -94,8 +124,9 @@ class AlertPublisher:
 
     def _reload(self) -> None:
         """Every peer loads the file: the embedded ones on SIGHUP, an external one by its
-        /-/reload."""
+        /-/reload. Each is asked, whichever does not answer; then what failed is said."""
         settings = self.settings
+        failed = []
         if settings.is_embedded("alertmanager"):
             for n in range(1, settings.alertmanager_replicas + 1):
                 pid = PidFile(settings.run_dir / f"{alertmanager_service(n)}.pid").running_pid()
@@ -103,21 +134,18 @@ class AlertPublisher:
                     if pid is None:
                         raise ProcessLookupError
                     os.kill(pid, signal.SIGHUP)
-                except ProcessLookupError as e:
-                    raise Unavailable(
-                        f"{alertmanager_service(n)} is not running: not reloaded", retry_after=5
-                    ) from e
+                except ProcessLookupError:
+                    failed.append(f"{alertmanager_service(n)} is not running")
         else:
             url = f"{settings.alertmanager_url}/-/reload"
             try:
-                answer = http.client().post(url, timeout=10)
+                answer = http.client().post(url, timeout=10, auth=settings.alertmanager_auth())
+                if answer.status_code >= 300:
+                    failed.append(f"Alertmanager refused to reload ({answer.status_code})")
             except httpx.HTTPError as e:
-                raise Unavailable(f"Alertmanager did not reload: {e}", retry_after=5) from e
-            if answer.status_code >= 300:
-                raise Unavailable(
-                    f"Alertmanager refused to reload ({answer.status_code}): {answer.text[:200]}",
-                    retry_after=5,
-                )
+                failed.append(f"Alertmanager did not reload: {e}")
+        if failed:
+            raise Unavailable(f"not reloaded: {'; '.join(failed)}", retry_after=5)
         self._reload_pending = False
 
 
@@ -127,7 +155,8 @@ def alertmanager_service(peer: int) -> str:
 
 
 def check(text: str) -> str | None:
-    """What `amtool check-config` says is wrong with a configuration (None: it passes)."""
+    """What `amtool check-config` says is wrong with a configuration, every URL in it left
+    out (None: it passes)."""
     amtool = shutil.which("amtool")
     if amtool is None:
         raise Unavailable("amtool is not installed (Debian's prometheus-alertmanager)")
@@ -139,14 +168,14 @@ def check(text: str) -> str | None:
         )
     if result.returncode == 0:
         return None
-    return (result.stderr or result.stdout).strip().replace(str(path), "the configuration")
+    # Its reason is on standard output; standard error only says that it failed.
+    said = " ".join(f"{result.stdout} {result.stderr}".split()).replace(str(path), "")
+    return redacted(said)
 
 
-def _redacted(message: str, receivers: list[Receiver]) -> str:
-    for r in receivers:
-        if r.url:
-            message = message.replace(r.url, r.where)
-    return message
+def redacted(message: str) -> str:
+    """The message with every URL in it left out (one may be a receiver's credential)."""
+    return URL.sub("<url>", message)
 
 
 def _same(path: Path, text: str) -> bool:

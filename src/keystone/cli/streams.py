@@ -150,6 +150,13 @@ def stream_show(ctx: typer.Context, name: str, as_json: JsonOption = False) -> N
             moved = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(where.since))
             line += f", moved {moved} UTC ({where.reason})"
         console.print(line)
+    for alert in status.alerts:
+        where = f" ({alert.output})" if alert.output else ""
+        line = f"alert {alert.alert}{where}: {alert.state} since {alert.since}"
+        style = "red" if alert.state == "firing" else "yellow"
+        console.print(Text(f"{line}, to {', '.join(alert.receivers) or 'nobody'}", style=style))
+    if status.alerts_error:
+        console.print(Text(f"alerts unavailable: {status.alerts_error}", style="yellow"))
     for warning in stream.warnings:
         console.print(Text(f"warning: {warning}", style="yellow"))
     if status.metrics_error:

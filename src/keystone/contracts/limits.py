@@ -52,6 +52,9 @@ class Limits(BaseModel):
     max_silence_hours: int = Field(
         168, ge=1, description="How long an owner's silence of a stream's alerts lasts at most."
     )
+    max_silences_per_stream: int = Field(
+        20, ge=1, description="An owner's silences of one stream not yet expired (422)."
+    )
     max_producers_per_stream: int = Field(
         100,
         ge=1,

@@ -315,6 +315,15 @@ class Settings(BaseSettings, Limits):
         description="Alertmanager's URL (default: the embedded one's first peer); Prometheus "
         f"sends alerts there and control loads its configuration there.{_EXTERNAL}",
     )
+    alertmanager_username: str = Field(
+        "keystone", description="The login control and Prometheus give Alertmanager."
+    )
+    alertmanager_password: SecretStr = Field(
+        SecretStr(""),
+        description="Its password; default: generated once into <state_dir>/conf/alertmanager/"
+        "password (readable by its owner only), which the embedded peers require: their API "
+        "would otherwise let anyone on the machine read every receiver or silence every alert.",
+    )
     proxy_url: str = Field(
         "",
         description=f"The ingest proxy's URL (default: the embedded proxy).{_EXTERNAL}",
@@ -477,6 +486,13 @@ class Settings(BaseSettings, Limits):
     alert_repeat_interval_seconds: float = Field(
         14_400.0, gt=0, description="How often a group still firing is notified again."
     )
+    alert_redeploy_settle_seconds: float = Field(
+        300.0,
+        ge=0,
+        description="How long a redeployed (or resized) router runs before its stream's lag "
+        "and delivery-rate alerts are heard again: control silences them from the stop on, "
+        "while its queries start and catch up.",
+    )
     alert_receiver_schemes: Annotated[list[str], NoDecode] = Field(
         default_factory=lambda: ["https"],
         description="The schemes an owner's webhook receiver may use (http, https), "
@@ -487,6 +503,18 @@ class Settings(BaseSettings, Limits):
         description="Networks (CIDR, comma-separated: '10.1.0.0/16,127.0.0.1/32') an owner's "
         "webhook receiver may reach although they are loopback, link-local, private or "
         "otherwise not global, which are refused unless listed here.",
+    )
+    alert_receiver_ports: Annotated[list[str], NoDecode] = Field(
+        default_factory=lambda: ["443"],
+        description="The ports an owner's webhook receiver may reach: numbers and ranges, "
+        "comma-separated ('443,8443,9000-9100'). A URL without a port is its scheme's.",
+    )
+    alert_receiver_proxy: str = Field(
+        "",
+        description="An HTTP proxy every receiver's request goes through (Alertmanager's "
+        "proxy_url). Checked at registration, a webhook's host may resolve elsewhere by the "
+        "time Alertmanager sends: a proxy that enforces the same networks as it connects "
+        "closes that gap.",
     )
     alert_admin_webhook: SecretStr = Field(
         SecretStr(""),
@@ -516,6 +544,17 @@ class Settings(BaseSettings, Limits):
             raise ValueError(f"a webhook's scheme is http or https, not {unknown[0]!r}")
         return value
 
+    @field_validator("alert_receiver_ports")
+    @classmethod
+    def _ports(cls, value: list[str]) -> list[str]:
+        for ports in value:
+            low, _, high = ports.partition("-")
+            if not (low.isdigit() and (not high or high.isdigit())):
+                raise ValueError(f"{ports!r} is not a port or a range of them ('9000-9100')")
+            if not 0 < int(low) <= int(high or low) <= 65535:
+                raise ValueError(f"{ports!r} is not within 1-65535, low to high")
+        return value
+
     @field_validator("alert_receiver_networks")
     @classmethod
     def _networks(cls, value: list[str]) -> list[str]:
@@ -527,7 +566,11 @@ class Settings(BaseSettings, Limits):
         return value
 
     @field_validator(
-        "fronting_clusters", "alert_receiver_schemes", "alert_receiver_networks", mode="before"
+        "fronting_clusters",
+        "alert_receiver_schemes",
+        "alert_receiver_networks",
+        "alert_receiver_ports",
+        mode="before",
     )
     @classmethod
     def _comma_separated(cls, value: object) -> object:
@@ -704,6 +747,19 @@ class Settings(BaseSettings, Limits):
     def redis_client_kwargs(self) -> dict[str, Any]:
         """What `redis.Redis.from_url(settings.redis_url, **kwargs)` needs besides the URL."""
         return {"password": self.redis_auth()}
+
+    def alertmanager_auth(self, create: bool = False) -> tuple[str, str] | None:
+        """The login every client gives Alertmanager: the setting's, else, for the embedded
+        one, the state directory's (made there when `create`: the stack's); None: there is
+        none to give."""
+        configured = self.alertmanager_password.get_secret_value()
+        if not configured and self.is_embedded("alertmanager"):
+            configured = stored_secret(self.alertmanager_password_file, create=create) or ""
+        return (self.alertmanager_username, configured) if configured else None
+
+    @property
+    def alertmanager_password_file(self) -> Path:
+        return self.conf_dir / "alertmanager" / "password"
 
     @property
     def redis_password_file(self) -> Path:

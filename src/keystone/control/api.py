@@ -422,8 +422,7 @@ def add_silence(stream: str, body: SilenceCreate, plane: PlaneDep, who: CallerDe
     """Silences the stream's alerts (one of them, by name) for a while: Alertmanager notifies
     nobody of them meanwhile; the dashboards show them silenced."""
     silence_id = plane.silences.add(who, stream, body.alert, body.hours, body.comment)
-    found = next(s for s in plane.silences.list(who, stream) if s["id"] == silence_id)
-    return SilencePublic.of(stream, found)
+    return SilencePublic.of(stream, plane.silences.alertmanager.silence(silence_id))
 
 
 @router.get("/streams/{stream}/silences", response_model=list[SilencePublic], tags=["alerts"])

@@ -33,6 +33,7 @@ import uuid
 from collections.abc import Callable
 from typing import Protocol
 
+from keystone.alerts.client import Alertmanager
 from keystone.alerts.publish import AlertPublisher
 from keystone.contracts.backoff import Backoff
 from keystone.contracts.errors import KeystoneError
@@ -45,6 +46,7 @@ from keystone.control.fronting import FrontingWatch
 from keystone.control.kafka_access import AppAccess
 from keystone.control.launcher import Deployment, Launcher, ProcessLauncher
 from keystone.control.recovery import Recovery
+from keystone.control.silences import OperationSilences
 from keystone.control.sizing import Sizer
 from keystone.control.store import Store
 from keystone.dashboards.publish import Publisher
@@ -87,6 +89,12 @@ class Alerts(Protocol):
     def sync(self, receivers: list[Receiver]) -> bool: ...
 
 
+class Quieting(Protocol):
+    """What the fleet asks of control's own silences (`control.silences.OperationSilences`)."""
+
+    def step(self, specs: list[StreamSpec]) -> None: ...
+
+
 class Keeper(Protocol):
     """What the fleet asks of recovery (`keystone.control.recovery.Recovery`)."""
 
@@ -113,6 +121,7 @@ class Fleet:
         sizer: Sizer | None = None,
         access: AppAccess | None = None,
         alerts: Alerts | None = None,
+        quieting: Quieting | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.settings = settings
@@ -128,6 +137,13 @@ class Fleet:
         self._access_synced = float("-inf")
         self._access_sync: threading.Thread | None = None
         self.alerts: Alerts = alerts if alerts is not None else AlertPublisher(settings)
+        self.quieting: Quieting = (
+            quieting
+            if quieting is not None
+            else OperationSilences(
+                store, Alertmanager(settings), settings.alert_redeploy_settle_seconds, clock
+            )
+        )
         self._alerts_synced = float("-inf")
         self._alerts_sync: threading.Thread | None = None
         self.fronting = FrontingWatch(settings, store, clock)
@@ -181,7 +197,7 @@ class Fleet:
         except KeystoneError as e:  # sized as they were; sampled again next time
             log.warning("traffic not sampled: %s", e)
         self._sync_access()
-        self._sync_alerts()
+        self._sync_alerts(specs)
         self._watch_fronting()
         desired = {s.name: s for s in specs if s.outputs}
         running = self.launcher.deployments()
@@ -216,9 +232,11 @@ class Fleet:
         self._access_sync = threading.Thread(target=sync, name="kafka-access", daemon=True)
         self._access_sync.start()
 
-    def _sync_alerts(self) -> None:
-        """Alertmanager's configuration made from the receivers every ALERTS_SECONDS, on a
-        thread of its own: checking a webhook's host asks DNS, which must not hold the pass."""
+    def _sync_alerts(self, specs: list[StreamSpec]) -> None:
+        """Alertmanager's configuration made from the receivers, and control's own silences
+        of streams under an operation, every ALERTS_SECONDS, on a thread of its own: checking a
+        webhook's host asks DNS, and Alertmanager may not answer, neither of which may hold the
+        pass."""
         if self._alerts_sync is not None and self._alerts_sync.is_alive():
             return
         if self.clock() - self._alerts_synced < ALERTS_SECONDS:
@@ -227,6 +245,7 @@ class Fleet:
         def sync() -> None:
             try:
                 self.alerts.sync(self.store.receivers())
+                self.quieting.step(specs)
             except (KeystoneError, ValueError, OSError) as e:  # said; retried next time
                 log.warning("alerts not published: %s", e)
             except Exception:  # its own boundary

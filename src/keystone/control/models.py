@@ -620,6 +620,38 @@ class FrontingPublicStream(BaseModel):
     reason: str | None = Field(description="Why: command, unreachable or recovered.")
 
 
+class AlertPublic(BaseModel):
+    """One of the stream's alerts Alertmanager holds, and who hears it."""
+
+    alert: str
+    state: str = Field(description="firing, silenced or inhibited (nobody is notified)")
+    output: str | None = None
+    since: str = Field(description="When it began firing (RFC 3339).")
+    summary: str = ""
+    receivers: list[str] = Field(
+        description="Whom it is routed to: owner-<owner> (the owner's receivers), "
+        "keystone-admin (the admin's)."
+    )
+    silenced_by: list[str] = Field(default_factory=list, description="Silences' ids.")
+
+    @classmethod
+    def of(cls, alert: dict[str, Any]) -> AlertPublic:
+        status = alert.get("status", {})
+        state = "firing"
+        if status.get("state") == "suppressed":
+            state = "silenced" if status.get("silencedBy") else "inhibited"
+        labels = alert.get("labels", {})
+        return cls(
+            alert=labels.get("alertname", ""),
+            state=state,
+            output=labels.get("output"),
+            since=alert.get("startsAt", ""),
+            summary=alert.get("annotations", {}).get("summary", ""),
+            receivers=[r["name"] for r in alert.get("receivers", [])],
+            silenced_by=status.get("silencedBy") or [],
+        )
+
+
 class StatusPublic(BaseModel):
     """A stream's router, as the fleet sees it, and its outputs as Prometheus last scraped
     them (an output's figures are missing until the router has run)."""
@@ -637,6 +669,10 @@ class StatusPublic(BaseModel):
     fronting: FrontingPublicStream | None = Field(
         None, description="The fronting cluster taking its writes, where there are several."
     )
+    alerts: list[AlertPublic] = Field(
+        default_factory=list, description="Its alerts Alertmanager holds, firing or not heard."
+    )
+    alerts_error: str | None = Field(None, description="Why the alerts are missing, if so.")
 
 
 class FrontingClusterPublic(BaseModel):
@@ -710,7 +746,11 @@ class ReceiverCreate(BaseModel):
         "alert_receiver_networks.",
     )
     to: str | None = Field(None, description="An e-mail receiver's address (its kind needs it).")
-    channel: str | None = Field(None, description="A Slack receiver's channel.")
+    channel: str | None = Field(
+        None,
+        pattern=r"^[#@][A-Za-z0-9._-]{1,80}$",
+        description="A Slack receiver's channel ('#data') or user ('@me').",
+    )
     send_resolved: bool = Field(True, description="Say so too when an alert is resolved.")
 
     @model_validator(mode="after")
@@ -766,7 +806,9 @@ class SilenceCreate(BaseModel):
     alert: str | None = Field(
         None, description="The alert to silence, by name (none: every alert of the stream)."
     )
-    hours: float = Field(gt=0, description="How long, at most max_silence_hours.")
+    hours: float = Field(
+        gt=0, allow_inf_nan=False, description="How long, at most max_silence_hours."
+    )
     comment: str = Field("", max_length=500, description="Why, for whoever reads it later.")
 
 

@@ -10,6 +10,8 @@ import re
 import time
 from collections.abc import Callable
 
+from keystone.alerts.config import config_yaml
+from keystone.alerts.publish import check
 from keystone.alerts.targets import Resolve, check_webhook, resolve
 from keystone.contracts.errors import Forbidden, Unprocessable
 from keystone.contracts.limits import check_limit
@@ -18,8 +20,8 @@ from keystone.contracts.settings import Settings
 from keystone.control.store import Store, audit
 from keystone.control.tenancy import Caller
 
-# One address, no display name: what Alertmanager's `to` takes for one recipient.
-EMAIL = re.compile(r"[^@\s,<>\"]+@[^@\s,<>\"]+\.[^@\s,<>\"]+")
+# One address, no display name, nothing Alertmanager would read as a template: one recipient.
+EMAIL = re.compile(r"[^@\s,<>\"{}]+@[^@\s,<>\"{}]+\.[^@\s,<>\"{}]+")
 
 
 class Receivers:
@@ -51,6 +53,10 @@ class Receivers:
                 )
         else:
             check_webhook(self.settings, receiver.url, self.lookup)
+        # As Alertmanager reads it: what it would refuse is refused now, not left out later.
+        refused = check(config_yaml(self.settings, [receiver]))
+        if refused is not None:
+            raise Unprocessable(f"Alertmanager would not take this receiver: {refused}")
 
         def within_limit(theirs: list[Receiver]) -> None:
             check_limit(

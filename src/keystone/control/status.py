@@ -1,6 +1,6 @@
 """A stream's status: its router as the fleet sees it, per output its rates, lag and latency as
 Prometheus has scraped them from the router, and its latest rewind and backfill; its archive's
-figures too, and the stream's latest redrive.
+figures too, the stream's latest redrive, and its alerts as Alertmanager holds them.
 
 Fetched (`fetch`: the registry, progress files and checkpoints, Prometheus), then composed by
 a pure function (`compose`), which the tests drive with facts of their own.
@@ -11,7 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from keystone.alerts.client import Alertmanager
 from keystone.contracts import metrics as names
+from keystone.contracts.errors import KeystoneError
 from keystone.contracts.names import ARCHIVE_QUERY
 from keystone.contracts.recovery import Backfill, Redrive
 from keystone.contracts.registry import RegistryReader, RouterState
@@ -19,6 +21,7 @@ from keystone.contracts.settings import Settings
 from keystone.contracts.sinks import HiveSink
 from keystone.contracts.spec import StreamSpec
 from keystone.control.models import (
+    AlertPublic,
     BackfillPublic,
     FrontingPublicStream,
     OutputStatusPublic,
@@ -49,6 +52,8 @@ class Facts:
     figures: Samples | None = None  # None: Prometheus was not asked, or did not answer
     metrics_error: str | None = None
     fronting: FrontingPublicStream | None = None  # where there are several fronting clusters
+    alerts: list[dict[str, Any]] = field(default_factory=list)  # as Alertmanager holds them
+    alerts_error: str | None = None
 
 
 def queries(stream: str) -> dict[str, str]:
@@ -84,8 +89,15 @@ def fetch(settings: Settings, registry: RegistryReader, spec: StreamSpec) -> Fac
             figures = {k: instant(settings, q) for k, q in queries(spec.name).items()}
         except PrometheusError as e:
             error = str(e)
+    alerts, alerts_error = [], None
+    try:
+        alerts = Alertmanager(settings).alerts({"stream": spec.name, "owner": spec.owner})
+    except KeystoneError as e:
+        alerts_error = e.message
     return Facts(
         spec=spec,
+        alerts=alerts,
+        alerts_error=alerts_error,
         router=registry.router_state(spec.name),
         rewinds=rewinds,
         backfills=backfills,
@@ -135,6 +147,8 @@ def compose(facts: Facts) -> StatusPublic:
         ),
         metrics_error=facts.metrics_error,
         fronting=facts.fronting,
+        alerts=[AlertPublic.of(a) for a in facts.alerts],
+        alerts_error=facts.alerts_error,
     )
     if spec.archive.enabled:
         outputs[ARCHIVE_QUERY] = archive

@@ -25,8 +25,10 @@ from typing import ClassVar
 from urllib.parse import urlsplit
 from xml.sax.saxutils import escape
 
+import bcrypt
 import httpx
 import redis
+import yaml
 from confluent_kafka.admin import AdminClient
 from thrift.Thrift import TException
 
@@ -125,10 +127,10 @@ class Service(ABC):
             d.mkdir(parents=True, exist_ok=True)
 
 
-def _get(url: str) -> httpx.Response | None:
+def _get(url: str, auth: tuple[str, str] | None = None) -> httpx.Response | None:
     """The answer to a GET when it is a 200, else None (refused, timed out, or not ready)."""
     try:
-        answer = http.client().get(url, timeout=2)
+        answer = http.client().get(url, timeout=2, auth=auth)
     except httpx.HTTPError:
         return None
     return answer if answer.status_code == 200 else None
@@ -773,18 +775,24 @@ class Alertmanager(Service):
         return [self.port, self.port + 1]
 
     def prepare(self) -> None:
-        """Until control has made one from the registry: the configuration of no receiver but
+        """Its login (every client of its API gives it: the API would otherwise show any
+        process on the machine every receiver's address, and take silences from it), and,
+        until control has made one from the registry, the configuration of no receiver but
         the admin's."""
         self._dirs()
-        path = self.settings.alertmanager_config_file
+        s = self.settings
+        auth = s.alertmanager_auth(create=True)
+        assert auth is not None, "made when missing"
+        hashed = bcrypt.hashpw(auth[1].encode(), bcrypt.gensalt()).decode()
+        users = {"basic_auth_users": {auth[0]: hashed}}
+        _write_private(self.web_config, yaml.safe_dump(users))
+        path = s.alertmanager_config_file
         if not path.exists():
-            _write_private(path, config_yaml(self.settings, []))
-        targets.write_target(
-            self.settings,
-            self.name,
-            [f"{self.settings.bind_host}:{self.port}"],
-            {"component": "alertmanager"},
-        )
+            _write_private(path, config_yaml(s, []))
+
+    @property
+    def web_config(self) -> Path:
+        return self.conf / "web.yml"
 
     def argv(self) -> list[str]:
         s = self.settings
@@ -803,23 +811,32 @@ class Alertmanager(Service):
             f"--config.file={s.alertmanager_config_file}",
             f"--storage.path={self.data}",
             f"--web.listen-address={host}:{self.port}",
+            f"--web.config.file={self.web_config}",
             f"--web.external-url={self.address}",
             *gossip,
         ]
 
     def healthy(self) -> bool:
-        return _get(f"{self.address}/-/ready") is not None
+        return _get(f"{self.address}/-/ready", self.settings.alertmanager_auth()) is not None
 
 
 def _alerting(settings: Settings) -> str:
-    """Prometheus's `alerting` section: every Alertmanager peer gets every alert."""
+    """Prometheus's `alerting` section: every Alertmanager peer gets every alert, logged in
+    with a password file of Prometheus's own."""
     lines = ["alerting:\n", "  alertmanagers:\n"]
+    auth = settings.alertmanager_auth(create=True)
+    login = ""
+    if auth is not None:
+        secret = settings.conf_dir / "prometheus" / "alertmanager-password"
+        _write_private(secret, auth[1])
+        login = f"      basic_auth: {{username: '{auth[0]}', password_file: '{secret}'}}\n"
     for url in settings.alertmanager_urls:
         parts = urlsplit(url)
         lines += [
             f"    - scheme: {parts.scheme}\n",
             f"      path_prefix: '{parts.path or '/'}'\n",
             f"      static_configs: [{{targets: ['{parts.netloc}']}}]\n",
+            login,
         ]
     return "".join(lines)
 
