@@ -81,7 +81,10 @@ def test_every_node_is_listed_healthy_and_topics_live_on_three_brokers(
     # The Alertmanager peers found each other: a silence or a notification is known to both.
     def gossiping() -> bool:
         for url in cluster.settings.alertmanager_urls:
-            status = http.client().get(f"{url}/api/v2/status", timeout=10).json()["cluster"]
+            answer = http.client().get(
+                f"{url}/api/v2/status", timeout=10, auth=cluster.settings.alertmanager_auth()
+            )
+            status = answer.json()["cluster"]
             if status["status"] != "ready" or len(status["peers"]) != 2:
                 return False
         return True
