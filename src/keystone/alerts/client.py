@@ -8,6 +8,7 @@ from typing import Any
 
 import httpx
 
+from keystone.alerts.config import matcher
 from keystone.contracts import http
 from keystone.contracts.errors import NotFound, Unavailable, Unprocessable
 from keystone.contracts.settings import Settings
@@ -60,11 +61,7 @@ class Alertmanager:
 
 
 def _filters(labels: dict[str, str]) -> list[str]:
-    return [f'{name}="{_quoted(value)}"' for name, value in sorted(labels.items())]
-
-
-def _quoted(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"')
+    return [matcher(name, value) for name, value in sorted(labels.items())]
 
 
 def _matches_exactly(silence: dict[str, Any], labels: dict[str, str]) -> bool:

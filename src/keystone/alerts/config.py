@@ -33,9 +33,7 @@ def receiver_name(owner: str) -> str:
 def config(settings: Settings, receivers: list[Receiver]) -> dict[str, Any]:
     owners = sorted({r.owner for r in receivers})
     routes: list[dict[str, Any]] = [{"receiver": ADMIN, "continue": True}]
-    routes += [
-        {"receiver": receiver_name(o), "matchers": [f'owner="{_quoted(o)}"']} for o in owners
-    ]
+    routes += [{"receiver": receiver_name(o), "matchers": [matcher("owner", o)]} for o in owners]
     made: dict[str, Any] = {
         "route": {
             "receiver": ADMIN,
@@ -124,7 +122,8 @@ def _seconds(value: float) -> str:
     return f"{max(1, round(value))}s"
 
 
-def _quoted(value: str) -> str:
-    """A value inside a matcher's double quotes (owner names hold neither quote nor
-    backslash, but a matcher is no place to find out)."""
-    return value.replace("\\", "\\\\").replace('"', '\\"')
+def matcher(name: str, value: str) -> str:
+    """An equality matcher, its value quoted (owner names hold neither quote nor backslash,
+    but a matcher is no place to find out)."""
+    quoted = value.replace("\\", "\\\\").replace('"', '\\"')
+    return f'{name}="{quoted}"'

@@ -23,7 +23,7 @@ from keystone.contracts.names import ARCHIVE_QUERY, HIVE_DATABASE, archive_table
 from keystone.contracts.recovery import ArchiveSpan, Backfill
 from keystone.contracts.sinks import Replay
 from keystone.contracts.spec import OutputSpec, StreamSpec
-from keystone.control.operations import Jobs
+from keystone.control.operations import Jobs, iso
 from keystone.control.store import Planned
 from keystone.control.tenancy import Caller
 
@@ -35,10 +35,6 @@ class BackfillPlan:
     effect: str  # that, in words, for this output
     archived_until: float  # the archive holds every event ingested before this (epoch s)
     planned: Planned  # what it was planned on
-
-
-def iso(epoch_seconds: float) -> str:
-    return datetime.fromtimestamp(epoch_seconds, UTC).isoformat().replace("+00:00", "Z")
 
 
 class Backfills(Jobs[Backfill]):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, ClassVar, Generic, TypeVar
 
 from keystone.contracts.errors import Conflict, NotFound
@@ -33,6 +34,11 @@ from keystone.control.tenancy import Caller
 
 Op = TypeVar("Op", bound=Operation)
 J = TypeVar("J", bound=Job)
+
+
+def iso(epoch_seconds: float) -> str:
+    """A moment as the API and its messages give it: RFC 3339 in UTC, with 'Z'."""
+    return datetime.fromtimestamp(epoch_seconds, UTC).isoformat().replace("+00:00", "Z")
 
 
 @dataclass(frozen=True)

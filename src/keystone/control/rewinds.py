@@ -41,7 +41,7 @@ from keystone.contracts.recovery import Replaced, RestorePoint, Rewind, Span
 from keystone.contracts.settings import Settings
 from keystone.contracts.sinks import Replay
 from keystone.contracts.spec import OutputSpec, StreamSpec
-from keystone.control.operations import Operations
+from keystone.control.operations import Operations, iso
 from keystone.control.positions import Extent, Positions
 from keystone.control.recovery import committed, generation_of
 from keystone.control.store import Planned
@@ -246,7 +246,7 @@ class Rewinds(Operations[Rewind]):
         elif resettable and mine:
             raise Unprocessable(
                 f"no restore point of {stream}.{output.name} on fronting cluster {cluster.name} "
-                f"at or before {_when(moment)}: a Hive output's replay starts at one there too",
+                f"at or before {iso(moment)}: a Hive output's replay starts at one there too",
                 earliest=mine[-1].id,
             )
         elif resettable:  # its query has committed nothing there: all it holds
@@ -256,7 +256,7 @@ class Rewinds(Operations[Rewind]):
         for p, earliest in extent.earliest.items():
             start.setdefault(p, delivered.get(p, earliest))
         start = {p: min(o, delivered.get(p, o)) for p, o in start.items()}
-        asked = f"{_when(moment) if moment is not None else 'its position'} on {cluster.name}"
+        asked = f"{iso(moment) if moment is not None else 'its position'} on {cluster.name}"
         # Only a start before what it holds is refused: a standby's records come in bursts
         # (failovers) far apart, so a time before its first record kept is no sign of any lost.
         self._within_retention(positions, topic, Target(), start, extent, asked)
@@ -456,10 +456,6 @@ def progress(settings: Settings, spec: StreamSpec, rewind: Rewind) -> Progress:
 
 def _records(start: Offsets, until: Offsets) -> int:
     return sum(max(0, end - start.get(p, 0)) for p, end in until.items())
-
-
-def _when(moment: float) -> str:
-    return datetime.fromtimestamp(moment, UTC).isoformat().replace("+00:00", "Z")
 
 
 def _offsets_text(offsets: Offsets) -> str:

@@ -19,7 +19,7 @@ import logging
 import math
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from keystone.alerts.client import Alertmanager
@@ -29,6 +29,7 @@ from keystone.contracts.recovery import Backfill, Rewind
 from keystone.contracts.registry import RegistryReader, RouterPhase, RouterState
 from keystone.contracts.settings import Settings
 from keystone.contracts.spec import StreamSpec
+from keystone.control.operations import iso
 from keystone.control.streams import Streams
 from keystone.control.tenancy import Caller
 from keystone.dashboards.rules import ALERTS, DELIVERY_RATE_LOW, LAG_GROWING
@@ -72,8 +73,8 @@ class Silences:
                     {"name": k, "value": v, "isRegex": False, "isEqual": True}
                     for k, v in labels.items()
                 ],
-                "startsAt": _iso(now),
-                "endsAt": _iso(now + hours * 3600),
+                "startsAt": iso(now),
+                "endsAt": iso(now + hours * 3600),
                 "createdBy": caller.name,
                 "comment": comment or f"silenced by {caller.name}",
             }
@@ -91,10 +92,6 @@ class Silences:
         if silence_id not in mine:
             raise NotFound(f"stream {stream!r} has no silence {silence_id!r}")
         self.alertmanager.expire(silence_id)
-
-
-def _iso(epoch: float) -> str:
-    return datetime.fromtimestamp(epoch, UTC).isoformat().replace("+00:00", "Z")
 
 
 CONTROL = "keystone-control"  # the createdBy of control's own silences
@@ -192,8 +189,8 @@ def _silence(spec: StreamSpec, comment: str, now: float) -> dict[str, Any]:
             *({"name": k, "value": v, "isRegex": False, "isEqual": True} for k, v in exact.items()),
             {"name": "alertname", "value": "|".join(QUIETED), "isRegex": True, "isEqual": True},
         ],
-        "startsAt": _iso(now),
-        "endsAt": _iso(now + OPERATION_SILENCE_SECONDS),
+        "startsAt": iso(now),
+        "endsAt": iso(now + OPERATION_SILENCE_SECONDS),
         "createdBy": CONTROL,
         "comment": comment,
     }
