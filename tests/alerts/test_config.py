@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import yaml
+from pydantic import ValidationError
 
 from keystone.alerts import publish
 from keystone.alerts.config import ADMIN, config, config_yaml
@@ -22,6 +23,7 @@ from keystone.contracts.errors import Forbidden, LimitExceeded, Unavailable, Unp
 from keystone.contracts.processes import PidFile
 from keystone.contracts.receivers import Receiver
 from keystone.contracts.settings import Settings
+from keystone.control.models import ReceiverCreate
 from keystone.control.receivers import Receivers
 from keystone.control.tenancy import Caller
 
@@ -189,3 +191,12 @@ def test_an_owner_registers_their_own_within_the_limit_and_the_settings(tmp_path
     templated = mail.model_copy(update={"to": "{{ .ExternalURL }}@x.y"})
     with pytest.raises(Unprocessable, match="not one e-mail address"):
         plane.add(team, templated)
+
+
+def test_a_receivers_address_is_bounded_before_anything_reads_it() -> None:
+    too_long = {"name": "mail", "kind": "email", "to": "a" * 300 + "@example.com"}
+    with pytest.raises(ValidationError):
+        ReceiverCreate.model_validate(too_long)
+    hook = {"name": "hook", "kind": "webhook", "url": "https://8.8.8.8/" + "a" * 3000}
+    with pytest.raises(ValidationError):
+        ReceiverCreate.model_validate(hook)

@@ -741,11 +741,14 @@ class ReceiverCreate(BaseModel):
     kind: ReceiverKind
     url: SecretStr | None = Field(
         None,
+        max_length=2048,
         description="A webhook's or Slack's URL (their kinds need it); a secret: never shown "
         "again. Its scheme and host are checked against alert_receiver_schemes and "
         "alert_receiver_networks.",
     )
-    to: str | None = Field(None, description="An e-mail receiver's address (its kind needs it).")
+    to: str | None = Field(
+        None, max_length=254, description="An e-mail receiver's address (its kind needs it)."
+    )
     channel: str | None = Field(
         None,
         pattern=r"^[#@][A-Za-z0-9._-]{1,80}$",
