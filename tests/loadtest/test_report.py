@@ -33,6 +33,7 @@ def output(name: str, sink: str, duplicates: int, replays: int) -> OutputAudit:
         replays=replays,
         unexpected=0,
         lost_sample=[],
+        duplicate_sample=[],
     )
 
 

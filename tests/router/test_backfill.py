@@ -3,7 +3,9 @@ waits until the live output and the archive have passed the range (`settled`, ch
 Spark writes them, Kafka's positions given), and an hour's swap touches only the files with
 rows in the window and is finished, not done twice, after a crash (`HiveTable.replace_hour`,
 on a local Spark session and a Parquet folder; the real Hive: tests/router/test_recovery.py
-and tests/router/test_backfill_behind_live.py)."""
+and tests/router/test_backfill_behind_live.py). Then the same swaps keeping an event once when a
+rewind's replay writes it again after a redrive or a backfill did, or a redrive after a replay
+(`replace_copies`, `not_held`; with the real services: tests/loadtest/test_loadtest.py)."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 
 from keystone.contracts.names import ARCHIVE_QUERY
 from keystone.contracts.settings import Settings
@@ -198,3 +201,91 @@ def test_a_whole_hour_is_replaced_whole(spark: SparkSession, table: HiveTable) -
     staged = table.stage(rows(spark, ["r1"], BEGINS), "bf-z-0")
     table.replace_hour(spark, HOUR, (BEGINS, BEGINS + HOUR_MS), [staged], "bf-z-0")
     assert holds(spark, table) == ["r1"]
+
+
+# A rewind of a Hive output past events a redrive or a backfill wrote (files of their own, not
+# a batch's the rewind undoes): its replay's batch replaces those copies, and a redrive leaves
+# out what a replay or a backfill wrote already. Either order, each event once.
+
+
+def test_a_replayed_batch_replaces_the_copies_a_redrive_and_a_backfill_wrote(
+    spark: SparkSession, table: HiveTable
+) -> None:
+    live = "batch-q1-000000000001"
+    publish(spark, table, live, rows(spark, ["a1", "a2"], END - 1).coalesce(1))
+    # A redrive's slice past the backfill's window (the window's rows are the archive's).
+    publish(spark, table, "rd-0123456789ab-00000", rows(spark, ["d1", "d2"], END + 10))
+    staged = table.stage(rows(spark, ["a1", "r1"], BEGINS), "bf-x-0")
+    table.replace_hour(spark, HOUR, (BEGINS, END), [staged], "bf-x-0")
+    table.settle_swaps(spark, keep=None)
+    assert holds(spark, table) == ["a1", "a2", "d1", "d2", "r1"]
+    batches = {n: t for n, t in names(table, spark).items() if n.startswith("batch-")}
+
+    # The replay (a new generation's query) writes a1 (the backfill's copy), d1 (the
+    # redrive's) and n1 (new): published, then their other copies removed.
+    replay = "batch-q2-000000000000"
+    frame = rows(spark, ["a1", "d1", "n1"], BEGINS + 20)
+    publish(spark, table, replay, frame)
+    table.replace_copies(spark, [HOUR], frame, replay)
+
+    assert holds(spark, table) == ["a1", "a2", "d1", "d2", "n1", "r1"]
+    now = names(table, spark)
+    assert {n: t for n, t in now.items() if n.startswith(live)} == {  # a batch's: untouched
+        n: t for n, t in batches.items() if n.startswith(live)
+    }
+    # What was left of each touched file keeps its name (a redrive's slice run again replaces
+    # it), and no journal stays.
+    assert any(n.startswith("rd-0123456789ab-00000-00000.") for n in now)
+    assert staging(spark, table) == []
+    # Run again (the batch Spark replays after a crash): nothing more goes.
+    publish(spark, table, replay, frame)
+    table.replace_copies(spark, [HOUR], frame, replay)
+    assert holds(spark, table) == ["a1", "a2", "d1", "d2", "n1", "r1"]
+
+
+def test_a_removal_cut_short_is_finished_when_the_batch_runs_again(
+    spark: SparkSession, table: HiveTable
+) -> None:
+    publish(spark, table, "rd-0123456789ab-00000", rows(spark, ["d1", "d2"], BEGINS))
+    replay = "batch-q2-000000000000"
+    frame = rows(spark, ["d1"], BEGINS + 20)
+    publish(spark, table, replay, frame)
+    # Its plan journaled and its moves done; the deletions never happened (the router died).
+    name = f"{replay}.copies-{HOUR[0]}-{HOUR[1]}"
+    marked = frame.select("guid").withColumn("inside", F.lit(True))
+    plan = table._plan(
+        spark,
+        HOUR,
+        [],
+        name,
+        lambda found: found.join(marked, "guid", "left").fillna(False, ["inside"]),
+        batches=False,
+    )
+    fs, path = table.fs(spark)
+    hive._write_text(
+        spark, path(f"{table.location}/_staging/{name}{hive.JOURNAL}"), json.dumps(plan)
+    )
+    for source, target in plan["moves"]:
+        fs.rename(path(source), path(target))
+    assert holds(spark, table) == ["d1", "d1", "d2", "d2"]  # mid-removal
+
+    publish(spark, table, replay, frame)
+    table.replace_copies(spark, [HOUR], frame, replay)
+
+    assert holds(spark, table) == ["d1", "d2"]
+    assert staging(spark, table) == []
+
+
+def test_a_redrive_leaves_out_the_events_the_table_holds_but_its_own_earlier_attempt(
+    spark: SparkSession, table: HiveTable
+) -> None:
+    publish(spark, table, "batch-q2-000000000000", rows(spark, ["d1"], BEGINS))  # a replay's
+    tag = "rd-0123456789ab-00000"
+    publish(spark, table, tag, rows(spark, ["d3"], BEGINS))  # its first attempt, then died
+    slice_ = rows(spark, ["d1", "d2", "d3"], BEGINS + 5)
+
+    left = table.not_held(spark, slice_, tag)
+    publish(spark, table, tag, left)
+
+    assert sorted(r.guid for r in left.collect()) == ["d2", "d3"]
+    assert holds(spark, table) == ["d1", "d2", "d3"]

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import os
 import shutil
 import tempfile
 import time
@@ -118,6 +119,10 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         return
     folder = shared_dir(session.config)
     record = folder / "stack.json"
+    if record.exists() and os.environ.get("KEYSTONE_TEST_KEEP_STACK"):
+        # To look into after a failure: `keystone stack down --purge` with its state folder.
+        print(f"\nthe suite's stack kept: {json.loads(record.read_text())['state_dir']}")
+        return
     if record.exists():
         handle = _stack(json.loads(record.read_text())["state_dir"])
         handle.keystone("stack", "down", "--purge")

@@ -15,7 +15,8 @@ from dataclasses import dataclass, replace
 from keystone.contracts.errors import NotFound
 from keystone.contracts.limits import check_replay_rate
 from keystone.contracts.names import STREAM_LEVEL
-from keystone.contracts.recovery import JobPhase, Redrive, Selection
+from keystone.contracts.recovery import JobPhase, Redrive, Rewind, Selection
+from keystone.contracts.sinks import SINK_TYPES, Replay
 from keystone.control.deadletters import (
     Count,
     Letter,
@@ -49,6 +50,13 @@ class Redrives(Jobs[Redrive]):
         spec = self.streams.get(caller, stream)
         current = self.latest(stream)
         self.check_free(stream)
+        rewinds = self.store.operations(Rewind, stream)
+        for output in spec.outputs:  # a Hive table's replay and redrive could both write one
+            if SINK_TYPES[output.sink.type].replay is Replay.RESETTABLE:
+                rewind = rewinds.get(output.name)
+                refused = rewind.refusal(Redrive, stream, output.name) if rewind else None
+                if refused is not None:
+                    raise refused
         check_replay_rate(self.settings, rate)
         known = {o.name for o in spec.outputs} | {STREAM_LEVEL}
         if selection.output is not None and selection.output not in known:

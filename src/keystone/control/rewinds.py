@@ -37,9 +37,9 @@ from keystone.contracts.errors import Gone, KeystoneError, NotFound, Unavailable
 from keystone.contracts.fronting import FrontingCluster, query_key, query_keys
 from keystone.contracts.limits import check_replay_rate
 from keystone.contracts.names import fronting_topic
-from keystone.contracts.recovery import Replaced, RestorePoint, Rewind, Span
+from keystone.contracts.recovery import Redrive, Replaced, RestorePoint, Rewind, Span
 from keystone.contracts.settings import Settings
-from keystone.contracts.sinks import Replay
+from keystone.contracts.sinks import SINK_TYPES, Replay
 from keystone.contracts.spec import OutputSpec, StreamSpec
 from keystone.control.operations import Operations, iso
 from keystone.control.positions import Extent, Positions
@@ -117,6 +117,12 @@ class Rewinds(Operations[Rewind]):
         spec, out = self.output_of(caller, stream, output)
         current = self.latest(stream, output)
         self.check_free(stream, output)
+        if SINK_TYPES[out.sink.type].replay is Replay.RESETTABLE:
+            # A Hive table's redriven events and a replay's could both be written meanwhile.
+            redrive = self.store.operations(Redrive, stream).get(stream)
+            refused = redrive.refusal(Rewind, stream, None) if redrive is not None else None
+            if refused is not None:
+                raise refused
         check_replay_rate(self.settings, rate)
         topic = fronting_topic(stream)
         extent = self.positions.extent(topic)

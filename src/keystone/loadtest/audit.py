@@ -60,6 +60,7 @@ class OutputAudit:
     replays: int  # expected events a rewind wrote again, once per rewind (Kafka, Keystone)
     unexpected: int  # events of this run that the output should not have delivered
     lost_sample: list[str]
+    duplicate_sample: list[str]  # guids of expected events held more than once
 
     @property
     def delivery_rate(self) -> float:
@@ -167,11 +168,14 @@ def check(route: Route, reader: SinkReader, acked: set[str]) -> OutputAudit:
     a replay (a rewind may deliver what the first delivery had not yet)."""
     copies: Counter[str] = Counter()
     duplicates = replays = 0
+    repeated: set[str] = set()
     for (guid, rewind), n in reader.deliveries().items():
         copies[guid] += n
         if guid in route.expected:
             duplicates += n - 1
             replays += 1 if rewind is not None else 0
+            if n > 1:
+                repeated.add(guid)
     found = {g for g in route.expected if copies[g] > 0}
     lost = route.expected - found
     return OutputAudit(
@@ -186,6 +190,7 @@ def check(route: Route, reader: SinkReader, acked: set[str]) -> OutputAudit:
         replays=replays,
         unexpected=sum(1 for g in copies if g in acked and g not in route.expected),
         lost_sample=sorted(lost)[:10],
+        duplicate_sample=sorted(repeated)[:10],
     )
 
 

@@ -5,12 +5,14 @@ stopped for a while; through the control API, on any cluster, one output rewound
 seconds (each fault has its default).
 
 `rewind-output[:OUTPUT][@AT][+BACK]` rewinds one output of the stream to BACK seconds before AT
-(default 30), and holds until its replay has caught up: the audit then shows that a rewind loses
-nothing, adds nothing to Elasticsearch or Hive, and that Kafka's extra copies are replays.
-`backfill-output[:OUTPUT][@AT][+BACK]` backfills one output from the stream's archive over the
-BACK seconds before AT (default 30; asked again until the archive holds them), and holds until
-it is done: the same proof for the archive's path. The output is OUTPUT if given, else the
-stream's first Kafka output (where replays are visible as copies), else its first output.
+(default 30; asked again while another repair of the output runs), and holds until its replay
+has caught up: the audit then shows that a rewind loses nothing, adds nothing to Elasticsearch
+or Hive, and that Kafka's extra copies are replays. `backfill-output[:OUTPUT][@AT][+BACK]`
+backfills one output from the stream's archive over the BACK seconds before AT (default 30;
+asked again until the archive holds them, and while another repair of the output runs), and
+holds until it is done: the same proof for the archive's path. The output is OUTPUT if given,
+else the stream's first Kafka output (where replays are visible as copies), else its first
+output.
 `resize[@AT][+FOR]` sizes the router up a step under load, as a rise of its traffic would, and
 notes whether it kept its process and each realtime output's longest pause meanwhile.
 `kill-fronting-cluster[:NAME][@AT][+FOR]` SIGKILLs every broker of the fronting cluster taking
@@ -480,20 +482,31 @@ def restart(settings: Settings, service: str | None = None) -> None:
 
 
 def rewind(settings: Settings, stream: str, fault: Fault, started: float) -> None:
-    """Rewinds the output `fault.hold` seconds back through the control API, then waits until
-    its replay has caught up (or `REWIND_WAIT_SECONDS` past its own estimate). A rewind control
-    refuses is noted and not begun: the report says why."""
+    """Rewinds the output `fault.hold` seconds back through the control API (asked again while
+    another repair of the output runs), then waits until its replay has caught up (or
+    `REWIND_WAIT_SECONDS` past its own estimate). A rewind control refuses otherwise is noted
+    and not begun: the report says why."""
     with ControlClient.from_settings(settings) as control:
         if fault.output is None:
             choose_outputs(control.stream(stream).spec, [fault])
         output = fault.output
         assert output is not None, "choose_outputs names one or refuses"
-        to = datetime.fromtimestamp(time.time() - fault.hold, UTC).isoformat()
-        try:
-            plan = control.rewind(stream, output, {"to": to})
-        except KeystoneError as e:
-            fault.notes.append(f"control refused to rewind {output} to {to}: {e}")
-            return
+        asked = time.time()
+        to = datetime.fromtimestamp(asked - fault.hold, UTC).isoformat()
+        deadline = time.monotonic() + REWIND_WAIT_SECONDS
+        while True:
+            try:
+                plan = control.rewind(stream, output, {"to": to})
+                break
+            except KeystoneError as e:
+                # Another repair of the output runs (a backfill, a rewind): as its owner
+                # would, ask again once it has ended, for the same moment.
+                if e.status != 409 or time.monotonic() > deadline:
+                    fault.notes.append(f"control refused to rewind {output} to {to}: {e}")
+                    return
+                time.sleep(2)
+        if (waited := time.time() - asked) > 1:
+            fault.notes.append(f"waited {waited:.0f} s for the output's other repair to end")
         fault.began = time.time() - started
         held = plan.sink.records_in_period
         fault.notes.append(
@@ -532,9 +545,9 @@ def rewind(settings: Settings, stream: str, fault: Fault, started: float) -> Non
 
 def backfill(settings: Settings, stream: str, fault: Fault, started: float) -> None:
     """Backfills the output over the `fault.hold` seconds before now through the control API,
-    asked again while the archive has yet to hold them, then waits until it is done (or
-    `REWIND_WAIT_SECONDS` past its own estimate). A backfill control refuses otherwise is noted
-    and not begun."""
+    asked again while the archive has yet to hold them or another repair of the output runs,
+    then waits until it is done (or `REWIND_WAIT_SECONDS` past its own estimate). A backfill
+    control refuses otherwise is noted and not begun."""
     with ControlClient.from_settings(settings) as control:
         if fault.output is None:
             choose_outputs(control.stream(stream).spec, [fault])
@@ -551,11 +564,15 @@ def backfill(settings: Settings, stream: str, fault: Fault, started: float) -> N
                 plan = control.backfill(stream, output, span)
                 break
             except KeystoneError as e:
+                # The archive writes what arrived since every so often; another repair of the
+                # output (a rewind, a backfill) ends: as its owner would, ask again.
                 archive_behind = "not yet to" in str(e)
-                if not archive_behind or time.monotonic() > deadline:
+                if not (archive_behind or e.status == 409) or time.monotonic() > deadline:
                     fault.notes.append(f"control refused to backfill {output} over {span}: {e}")
                     return
-                time.sleep(2)  # the archive writes what arrived since every so often
+                time.sleep(2)
+        if (waited := time.time() - now) > 1:
+            fault.notes.append(f"waited {waited:.0f} s for the archive or another repair")
         fault.began = time.time() - started
         fault.notes.append(
             f"{output} backfilled from {span['from']} to {span['to']} at {fault.began:.1f} s: "

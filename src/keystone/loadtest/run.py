@@ -13,6 +13,7 @@ import hashlib
 import shlex
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -240,12 +241,16 @@ def _drive(
         async def drive() -> Load:
             started = time.time()
             loop = asyncio.get_running_loop()
+            # A thread for each fault, each waiting for its time: in the loop's default pool
+            # (as many as the cores and four) the ninth fault of a run would wait its turn.
+            threads = len(options.faults) + (bad is not None)
+            pool = ThreadPoolExecutor(max(threads, 1), thread_name_prefix="fault")
             injected = [
-                loop.run_in_executor(None, _at, settings, plan.stream, f, started)
+                loop.run_in_executor(pool, _at, settings, plan.stream, f, started)
                 for f in options.faults
             ]
             if bad is not None:
-                injected.append(loop.run_in_executor(None, bad.run, started))
+                injected.append(loop.run_in_executor(pool, bad.run, started))
             try:
                 if options.direct:
                     load = await loop.run_in_executor(
@@ -261,6 +266,7 @@ def _drive(
                     load = await drive_proxy(plan, settings.proxy_url, key, tick)
                 await asyncio.gather(*injected)
             finally:
+                pool.shutdown(wait=False)
                 if any(f.began is not None and f.ended is None for f in options.faults):
                     faulting.restart(settings)  # whatever happened, the stack comes back
             return load

@@ -13,6 +13,12 @@ A rewind resets the table by the same names: its replay removes the files of the
 rewind undoes (`Rewind.replaced`) from each hour up to the latest it writes, as it reaches it,
 and once it has caught up, from every hour. Each event of the period is then in the table
 once; an hour being replayed is partly filled until the replay has passed it.
+
+Files no batch wrote hold the events a backfill or a redrive routed. A rewind's replay that
+writes such an event again removes that copy (`replace_copies`); a redrive leaves out the
+events the table holds already (`not_held`: a rewind or a backfill wrote them, now that the
+output takes them). A redrive and a rewind's replay of the same events at the same moment may
+still both write one: control runs one at a time on an output.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import json
 import re
 import secrets
 import time
+from collections.abc import Callable
 from typing import Any
 
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -117,17 +124,76 @@ class HiveTable:
         out, then marked applied (`<name>.swap.applied`): done again after a crash, an
         unfinished plan is finished, an applied one is not done twice. Journals go once their
         backfill is over (`settle_swaps`)."""
+        self._swap(spark, name, lambda: self._plan_swap(spark, hour, window, staged, name))
+
+    def replace_copies(
+        self, spark: SparkSession, hours: list[tuple[int, int]], guids: DataFrame, name: str
+    ) -> None:
+        """Removes from `hours`' files that no batch wrote (a backfill's, a redrive's) the rows
+        of the events in `guids` (a frame with a `guid` column): a rewind's replay has just
+        published them again in its batch `name`. Each hour's removal is journaled as a
+        backfill's swap is (`<name>.copies-<dateint>-<hour>`), so that a crash midway is
+        finished by the batch run again (or by a backfill's `settle_swaps`), and forgotten once
+        carried out."""
+        fs, path = self.fs(spark)
+        marked = guids.select("guid").distinct().withColumn("inside", F.lit(True))
+        for hour in hours:
+            swap = f"{name}.copies-{hour[0]}-{hour[1]}"
+            if not fs.exists(path(f"{self.location}/_staging/{swap}{JOURNAL}")):
+                others = [
+                    f
+                    for f in self._hour_files(spark, hour)
+                    if PUBLISHED.fullmatch(f.getPath().getName()) is None
+                ]
+                if not others:
+                    continue  # nothing but batches' files: the usual case, and no journal
+
+            def plan(hour: tuple[int, int] = hour, swap: str = swap) -> dict[str, Any]:
+                def inside(rows: DataFrame) -> DataFrame:
+                    found = rows.join(marked, "guid", "left")
+                    return found.withColumn("inside", F.coalesce("inside", F.lit(False)))
+
+                return self._plan(spark, hour, [], swap, inside, batches=False)
+
+            self._swap(spark, swap, plan)
+            self.forget_swap(spark, swap)
+
+    def not_held(self, spark: SparkSession, rows: DataFrame, tag: str) -> DataFrame:
+        """`rows` (with `dateint` and `hour`) but those of events the table holds already in
+        their hours, where publishing under `tag` would add them twice; the files an earlier
+        attempt of `tag` published are not counted (publishing replaces them)."""
+        hours = [(r.dateint, r.hour) for r in rows.select("dateint", "hour").distinct().collect()]
+        files = [
+            f.getPath().toString()
+            for hour in hours
+            for f in self._hour_files(spark, hour)
+            if not f.getPath().getName().startswith(f"{tag}-")
+        ]
+        if not files:
+            return rows
+        held = spark.read.parquet(*files).select("guid")
+        return rows.join(held, "guid", "left_anti")
+
+    def forget_swap(self, spark: SparkSession, name: str) -> None:
+        """A carried out swap's journal and mark gone."""
+        fs, path = self.fs(spark)
+        for suffix in (JOURNAL, APPLIED):
+            fs.delete(path(f"{self.location}/_staging/{name}{suffix}"), False)
+
+    def _swap(self, spark: SparkSession, name: str, plan: Callable[[], dict[str, Any]]) -> None:
+        """The swap `name`: planned (unless its journal holds its plan), journaled, carried
+        out and marked applied; nothing if it was applied already."""
         fs, path = self.fs(spark)
         journal = path(f"{self.location}/_staging/{name}{JOURNAL}")
         applied = path(f"{self.location}/_staging/{name}{APPLIED}")
         if fs.exists(applied):
             return
         if fs.exists(journal):
-            plan = json.loads(_read_text(spark, journal))
+            planned = json.loads(_read_text(spark, journal))
         else:
-            plan = self._plan_swap(spark, hour, window, staged, name)
-            _write_text(spark, journal, json.dumps(plan))
-        self._carry_out(spark, plan)
+            planned = plan()
+            _write_text(spark, journal, json.dumps(planned))
+        self._carry_out(spark, planned)
         _write_text(spark, applied, "")
 
     def settle_swaps(self, spark: SparkSession, keep: str | None) -> None:
@@ -171,36 +237,68 @@ class HiveTable:
         staged: list[str],
         name: str,
     ) -> dict[str, Any]:
-        """What `replace_hour` moves and deletes, with the other rows of the touched files
-        staged under the plan's `kept` folder, one file per touched file."""
+        """What `replace_hour` moves and deletes: every file of the hour when the window holds
+        it whole, else those with rows in the window."""
+        dateint, hour_of_day = hour
+        begins = calendar.timegm(time.strptime(f"{dateint}{hour_of_day:02d}", "%Y%m%d%H")) * 1000
+        start, end = window
+        if start <= begins and end >= begins + 3_600_000:
+            return self._plan(spark, hour, staged, name, None)
+        return self._plan(
+            spark,
+            hour,
+            staged,
+            name,
+            lambda rows: rows.withColumn(
+                "inside", (F.col("timestamp") >= start) & (F.col("timestamp") < end)
+            ),
+        )
+
+    def _plan(
+        self,
+        spark: SparkSession,
+        hour: tuple[int, int],
+        staged: list[str],
+        name: str,
+        inside: Callable[[DataFrame], DataFrame] | None,
+        batches: bool = True,
+    ) -> dict[str, Any]:
+        """A swap's moves and deletions in `hour`: the files (but batches' files, unless
+        `batches`) with rows `inside` marks (a boolean column of that name; None: every file)
+        are each replaced by their other rows, staged under the plan's `kept` folder, one file
+        per touched file; the files staged under `staged` are moved in."""
         fs, path = self.fs(spark)
         dateint, hour_of_day = hour
         folder = f"{self.location}/dateint={dateint}/hour={hour_of_day}"
         existing = {
             s.getPath().getName(): s.getPath().toString()
-            for s in fs.globStatus(path(folder, "*.parquet")) or []
+            for s in self._hour_files(spark, hour)
+            if batches or PUBLISHED.fullmatch(s.getPath().getName()) is None
         }
-        start, end = window
-        begins = calendar.timegm(time.strptime(f"{dateint}{hour_of_day:02d}", "%Y%m%d%H")) * 1000
         suffix = secrets.token_hex(4)
         kept = f"{self.location}/_staging/{name}-{suffix}-kept"
         moves: list[tuple[str, str]] = []
         touched = set(existing)
-        if existing and not (start <= begins and end >= begins + 3_600_000):
-            inside = (F.col("timestamp") >= start) & (F.col("timestamp") < end)
-            rows = spark.read.parquet(*existing.values()).withColumn(
+        if existing and inside is not None:
+            read = spark.read.parquet(*existing.values()).withColumn(
                 "source", F.element_at(F.split(F.input_file_name(), "/"), -1)
             )
-            touched = {r.source for r in rows.where(inside).select("source").distinct().collect()}
-            others = rows.where(~inside & F.col("source").isin(*touched)) if touched else None
-            if others is not None:
-                others.select("guid", "timestamp", "record", "source").repartition(
-                    "source"
-                ).write.partitionBy("source").parquet(kept)
-                for status in fs.globStatus(path(f"{kept}/source=*/*.parquet")) or []:
-                    source = status.getPath().getParent().getName().removeprefix("source=")
-                    base = source.removesuffix(".parquet").split(".")[0]
-                    moves.append((status.getPath().toString(), f"{folder}/{base}.{suffix}.parquet"))
+            rows = inside(read).persist()
+            try:
+                touched = {
+                    r.source for r in rows.where("inside").select("source").distinct().collect()
+                }
+                if touched:
+                    others = rows.where(~F.col("inside") & F.col("source").isin(*touched))
+                    others.select("guid", "timestamp", "record", "source").repartition(
+                        "source"
+                    ).write.partitionBy("source").parquet(kept)
+            finally:
+                rows.unpersist()
+            for status in fs.globStatus(path(f"{kept}/source=*/*.parquet")) or []:
+                source = status.getPath().getParent().getName().removeprefix("source=")
+                base = source.removesuffix(".parquet").split(".")[0]
+                moves.append((status.getPath().toString(), f"{folder}/{base}.{suffix}.parquet"))
         new = [
             status.getPath().toString()
             for where in staged
@@ -215,6 +313,11 @@ class HiveTable:
             "staged": staged,
             "kept": kept,
         }
+
+    def _hour_files(self, spark: SparkSession, hour: tuple[int, int]) -> list:
+        fs, path = self.fs(spark)
+        folder = f"{self.location}/dateint={hour[0]}/hour={hour[1]}"
+        return list(fs.globStatus(path(folder, "*.parquet")) or [])
 
     def unstage(self, spark: SparkSession, staged: list[str]) -> None:
         fs, path = self.fs(spark)

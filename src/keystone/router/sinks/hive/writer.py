@@ -1,7 +1,8 @@
 """The Hive output's writer: each batch staged, then published under names that carry its
 query and batch ids, so a batch run again replaces its own rows (`table`); a rewind's replay
-removes the batches it undoes hour by hour, a backfill replaces an hour's rows of its range
-whole, a redrive publishes its slices under their tags."""
+removes the batches it undoes hour by hour, and the copies a backfill or a redrive wrote of the
+events it writes again; a backfill replaces an hour's rows of its range whole; a redrive
+publishes its slices under their tags, but the events the table holds already."""
 
 from __future__ import annotations
 
@@ -42,9 +43,16 @@ class HiveWriter(BatchWriter, ReplacesRanges):
                 staging = self.table.stage(rows.drop("replay"), tag)
                 rewind = self.route.rewind
                 staged = self.table.staged_hours(spark, staging)
-                if rewind is not None and rewind.replaying and staged:
+                replaying = rewind is not None and rewind.replaying and bool(staged)
+                if replaying:
                     self._remove_replaced(spark, up_to=staged[-1])
                 self.table.publish(spark, staging, tag)
+                if replaying:
+                    # An event a backfill or a redrive wrote after the restore point has that
+                    # copy in a file of its own, not a batch's the rewind undoes: this batch's
+                    # copy replaces it (after publishing: a crash between leaves a copy twice
+                    # until the batch is run again, never none).
+                    self.table.replace_copies(spark, staged, rows, tag)
             now_ms = F.lit(int(time.time() * 1000))
             # A replayed event's latency is the replay's, not delivery's: left out.
             live = F.when(F.col("replay").isNull(), F.col("timestamp"))
@@ -65,13 +73,17 @@ class HiveWriter(BatchWriter, ReplacesRanges):
         return Outcome(delivered=count)
 
     def write_again(self, routed: DataFrame, tag: str) -> Outcome | None:
-        """Published under the tag's name: an attempt again replaces its own files."""
+        """Published under the tag's name: an attempt again replaces its own files. An event
+        the table holds already (a rewind's replay or a backfill routed its record again, now
+        that the output takes it) is not written twice; it counts as delivered, as the table
+        holds it."""
         rows = routed.select("guid", "timestamp", "record", *hour_columns()).persist()
         try:
             count = rows.count()
             if count:
                 spark = rows.sparkSession
-                self.table.publish(spark, self.table.stage(rows, tag), tag)
+                absent = self.table.not_held(spark, rows, tag)
+                self.table.publish(spark, self.table.stage(absent, tag), tag)
         finally:
             rows.unpersist()
         return Outcome(delivered=count)
