@@ -3,8 +3,9 @@ two owners register webhook receivers served here on loopback (the suite's setti
 http on 127.0.0.1, which the defaults refuse). One owner's router, frozen past its stream's
 `router_down_for`, brings that owner one KeystoneRouterDown notification naming the stream, the
 owner and its dashboard, then a resolved one once it runs again; the other owner hears nothing.
-A silence the owner makes suppresses the next one, and another owner can neither see nor expire
-it; control silences the stream's lag and delivery alerts while the router is redeployed.
+A silence the owner makes suppresses the next one (sent as Prometheus sends it), and another
+owner can neither see nor expire it; control silences the stream's lag and delivery alerts
+while the router is redeployed.
 Receivers to refused networks are refused, naming the setting.
 
 The router is frozen (SIGSTOP), not killed: the fleet would start a killed one again at once,
@@ -22,15 +23,22 @@ import threading
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from email import policy
+from email.message import EmailMessage
+from email.parser import BytesParser
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 import pytest
+from aiosmtpd.controller import Controller
+from playwright.sync_api import Page, expect
 
 from keystone.contracts import http
 from keystone.control.launcher import Deployment
 from keystone.control.silences import CONTROL
 from keystone.dashboards.rules import DEAD_LETTERS, DELIVERY_RATE_LOW, LAG_GROWING, ROUTER_DOWN
 from tests.support.api import Api, owner
+from tests.support.browser import artifact, chromium, overflowing
 from tests.support.stack import Stack, checked
 from tests.support.waiting import eventually
 
@@ -43,6 +51,7 @@ SPEC = {
     "objectives": {"router_down_for": "10 seconds"},
     "archive": {"enabled": False},
 }
+MAIL_TO = "data-oncall@example.com"
 WAIT = 120  # seconds: an alert's `for`, two evaluations, the group's wait, with room
 
 
@@ -69,11 +78,41 @@ class Webhooks:
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
+    def bodies(self, path: str) -> list[dict]:
+        with self.lock:
+            return list(self.received.get(path, []))
+
     def alerts(self, path: str) -> list[tuple[str, dict]]:
         """Every alert notified at `path`, in order: (the notification's status, the alert)."""
         with self.lock:
             bodies = list(self.received.get(path, []))
         return [(b["status"], a) for b in bodies for a in b["alerts"]]
+
+
+class Mailbox:
+    """An SMTP server on loopback, where the stack's settings send alert e-mails: every
+    message it was given, parsed."""
+
+    def __init__(self, smarthost: str) -> None:
+        host, port = smarthost.rsplit(":", 1)
+        self.messages: list[EmailMessage] = []
+        self.lock = threading.Lock()
+        box = self
+
+        class Handler:
+            async def handle_DATA(self, server: object, session: object, envelope: Any) -> str:
+                message = BytesParser(policy=policy.default).parsebytes(envelope.content)
+                assert isinstance(message, EmailMessage)
+                with box.lock:
+                    box.messages.append(message)
+                return "250 OK"
+
+        self.server = Controller(Handler(), hostname=host, port=int(port))
+        self.server.start()
+
+    def to(self, address: str) -> list[EmailMessage]:
+        with self.lock:
+            return [m for m in self.messages if address in m["To"]]
 
 
 @pytest.fixture(scope="module")
@@ -84,12 +123,23 @@ def hooks() -> Iterator[Webhooks]:
 
 
 @pytest.fixture(scope="module")
-def teams(stack: Stack, admin: Api, hooks: Webhooks) -> Iterator[tuple[Api, Api]]:
+def mailbox(stack: Stack) -> Iterator[Mailbox]:
+    found = Mailbox(stack.settings.smtp_smarthost)
+    yield found
+    found.server.stop()
+
+
+@pytest.fixture(scope="module")
+def teams(stack: Stack, admin: Api, hooks: Webhooks, mailbox: Mailbox) -> Iterator[tuple[Api, Api]]:
     team, other = owner(admin, OWNER), owner(admin, OTHER)
     team.ok("POST", "/v1/streams", SPEC)
     for who, path in ((team, "/a"), (other, "/b")):
         body = {"name": "hook", "kind": "webhook", "url": f"{hooks.url}{path}"}
         who.ok("POST", "/v1/receivers", body)
+    # The owner's other two kinds: a Slack-compatible webhook, and e-mail.
+    slack = {"name": "chat", "kind": "slack", "url": f"{hooks.url}/slack", "channel": "#data"}
+    team.ok("POST", "/v1/receivers", slack)
+    team.ok("POST", "/v1/receivers", {"name": "mail", "kind": "email", "to": MAIL_TO})
     try:
         yield team, other
     finally:
@@ -101,7 +151,23 @@ def teams(stack: Stack, admin: Api, hooks: Webhooks) -> Iterator[tuple[Api, Api]
             team.call("DELETE", f"/v1/streams/{STREAM}/silences/{silence['id']}")
         team.call("DELETE", f"/v1/streams/{STREAM}")
         for who in (team, other):
-            who.call("DELETE", "/v1/receivers/hook")
+            for receiver in who.call("GET", "/v1/receivers").json():
+                who.call("DELETE", f"/v1/receivers/{receiver['name']}")
+
+
+@pytest.fixture(scope="module")
+def page(stack: Stack, teams: tuple[Api, Api]) -> Iterator[Page]:
+    """A browser signed in as the stream's owner."""
+    team, _ = teams
+    with chromium() as browser:
+        tab = browser.new_page(viewport={"width": 1400, "height": 1000})
+        tab.set_default_timeout(30_000)
+        tab.on("dialog", lambda dialog: dialog.accept())  # the pages' "are you sure?"
+        tab.goto(f"{team.url}/ui/login")
+        tab.fill("#token", team.token)
+        tab.click("button[type=submit]")
+        expect(tab).to_have_url(f"{team.url}/ui/")
+        yield tab
 
 
 def _router(stack: Stack) -> int | None:
@@ -168,7 +234,7 @@ def _freeze(stack: Stack, team: Api) -> int:
 
 
 def test_a_router_down_notifies_its_owner_once_then_resolved_and_inhibits_its_lag_alert(
-    stack: Stack, teams: tuple[Api, Api], hooks: Webhooks
+    stack: Stack, teams: tuple[Api, Api], hooks: Webhooks, mailbox: Mailbox
 ) -> None:
     team, _ = teams
 
@@ -235,6 +301,17 @@ def test_a_router_down_notifies_its_owner_once_then_resolved_and_inhibits_its_la
     notified = {(s, a["labels"]["alertname"]) for s, a in heard()}
     assert ("firing", LAG_GROWING) not in notified  # one notification for one cause
     assert hooks.alerts("/b") == []  # another owner hears nothing of it
+    # The owner's Slack channel and mailbox heard it too, each in its own shape.
+    said = [b for b in hooks.bodies("/slack") if ROUTER_DOWN in json.dumps(b)]
+    assert said, hooks.bodies("/slack")
+    [attachment, *_] = said[0]["attachments"]
+    assert said[0]["channel"] == "#data"
+    assert attachment["title"] == f"{ROUTER_DOWN}: {STREAM}"
+    assert f"/ui/streams/{STREAM}/dashboard" in attachment["text"]
+    eventually("the owner's e-mail", lambda: mailbox.to(MAIL_TO), WAIT)
+    mail = next(m for m in mailbox.to(MAIL_TO) if ROUTER_DOWN in str(m["Subject"]))
+    assert mail["From"] == stack.settings.smtp_from
+    assert STREAM in mail.get_body(("html", "plain")).get_content()
 
 
 def test_an_owners_silence_suppresses_the_next_and_is_theirs_alone(
@@ -252,28 +329,26 @@ def test_an_owners_silence_suppresses_the_next_and_is_theirs_alone(
     too_long = team.call("POST", path, {"hours": 10_000})
     assert too_long.status_code == 422 and "max_silence_hours" in too_long.text
 
+    # The next router-down alert, sent as Prometheus sends one (the previous test proved that
+    # Prometheus does, for a frozen router, in the first test): silenced, so never notified.
     before = len(hooks.alerts("/a"))
-    pid = _freeze(stack, team)
-    try:
+    _sent(stack, ROUTER_DOWN)
 
-        def silenced() -> bool:
-            state = _state(stack, ROUTER_DOWN)
-            return state is not None and made["id"] in state["silencedBy"]
+    def silenced() -> bool:
+        state = _state(stack, ROUTER_DOWN)
+        return state is not None and made["id"] in state["silencedBy"]
 
-        eventually("the router-down alert to fire, silenced", silenced, WAIT)
-        # A control that is not silenced: once it is notified, the silenced one would have been.
-        _sent(stack, DEAD_LETTERS, output="after-silence")
-        eventually(
-            "the unsilenced notification",
-            lambda: any(
-                a["labels"].get("output") == "after-silence" for _, a in hooks.alerts("/a")
-            ),
-            WAIT,
-        )
-    finally:
-        os.killpg(pid, signal.SIGCONT)
-    # Expired once the outage is over: expired while it fires, it would be notified then.
-    eventually("the router seen up again", lambda: _state(stack, ROUTER_DOWN) is None, WAIT)
+    eventually("the router-down alert, silenced", silenced, WAIT)
+    # A control that is not silenced: once it is notified, the silenced one would have been.
+    _sent(stack, DEAD_LETTERS, output="after-silence")
+    eventually(
+        "the unsilenced notification",
+        lambda: any(a["labels"].get("output") == "after-silence" for _, a in hooks.alerts("/a")),
+        WAIT,
+    )
+    # Resolved before the silence expires: expired while it fires, it would be notified then.
+    _sent(stack, ROUTER_DOWN, seconds=0)
+    eventually("the alert resolved", lambda: _state(stack, ROUTER_DOWN) is None, WAIT)
     since = hooks.alerts("/a")[before:]
     assert ("firing", ROUTER_DOWN) not in {(s, a["labels"]["alertname"]) for s, a in since}
     assert team.call("DELETE", f"{path}/{made['id']}").status_code == 204
@@ -299,12 +374,16 @@ def test_a_receiver_to_a_refused_network_scheme_or_port_is_refused_naming_the_se
     )
     assert port.status_code == 422 and port.json()["setting"] == "alert_receiver_ports"
     listed = team.ok("GET", "/v1/receivers")
-    assert [(r["name"], r["where"]) for r in listed] == [("hook", "http://127.0.0.1/…")]
+    assert [(r["name"], r["where"]) for r in listed] == [
+        ("chat", "http://127.0.0.1/…"),
+        ("hook", "http://127.0.0.1/…"),
+        ("mail", MAIL_TO),
+    ]
     assert "/a" not in json.dumps(listed)  # the URL is not shown again
 
 
 def test_a_redeploy_silences_the_streams_lag_and_delivery_alerts_until_it_runs(
-    stack: Stack, teams: tuple[Api, Api]
+    stack: Stack, teams: tuple[Api, Api], page: Page
 ) -> None:
     team, _ = teams
 
@@ -326,8 +405,91 @@ def test_a_redeploy_silences_the_streams_lag_and_delivery_alerts_until_it_runs(
     }
     listed = team.ok("GET", f"/v1/streams/{STREAM}/silences")  # the owner sees it
     assert [s["comment"] for s in listed] == [silence["comment"]]
+    page.goto(f"{team.url}/ui/streams/{STREAM}")  # and the stream's page says so
+    said = page.locator(f'[data-control-silence="{silence["id"]}"]')
+    expect(said).to_contain_text(f"Control silenced {LAG_GROWING} and {DELIVERY_RATE_LOW}")
+    expect(said).to_contain_text("while its router's redeploy runs")
     _running(team)
     eventually("control's silence to end", lambda: _control_silences(stack) == [], WAIT)
+
+
+def test_the_pages_take_receivers_and_silences_and_show_who_hears_each_alert(
+    stack: Stack, teams: tuple[Api, Api], hooks: Webhooks, page: Page
+) -> None:
+    team, _ = teams
+    ui = f"{team.url}/ui"
+    # The receivers page: the owner's, never their URL; a new one, then a refused one.
+    page.goto(f"{ui}/receivers")
+    expect(page.locator('#receivers tr[data-receiver="hook"] [data-where]')).to_have_text(
+        "http://127.0.0.1/…"
+    )
+    page.fill("#receiver-name", "pager")
+    page.select_option("#receiver-kind", "webhook")
+    page.fill("#receiver-url", f"{hooks.url}/pager-secret")
+    page.click("#add-receiver")
+    expect(page).to_have_url(f"{ui}/receivers")
+    expect(page.locator('#receivers tr[data-receiver="pager"]')).to_be_visible()
+    assert "pager-secret" not in page.content()
+    assert [r["name"] for r in team.ok("GET", "/v1/receivers")] == ["chat", "hook", "mail", "pager"]
+    page.fill("#receiver-name", "inside")
+    page.fill("#receiver-url", "http://10.1.2.3:8080/inside-secret")
+    page.click("#add-receiver")
+    expect(page.get_by_role("alert")).to_contain_text("alert_receiver_networks")
+    assert "inside-secret" not in page.content()  # the refused URL is not sent back either
+    assert overflowing(page) == []
+    page.locator('#receivers tr[data-receiver="pager"] button').click()
+    expect(page.locator('#receivers tr[data-receiver="pager"]')).to_have_count(0)
+    assert [r["name"] for r in team.ok("GET", "/v1/receivers")] == ["chat", "hook", "mail"]
+
+    # An outage's alerts, sent as Prometheus sends them: the stream's page and its dashboard
+    # show the router-down alert firing to the owner's receivers, the lag alert inhibited.
+    before = len(hooks.alerts("/a"))
+    _sent(stack, ROUTER_DOWN, seconds=600)  # resolved below
+    _sent(stack, LAG_GROWING, seconds=600, output="copy")
+    try:
+        page.goto(f"{ui}/streams/{STREAM}")
+        down = page.locator(f'#stream-alerts tr[data-alert="{ROUTER_DOWN}"]')
+        expect(down).to_have_attribute("data-state", "firing", timeout=WAIT * 1000)
+        expect(down).to_contain_text(f"owner-{OWNER}")
+        lag = page.locator(f'#stream-alerts tr[data-alert="{LAG_GROWING}"]')
+        expect(lag).to_have_attribute("data-state", "inhibited", timeout=WAIT * 1000)
+        expect(lag).to_contain_text("nobody (inhibited)")
+        page.goto(f"{ui}/streams/{STREAM}/dashboard")
+        told = page.locator(f'#alerts tr[data-alert="{ROUTER_DOWN}"] td[data-notified]')
+        expect(told).to_contain_text("firing → ", timeout=WAIT * 1000)
+        expect(told).to_contain_text(f"owner-{OWNER}")
+        expect(
+            page.locator(f'#alerts tr[data-alert="{LAG_GROWING}"] td[data-notified]')
+        ).to_have_text("inhibited (copy)")
+        page.screenshot(path=artifact("alerts-dashboard.png"), full_page=True)
+
+        # A silence made on the stream's page: the alert silenced, then the silence ended.
+        page.goto(f"{ui}/streams/{STREAM}")
+        page.select_option("#silence-alert", ROUTER_DOWN)
+        page.fill("#silence-hours", "1")
+        page.fill("#silence-comment", "from the page")
+        page.click("#silence-form button[type=submit]")
+        row = page.locator("#silences tr", has_text="from the page")
+        expect(row).to_contain_text(ROUTER_DOWN)
+        expect(down).to_have_attribute("data-state", "silenced", timeout=WAIT * 1000)
+        expect(down).to_contain_text("nobody (silenced)")
+        page.screenshot(path=artifact("alerts-stream.png"), full_page=True)
+        assert overflowing(page) == []
+        row.locator("button").click()
+        expect(page.locator("#silences tr", has_text="from the page")).to_have_count(0)
+        assert team.ok("GET", f"/v1/streams/{STREAM}/silences") == []
+    finally:
+        _sent(stack, LAG_GROWING, seconds=0, output="copy")
+        _sent(stack, ROUTER_DOWN, seconds=0)
+    # Nothing left in flight for the other tests: its resolved notification has arrived.
+    eventually(
+        "the sent alert's resolved notification",
+        lambda: any(
+            s == "resolved" and a["labels"]["alertname"] == ROUTER_DOWN
+            for s, a in hooks.alerts("/a")[before:]
+        ),
+        WAIT,
+    )
 
 
 def test_alertmanager_answers_only_those_who_log_in(stack: Stack) -> None:

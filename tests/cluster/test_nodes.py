@@ -16,6 +16,8 @@ import json
 import os
 import re
 import signal
+import socket
+import ssl
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,6 +31,7 @@ from keystone.contracts.names import fronting_topic
 from keystone.contracts.processes import PidFile
 from keystone.control.fleet import LEASE_SECONDS, PASS_SECONDS
 from keystone.control.launcher import Deployment
+from keystone.stack.services import Alertmanager
 from tests.support.api import Api
 from tests.support.stack import Stack, checked
 from tests.support.waiting import eventually
@@ -90,6 +93,17 @@ def test_every_node_is_listed_healthy_and_topics_live_on_three_brokers(
         return True
 
     eventually("the Alertmanager peers to gossip", gossiping, 60)
+    # In mutual TLS: a process without the peers' certificate is refused.
+    peer = Alertmanager(cluster.settings)
+    context = ssl.create_default_context(cafile=peer.gossip_tls_dir / "ca.pem")
+    host = cluster.settings.bind_host
+    with (
+        pytest.raises(ssl.SSLError, match="CERTIFICATE"),  # the refusal comes on reading
+        socket.create_connection((host, peer.ports[1]), timeout=10) as raw,
+        context.wrap_socket(raw, server_hostname=host) as stranger,
+    ):
+        stranger.sendall(b"a silence of every alert")
+        stranger.recv(1)
     admin = AdminClient(kafka_clients.librdkafka(cluster.settings))
     topic = fronting_topic(STREAM)
     partitions = admin.list_topics(topic, timeout=10).topics[topic].partitions.values()

@@ -24,6 +24,7 @@ CHECKOUT = Path(__file__).resolve().parents[2]
 
 
 KEYSTONE = str(Path(sys.executable).parent / "keystone")
+SMTP_PORT = 19025  # + the stack's port offset: tests/alerts/' SMTP server (no service's port)
 
 
 def stack_env(state_dir: Path, port_offset: int) -> dict[str, str]:
@@ -60,6 +61,10 @@ def stack_env(state_dir: Path, port_offset: int) -> dict[str, str]:
     env["KEYSTONE_ALERT_GROUP_WAIT_SECONDS"] = "1"
     env["KEYSTONE_ALERT_GROUP_INTERVAL_SECONDS"] = "2"
     env["KEYSTONE_ALERT_REDEPLOY_SETTLE_SECONDS"] = "20"
+    # Alert e-mails go to the SMTP server tests/alerts/ serves on loopback, in plaintext.
+    env["KEYSTONE_SMTP_SMARTHOST"] = f"127.0.0.1:{SMTP_PORT + port_offset}"
+    env["KEYSTONE_SMTP_FROM"] = "keystone@alerts.test"
+    env["KEYSTONE_SMTP_REQUIRE_TLS"] = "false"
     for name, model_field in Settings.model_fields.items():
         if name.endswith("_port"):
             env[f"KEYSTONE_{name.upper()}"] = str(model_field.default + port_offset)

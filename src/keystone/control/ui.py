@@ -25,12 +25,15 @@ from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 from pydantic import ValidationError
 
+from keystone.alerts.client import Alertmanager
 from keystone.contracts.errors import Forbidden, InvalidSpec, KeystoneError, Unauthorized
+from keystone.contracts.receivers import ReceiverKind
 from keystone.contracts.sinks import SINK_TYPES
 from keystone.contracts.spec import DEFAULT_TRIGGERS, OutputSpec, StreamSpec, field_errors
 from keystone.control.api import PlaneDep
 from keystone.control.lineage import lineage
 from keystone.control.models import (
+    AlertPublic,
     AppPublic,
     BackfillPublic,
     BackfillRequest,
@@ -38,11 +41,14 @@ from keystone.control.models import (
     FrontingPublic,
     KafkaCredential,
     PreviewRequest,
+    ReceiverCreate,
+    ReceiverPublic,
     RedrivePublic,
     RedriveRequest,
     RestorePointPublic,
     RewindPublic,
     RewindRequest,
+    SilencePublic,
 )
 from keystone.control.plane import Plane
 from keystone.control.preview import preview
@@ -58,6 +64,7 @@ from keystone.dashboards.live import (
 )
 from keystone.dashboards.panels import fleet_panels, stream_panels
 from keystone.dashboards.prometheus import PrometheusError, instant, window
+from keystone.dashboards.rules import ALERTS
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +73,8 @@ COOKIE = "keystone_session"
 templates = Jinja2Templates(directory=HERE / "templates")
 templates.env.globals["default_triggers"] = DEFAULT_TRIGGERS  # the interval field's hint
 templates.env.globals["sink_types"] = SINK_TYPES  # the sink field's choices and the target's hint
+templates.env.globals["receiver_kinds"] = list(ReceiverKind)
+templates.env.globals["alert_names"] = ALERTS  # what an owner may silence
 # Epoch seconds as people read them, in UTC like every time on the pages.
 templates.env.filters["utc"] = lambda epoch: time.strftime(
     "%Y-%m-%d %H:%M:%S UTC", time.gmtime(epoch)
@@ -289,6 +298,7 @@ def stream_page(request: Request, stream: str, plane: PlaneDep, who: UICaller) -
         spec=spec,
         status=_status_of(plane, spec),
         lineage=lineage(spec),
+        **_silences_of(plane, who, spec.name),
         form={
             "sink": "kafka",
             "mode": "realtime",
@@ -370,6 +380,7 @@ def add_output(
             spec=spec,
             status=_status_of(plane, spec),
             lineage=lineage(spec),
+            **_silences_of(plane, who, spec.name),
             form=form,
             problems=problems,
             error=error,
@@ -401,6 +412,116 @@ def preview_draft(
         plane.store.specs.ensure_hashing_key(stream),
     )
     return JSONResponse(result.__dict__)
+
+
+# Alerts: the caller's receivers, and a stream's silences (its page lists them, with control's
+# own while an operation runs, and takes new ones).
+
+
+@router.get("/receivers", response_class=HTMLResponse)
+def receivers_page(request: Request, plane: PlaneDep, who: UICaller) -> HTMLResponse:
+    return _receivers_page(request, plane, who)
+
+
+@router.post("/receivers", response_class=HTMLResponse, dependencies=[Depends(same_site)])
+def add_receiver(
+    request: Request,
+    plane: PlaneDep,
+    who: UICaller,
+    name: Annotated[str, Form()],
+    kind: Annotated[str, Form()],
+    url: Annotated[str, Form()] = "",
+    to: Annotated[str, Form()] = "",
+    channel: Annotated[str, Form()] = "",
+    send_resolved: Annotated[bool, Form()] = False,
+) -> Response:
+    # The URL is a secret: never sent back, not even into the form it came from.
+    form = {"name": name, "kind": kind, "to": to, "channel": channel}
+    data = {
+        "name": name.strip(),
+        "kind": kind,
+        "url": url.strip() or None,
+        "to": to.strip() or None,
+        "channel": channel.strip() or None,
+        "send_resolved": send_resolved,
+    }
+    try:
+        plane.receivers.add(who, ReceiverCreate.model_validate(data).receiver())
+    except (ValidationError, KeystoneError) as e:
+        error, problems = _explain(e)
+        error = problems.pop("(spec)", error)  # the kind's needs: the form's, not a field's
+        status = 422 if isinstance(e, ValidationError) else _status(e)
+        return _receivers_page(request, plane, who, form, problems, error, status)
+    return RedirectResponse("/ui/receivers", status_code=303)
+
+
+@router.post(
+    "/receivers/{name}/delete", response_class=HTMLResponse, dependencies=[Depends(same_site)]
+)
+def remove_receiver(
+    name: str, plane: PlaneDep, who: UICaller, owner: Annotated[str, Form()] = ""
+) -> Response:
+    plane.receivers.remove(who, name, owner or None)
+    return RedirectResponse("/ui/receivers", status_code=303)
+
+
+def _receivers_page(
+    request: Request,
+    plane: Plane,
+    who: Caller,
+    form: dict[str, str] | None = None,
+    problems: dict[str, str] | None = None,
+    error: str | None = None,
+    status_code: int = 200,
+) -> HTMLResponse:
+    receivers = [ReceiverPublic.of(r) for r in plane.receivers.list(who)]
+    return page(
+        request,
+        "receivers.html",
+        who,
+        receivers=receivers,
+        admin_webhook=bool(plane.settings.alert_admin_webhook),
+        smtp=bool(plane.settings.smtp_smarthost),
+        form=form or {"kind": ReceiverKind.WEBHOOK.value},
+        problems=problems or {},
+        error=error,
+        status_code=status_code,
+    )
+
+
+@router.post(
+    "/streams/{stream}/silences", response_class=HTMLResponse, dependencies=[Depends(same_site)]
+)
+def add_silence(
+    stream: str,
+    plane: PlaneDep,
+    who: UICaller,
+    hours: Annotated[float, Form(gt=0, allow_inf_nan=False)],
+    alert: Annotated[str, Form()] = "",
+    comment: Annotated[str, Form(max_length=500)] = "",
+) -> Response:
+    plane.silences.add(who, stream, alert or None, hours, comment.strip())
+    return RedirectResponse(f"/ui/streams/{stream}#alerts", status_code=303)
+
+
+@router.post(
+    "/streams/{stream}/silences/{silence}/expire",
+    response_class=HTMLResponse,
+    dependencies=[Depends(same_site)],
+)
+def expire_silence(stream: str, silence: str, plane: PlaneDep, who: UICaller) -> Response:
+    plane.silences.expire(who, stream, silence)
+    return RedirectResponse(f"/ui/streams/{stream}#alerts", status_code=303)
+
+
+def _silences_of(plane: Plane, who: Caller, stream: str) -> dict[str, Any]:
+    """The stream's silences for its page (`silences`), or why there are none to show
+    (`silences_error`: Alertmanager did not answer; the rest of the page still shows)."""
+    try:
+        found = [SilencePublic.of(stream, s) for s in plane.silences.list(who, stream)]
+    except KeystoneError as e:
+        return {"silences": [], "silences_error": e.message}
+    return {"silences": sorted(found, key=lambda s: s.ends_at), "silences_error": None}
 
 
 # Recovery: the page lists an output's restore points, and asks for a rewind's (or a
@@ -543,8 +664,33 @@ def _dashboard_data(
         data["rewinds"] = rewind_marks(settings, stream, minutes) if stream else []
     except PrometheusError as e:
         return JSONResponse({"error": str(e)}, status_code=503)
+    data["alerts_error"] = _notified(plane, data["alerts"], streams)
     data["switches"] = _switches(plane, stream, minutes)
     return JSONResponse(data)
+
+
+def _notified(plane: Plane, rules: list[dict], streams: set[str] | None) -> str | None:
+    """Adds to each rule Alertmanager's view of its alerts (`notified`: each one firing,
+    silenced or inhibited, and whom a firing one reaches); why not, if Alertmanager did not
+    answer (the rules' states still show)."""
+    try:
+        held = Alertmanager(plane.settings).alerts({})
+    except KeystoneError as e:
+        log.warning("alerts' notifications not shown: %s", e.message)
+        return e.message
+    by_rule: dict[tuple[str, str], list[dict]] = {}
+    for alert in held:
+        stream = alert.get("labels", {}).get("stream")
+        if stream is None or (streams is not None and stream not in streams):
+            continue
+        public = AlertPublic.of(alert)
+        reaches = public.receivers if public.state == "firing" else []
+        by_rule.setdefault((stream, public.alert), []).append(
+            {"state": public.state, "output": public.output, "receivers": reaches}
+        )
+    for rule in rules:
+        rule["notified"] = by_rule.get((rule["stream"], rule["alert"]), [])
+    return None
 
 
 def _switches(plane: Plane, stream: str | None, minutes: int) -> list[dict]:

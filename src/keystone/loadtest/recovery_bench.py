@@ -72,9 +72,10 @@ CATCH_UP_SECONDS = 1800.0  # a replay's longest wait before the run gives up
 HOUR_MS = 3_600_000
 
 
-def spec(replayed: tuple[str, ...] = REPLAYED) -> dict:
+def spec(replayed: tuple[str, ...] = REPLAYED, every: str = "10 seconds") -> dict:
     """The stream, with the outputs `replayed` and the `live` one (a smoke's router runs only
-    what it rewinds: a lighter start)."""
+    what it rewinds: a lighter start); its Hive output and archive written `every` so often (a
+    smoke's more often: it waits for them)."""
     realtime = {"mode": "realtime", "trigger": "60 seconds"}
     outputs = [
         {"name": "kafka", "sink": {"type": "kafka"}, "delivery": realtime},
@@ -82,7 +83,7 @@ def spec(replayed: tuple[str, ...] = REPLAYED) -> dict:
         {
             "name": "hive",
             "sink": {"type": "hive"},
-            "delivery": {"mode": "microbatch", "trigger": "10 seconds"},
+            "delivery": {"mode": "microbatch", "trigger": every},
             "start": "earliest",
         },
         {"name": "keystone", "sink": {"type": "keystone", "stream": TARGET}},
@@ -92,7 +93,7 @@ def spec(replayed: tuple[str, ...] = REPLAYED) -> dict:
         "name": STREAM,
         "owner": "bench",
         "partitions": PARTITIONS,
-        "archive": {"trigger": "10 seconds"},
+        "archive": {"trigger": every},
         "outputs": [o for o in outputs if o["name"] in (*replayed, "live")],
     }
 
@@ -354,7 +355,7 @@ def main() -> None:
             hour_ms = (int(time.time() * 1000) // HOUR_MS - 1) * HOUR_MS
             rate = load(settings, events, hour_ms)
             console.print(f"loaded {events:,} events ({rate:,.0f}/s)")
-            control.put_stream(spec(replayed))
+            control.put_stream(spec(replayed, "2 seconds" if args.smoke else "10 seconds"))
             await_routers(control, [STREAM], console)
             with console.status("the Hive output routes the events once…"):
                 while not _hive_point_at_start(control, events):

@@ -789,10 +789,46 @@ class Alertmanager(Service):
         path = s.alertmanager_config_file
         if not path.exists():
             _write_private(path, config_yaml(s, []))
+        if s.alertmanager_replicas > 1:
+            self._gossip_tls()
+
+    def _gossip_tls(self) -> None:
+        """The peers' gossip in mutual TLS: a peer takes only another that shows the
+        certificate the stack's own CA signed (its key kept here). Without it, any process on
+        the machine could join the cluster and gossip silences of every alert."""
+        folder = self.gossip_tls_dir
+
+        def keep(work: Path, key: Path, certificate: Path) -> None:
+            os.replace(key, work / "peer.key")
+            os.replace(certificate, work / "peer.pem")
+
+        tls.issue(
+            folder, self.settings, "alertmanager-peer", "serverAuth,clientAuth",
+            ("peer.key", "peer.pem"), keep,
+        )  # fmt: skip
+        ends = {"cert_file": str(folder / "peer.pem"), "key_file": str(folder / "peer.key")}
+        config = {
+            "tls_server_config": ends
+            | {
+                "client_auth_type": "RequireAndVerifyClientCert",
+                "client_ca_file": str(folder / "ca.pem"),
+            },
+            "tls_client_config": ends | {"ca_file": str(folder / "ca.pem")},
+        }
+        _write_private(self.gossip_config, yaml.safe_dump(config))
 
     @property
     def web_config(self) -> Path:
         return self.conf / "web.yml"
+
+    @property
+    def gossip_config(self) -> Path:
+        return self.conf / "gossip-tls.yml"
+
+    @property
+    def gossip_tls_dir(self) -> Path:
+        """The peers' one certificate and its CA (every peer's, so beside their configuration)."""
+        return self.settings.alertmanager_config_file.parent / "gossip-tls"
 
     def argv(self) -> list[str]:
         s = self.settings
@@ -804,6 +840,7 @@ class Alertmanager(Service):
             for n in range(s.alertmanager_replicas)
             if n != self.peer - 1
         ]
+        gossip += [f"--cluster.tls-config={self.gossip_config}"]
         if s.alertmanager_replicas == 1:
             gossip = ["--cluster.listen-address="]  # no cluster: no gossip port
         return [

@@ -92,16 +92,27 @@ function draw(figure, times, panel, rewinds, switches) {
   plots.set(panel.key, new uPlot(options, [times, ...panel.series.map((s) => s.values)], box));
 }
 
-function showAlerts(alerts) {
+// What Alertmanager did with a rule's alerts: each one firing (and whom it reaches), silenced
+// or inhibited (nobody is told).
+function notified(rule) {
+  return (rule.notified || []).map((n) => {
+    const what = n.output ? `${n.state} (${n.output})` : n.state;
+    return n.receivers.length ? `${what} → ${n.receivers.join(", ")}` : what;
+  }).join("; ");
+}
+
+function showAlerts(alerts, alertsError) {
   const body = document.querySelector("#alerts tbody");
   body.replaceChildren();
   for (const rule of alerts) {
     const active = rule.active[0];
     const cells = [rule.state, rule.alert, ...(perStream ? [rule.stream] : []), rule.severity,
-      active ? active.summary : "", active && active.since ? active.since.replace("T", " ").slice(0, 19) : ""];
+      active ? active.summary : "", active && active.since ? active.since.replace("T", " ").slice(0, 19) : "",
+      notified(rule)];
     const row = document.createElement("tr");
     row.dataset.alert = rule.alert;
     row.dataset.state = rule.state;
+    row.dataset.notified = (rule.notified || []).map((n) => n.state).join(" ");
     cells.forEach((text, i) => {
       const cell = document.createElement("td");
       if (i === 0) {
@@ -112,15 +123,19 @@ function showAlerts(alerts) {
       } else {
         cell.textContent = text;
       }
+      if (i === cells.length - 1) cell.dataset.notified = "";
       row.append(cell);
     });
     body.append(row);
   }
   if (!alerts.length) {
     const row = document.createElement("tr");
-    row.innerHTML = '<td colspan="6" class="dim">No alert rules yet.</td>';
+    row.innerHTML = '<td colspan="7" class="dim">No alert rules yet.</td>';
     body.append(row);
   }
+  const note = document.getElementById("alerts-error");
+  note.textContent = alertsError ? `Who was told is unknown: ${alertsError}` : "";
+  note.hidden = !alertsError;
 }
 
 async function refresh() {
@@ -141,7 +156,7 @@ async function refresh() {
     const figure = charts.querySelector(`figure[data-key="${panel.key}"]`);
     if (figure) draw(figure, data.times, panel, data.rewinds || [], data.switches || []);
   }
-  showAlerts(data.alerts);
+  showAlerts(data.alerts, data.alerts_error);
   document.getElementById("updated").textContent =
     `Updated ${new Date().toISOString().slice(11, 19)} UTC, one point every ${data.step} s.`;
   charts.dataset.loaded = "true";

@@ -46,6 +46,38 @@ async function refresh() {
     }
   }
   showRedrive(status.redrive);
+  showAlerts(status.alerts || [], status.alerts_error);
+}
+
+// Alerts: what fires for the stream, as Alertmanager holds it, and who hears it.
+function showAlerts(alerts, alertsError) {
+  const body = document.querySelector("#stream-alerts tbody");
+  body.replaceChildren();
+  for (const alert of alerts) {
+    const row = document.createElement("tr");
+    row.dataset.alert = alert.alert;
+    row.dataset.state = alert.state;
+    const badge = document.createElement("span");
+    badge.className = `state state-${alert.state}`;
+    badge.textContent = alert.state;
+    const told = alert.state === "firing" ? alert.receivers.join(", ") : `nobody (${alert.state})`;
+    const cells = [badge, alert.alert, alert.output || "", alert.summary,
+      alert.since ? utc(alert.since) : "", told];
+    for (const content of cells) {
+      const cell = document.createElement("td");
+      cell.append(content);
+      row.append(cell);
+    }
+    body.append(row);
+  }
+  if (!alerts.length) {
+    const row = document.createElement("tr");
+    row.innerHTML = '<td colspan="6" class="dim">Nothing fires.</td>';
+    body.append(row);
+  }
+  const error = document.getElementById("alerts-error");
+  error.textContent = alertsError || "";
+  error.hidden = !alertsError;
 }
 
 // Recovery
