@@ -43,6 +43,7 @@ from keystone.control.backfills import Backfills
 from keystone.control.plane import Plane
 from keystone.control.positions import Extent
 from keystone.control.rewinds import Rewinds
+from keystone.control.silences import Silences
 from keystone.control.store import Planned
 from keystone.control.streams import Streams
 from keystone.control.tenancy import Authenticator
@@ -262,9 +263,13 @@ class World:
 
 @pytest.fixture
 def world(tmp_path: Path) -> Iterator[World]:
-    # Prometheus on a port nobody listens on: the status says its figures are missing.
+    # Prometheus and Alertmanager on a port nobody listens on: the status says its figures
+    # and alerts are missing, the page that its silences are.
     settings = Settings(
-        state_dir=tmp_path, admin_token="ka_admin-token", prometheus_url="http://127.0.0.1:9"
+        state_dir=tmp_path,
+        admin_token="ka_admin-token",
+        prometheus_url="http://127.0.0.1:9",
+        alertmanager_url="http://127.0.0.1:9",
     )
     store = FakeStore(stream_specs={STREAM: spec(), "others": spec("others", "team-b")})
     store.sessions.tokens = {"s-team-a": hash_key(TOKEN), "s-team-b": hash_key("ko_b")}
@@ -289,7 +294,7 @@ def world(tmp_path: Path) -> Iterator[World]:
         fleet=None,  # type: ignore[arg-type]
         fronting=None,  # type: ignore[arg-type]
         receivers=None,  # type: ignore[arg-type]
-        silences=None,  # type: ignore[arg-type]
+        silences=Silences(settings, streams),
     )
     app = create_app(settings)
     app.state.plane = plane  # the lifespan, which connects to Redis, is not run
@@ -313,6 +318,8 @@ def test_the_stream_page_has_each_outputs_recovery_and_the_rewind_dialog(world: 
     assert '<dialog id="rewind-dialog">' in page and 'value="confirm"' in page
     assert "at most 5000 events/s" in page  # the stream's recovery rate
     assert '<script src="/ui/static/stream.js">' in page
+    # Alertmanager does not answer: the page says its silences are unavailable, and still shows.
+    assert 'id="silences-error">Silences unavailable: Alertmanager did not answer' in page
     script = world.client.get("/ui/static/stream.js").text
     assert "dry_run: true" in script and "showModal" in script
 

@@ -17,9 +17,11 @@ from keystone.contracts.recovery import (
     Backfill,
     JobPhase,
     Operation,
+    Redrive,
     Replaced,
     RestorePoint,
     Rewind,
+    Selection,
     Span,
 )
 from keystone.contracts.settings import Settings
@@ -74,6 +76,7 @@ class FakeStore:
     rewound: dict[str, Rewind] = field(default_factory=dict)
     points: list[RestorePoint] = field(default_factory=lambda: list(POINTS))
     backfilled: dict[str, Backfill] = field(default_factory=dict)
+    redriven: dict[str, Redrive] = field(default_factory=dict)  # by stream
 
     def rewinds(self, stream: str) -> dict[str, Rewind]:
         return self.rewound
@@ -82,7 +85,8 @@ class FakeStore:
         return self.backfilled
 
     def operations(self, kind: type[Operation], stream: str) -> dict[str, Operation]:
-        return {Rewind: self.rewound, Backfill: self.backfilled}[kind]  # type: ignore[return-value]
+        held = {Rewind: self.rewound, Backfill: self.backfilled, Redrive: self.redriven}
+        return held[kind]  # type: ignore[return-value,index]
 
     def restore_points(self, stream: str, output: str) -> list[RestorePoint]:
         return self.points
@@ -202,6 +206,20 @@ def test_what_cannot_be_is_refused(tmp_path: Path) -> None:
         rewinds(tmp_path, no_points).plan(
             TEAM, "plays", "warehouse", Target(offsets={0: 10, 1: 10}), None
         )
+
+
+def test_a_hive_outputs_rewind_waits_for_the_streams_redrive(tmp_path: Path) -> None:
+    """Both could write an event a Hive table then holds twice; a Kafka output's replay
+    copies are flagged, so its rewind goes on."""
+    redriving = Redrive(
+        id=Redrive.new_id(), rate=10, requested_at=NOW, by="x", until={}, selection=Selection()
+    )
+    store = FakeStore(redriven={"plays": redriving})
+    with pytest.raises(Conflict, match=f"redriving its dead letters \\({redriving.id}\\)"):
+        rewinds(tmp_path, store).plan(TEAM, "plays", "warehouse", Target(restore_point="0-3"), None)
+    rewinds(tmp_path, store).plan(TEAM, "plays", "clicks", Target(restore_point="0-3"), None)
+    store.redriven["plays"] = redriving.model_copy(update={"phase": JobPhase.DONE})
+    rewinds(tmp_path, store).plan(TEAM, "plays", "warehouse", Target(restore_point="0-3"), None)
 
 
 def test_one_rewind_per_output_at_a_time_and_the_next_one_a_generation_on(tmp_path: Path) -> None:

@@ -220,7 +220,8 @@ class FakeControl:
     def rewind(self, stream: str, output: str, request: dict[str, Any]) -> RewindPublic:
         self.asked.append((stream, output, request))
         if self.refuse is not None:
-            raise self.refuse
+            refused, self.refuse = self.refuse, None  # refused once, then taken
+            raise refused
         return self._answer(output, "replaying", 0)
 
     def rewind_progress(self, stream: str, output: str) -> RewindPublic:
@@ -279,6 +280,16 @@ def test_a_rewind_output_fault_rewinds_back_and_holds_until_caught_up(control: A
     assert "rewind rw-0123456789ab, 400 events to replay (append-only" in started
     assert "about 380 records written again" in started
     assert ended.startswith("caught_up after") and "400 events replayed" in ended
+
+
+def test_a_rewind_waits_for_another_repair_of_its_output_then_begins(control: Any) -> None:
+    # Refused once because the output is being backfilled (the answer names the backfill).
+    busy = Conflict("output lt_faults.clicks is being backfilled", backfill="bf-0123456789ab")
+    fake = control(["caught_up"], refuse=busy)
+    fault = Fault.parse("rewind-output@5+45", 60)
+    inject(Settings(), "lt_faults", fault, started=datetime.now(UTC).timestamp())
+    assert len(fake.asked) == 2 and fault.began is not None  # asked again, then begun
+    assert "clicks rewound to" in " ".join(fault.notes)
 
 
 def test_a_rewind_control_refuses_is_noted_and_never_begun(control: Any) -> None:

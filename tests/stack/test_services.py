@@ -157,12 +157,9 @@ def test_two_spark_applications_share_the_metastore(stack: Stack) -> None:
     for job in jobs:
         _, errors = job.communicate(timeout=400)
         assert job.returncode == 0, errors[-3000:]
-    # A third application sees both tables, their partitions and their rows.
-    tables = checked(stack.keystone("sql", f"SHOW TABLES IN {database}", "--json"))
-    assert sorted(json.loads(line)["tableName"] for line in tables.stdout.splitlines()) == [
-        "first",
-        "second",
-    ]
+    # A third application sees both tables, their partitions and their rows: one query of
+    # both (a table it did not find would fail it; a partition not in the metastore would
+    # leave its rows out).
     counts = checked(
         stack.keystone(
             "sql",
@@ -177,11 +174,6 @@ def test_two_spark_applications_share_the_metastore(stack: Stack) -> None:
         {"writer": "first", "dateint": 20261121, "hour": 1, "n": 15},
         {"writer": "second", "dateint": 20261121, "hour": 0, "n": 10},
         {"writer": "second", "dateint": 20261121, "hour": 1, "n": 10},
-    ]
-    partitions = checked(stack.keystone("sql", f"SHOW PARTITIONS {database}.first", "--json"))
-    assert sorted(json.loads(line)["partition"] for line in partitions.stdout.splitlines()) == [
-        "dateint=20261121/hour=0",
-        "dateint=20261121/hour=1",
     ]
 
 

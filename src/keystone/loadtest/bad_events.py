@@ -35,7 +35,7 @@ from keystone.contracts.spec import StreamSpec
 from keystone.control.client import ControlClient
 from keystone.ingest_proxy.client import DirectProducer
 from keystone.loadtest.events import EventMaker
-from keystone.loadtest.faults import Fault
+from keystone.loadtest.faults import Fault, another_repair
 from keystone.router.topics import watermarks
 
 FIELD = "seq"  # every load event has one, a number (loadtest.events)
@@ -177,7 +177,7 @@ class BadEvents:
                 asked = control.redrive(self.spec.name, {"output": STREAM_LEVEL, "from": since})
                 break
             except KeystoneError as e:  # a rewind of a Hive output replays: asked again after
-                if e.status != 409 or time.monotonic() > deadline:
+                if not another_repair(e) or time.monotonic() > deadline:
                     raise
                 time.sleep(2)
         if (waited := time.monotonic() - asking) > 1:

@@ -46,6 +46,7 @@ from keystone.contracts.errors import BadRequest, KeystoneError, StackError
 from keystone.contracts.fronting import FrontingCluster
 from keystone.contracts.names import fronting_topic, valid_name
 from keystone.contracts.processes import PidFile, stop
+from keystone.contracts.recovery import OPERATIONS
 from keystone.contracts.settings import Settings
 from keystone.contracts.spec import StreamSpec
 from keystone.control.client import ControlClient
@@ -475,6 +476,12 @@ def leader(settings: Settings, topic: str, partition: int) -> int:
     return node
 
 
+def another_repair(error: KeystoneError) -> bool:
+    """Whether control refused because another repair of the output (or the stream's redrive)
+    is under way: one that ends by itself, so that asking again later is what an owner does."""
+    return error.status == 409 and any(kind.noun() in error.details for kind in OPERATIONS.values())
+
+
 def restart(settings: Settings, service: str | None = None) -> None:
     """Starts whatever of the stack is stopped (or only `service`), and waits until it is
     healthy."""
@@ -501,7 +508,7 @@ def rewind(settings: Settings, stream: str, fault: Fault, started: float) -> Non
             except KeystoneError as e:
                 # Another repair of the output runs (a backfill, a rewind): as its owner
                 # would, ask again once it has ended, for the same moment.
-                if e.status != 409 or time.monotonic() > deadline:
+                if not another_repair(e) or time.monotonic() > deadline:
                     fault.notes.append(f"control refused to rewind {output} to {to}: {e}")
                     return
                 time.sleep(2)
@@ -567,7 +574,7 @@ def backfill(settings: Settings, stream: str, fault: Fault, started: float) -> N
                 # The archive writes what arrived since every so often; another repair of the
                 # output (a rewind, a backfill) ends: as its owner would, ask again.
                 archive_behind = "not yet to" in str(e)
-                if not (archive_behind or e.status == 409) or time.monotonic() > deadline:
+                if not (archive_behind or another_repair(e)) or time.monotonic() > deadline:
                     fault.notes.append(f"control refused to backfill {output} over {span}: {e}")
                     return
                 time.sleep(2)

@@ -9,8 +9,9 @@ headers, into Spark's noop sink, in one task thread, taking turns. Each run is c
 time of the Spark application (its JVM and this Python process, which only waits for it),
 steadier than wall time on a shared VM (other processes' load and the hypervisor's steal do not
 count); the minimum over the rounds is the plan's cost, also given per million events. Needs no
-stack, and makes no topic. `--smoke` runs both plans over 5,000 events in one round (after the
-round that compiles them): it checks that the benchmark runs, its figures mean nothing. `--jfr`
+stack, and makes no topic. `--smoke` runs every plan (the router's, the hand-written job's and,
+as `--hygiene` does, the router's with hygiene) over 5,000 events in one round (after the round
+that compiles them): it checks that the benchmark runs, its figures mean nothing. `--jfr`
 records the whole run with Java Flight Recorder (`jfr print --events jdk.ExecutionSample FILE`
 shows where the router's CPU goes). `--object-fields N` gives the event's two objects N more
 fields each, which neither plan reads (`loadtest.bench.make_event`). `--hygiene` compares the
@@ -150,10 +151,10 @@ def main() -> None:
         return lambda: sink.frame(routed(source, routing, meter, key=BENCH_KEY))
 
     plans: dict[str, Callable[[], DataFrame]] = {"router": router(output)}
-    if args.hygiene:
-        plans["router, hygiene"] = router(output.model_copy(update={"projection": HYGIENE}))
-    else:
+    if not args.hygiene or args.smoke:  # a smoke run takes every plan, once
         plans["hand-written"] = lambda: handwritten_records(batch)
+    if args.hygiene or args.smoke:
+        plans["router, hygiene"] = router(output.model_copy(update={"projection": HYGIENE}))
     runs: dict[str, list[tuple[float, float]]] = {name: [] for name in plans}
     with Progress(console=console) as progress:
         task = progress.add_task("rounds", total=args.rounds + 1)
