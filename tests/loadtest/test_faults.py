@@ -289,7 +289,8 @@ def test_a_rewind_waits_for_another_repair_of_its_output_then_begins(control: An
     fault = Fault.parse("rewind-output@5+45", 60)
     inject(Settings(), "lt_faults", fault, started=datetime.now(UTC).timestamp())
     assert len(fake.asked) == 2 and fault.began is not None  # asked again, then begun
-    assert "clicks rewound to" in " ".join(fault.notes)
+    waited, started, _ = fault.notes
+    assert waited.endswith("for the output's other repair to end") and "clicks rewound" in started
 
 
 def test_a_rewind_control_refuses_is_noted_and_never_begun(control: Any) -> None:
@@ -329,7 +330,8 @@ def test_a_backfill_output_fault_waits_for_the_archive_then_holds_until_done(
     asked = BackfillRequest.model_validate(request)
     assert 19 <= asked.end.timestamp() - asked.start.timestamp() <= 21
     assert asked.end.timestamp() >= before
-    [started, ended] = fault.notes
+    [waited, started, ended] = fault.notes
+    assert waited.startswith("waited") and "for the archive or another repair" in waited
     assert "backfill bf-0123456789ab (append-only)" in started
     assert ended.startswith("done after") and "400 archived events" in ended
 

@@ -289,3 +289,24 @@ def test_a_redrive_leaves_out_the_events_the_table_holds_but_its_own_earlier_att
 
     assert sorted(r.guid for r in left.collect()) == ["d2", "d3"]
     assert holds(spark, table) == ["d1", "d2", "d3"]
+
+
+def test_a_file_and_what_a_swap_left_of_it_are_each_kept_under_a_name_of_their_own(
+    spark: SparkSession, table: HiveTable
+) -> None:
+    # A slice and, beside it, what an earlier swap left of it (a crash between its moves and
+    # its deletions): one base name, two files, each with a row another replay batch writes.
+    publish(spark, table, "rd-0123456789ab-00000", rows(spark, ["d1", "d2"], BEGINS))
+    fs, path = table.fs(spark)
+    [slice_] = table.files(spark, "rd-*")
+    left = path(
+        slice_.getPath().getParent(), slice_.getPath().getName().replace(".", ".0a1b2c3d.", 1)
+    )
+    fs.copyFromLocalFile(False, True, slice_.getPath(), left)  # same rows, the remnant's name
+    replay = "batch-q2-000000000000"
+    frame = rows(spark, ["d1"], BEGINS + 20)
+    publish(spark, table, replay, frame)
+
+    table.replace_copies(spark, [HOUR], frame, replay)
+
+    assert holds(spark, table) == ["d1", "d2", "d2"]  # each file's d2 kept, neither overwritten

@@ -171,7 +171,7 @@ class BadEvents:
     def _redrive(self, control: ControlClient, started: float) -> None:
         since = datetime.fromtimestamp(started, UTC).isoformat()
         asking = time.monotonic()
-        deadline = asking + WAIT_SECONDS
+        deadline, waited = asking + WAIT_SECONDS, False
         while True:
             try:
                 asked = control.redrive(self.spec.name, {"output": STREAM_LEVEL, "from": since})
@@ -179,9 +179,11 @@ class BadEvents:
             except KeystoneError as e:  # a rewind of a Hive output replays: asked again after
                 if not another_repair(e) or time.monotonic() > deadline:
                     raise
+                waited = True
                 time.sleep(2)
-        if (waited := time.monotonic() - asking) > 1:
-            self.fault.notes.append(f"waited {waited:.0f} s for a Hive output's rewind to end")
+        if waited:
+            seconds = time.monotonic() - asking
+            self.fault.notes.append(f"waited {seconds:.0f} s for a Hive output's rewind to end")
         self.fault.notes.append(f"redrive {asked.id}: {asked.events or 0} dead letters")
         self._until(
             f"redrive {asked.id} to end",

@@ -500,7 +500,7 @@ def rewind(settings: Settings, stream: str, fault: Fault, started: float) -> Non
         assert output is not None, "choose_outputs names one or refuses"
         asked = time.time()
         to = datetime.fromtimestamp(asked - fault.hold, UTC).isoformat()
-        deadline = time.monotonic() + REWIND_WAIT_SECONDS
+        deadline, waited = time.monotonic() + REWIND_WAIT_SECONDS, False
         while True:
             try:
                 plan = control.rewind(stream, output, {"to": to})
@@ -511,9 +511,11 @@ def rewind(settings: Settings, stream: str, fault: Fault, started: float) -> Non
                 if not another_repair(e) or time.monotonic() > deadline:
                     fault.notes.append(f"control refused to rewind {output} to {to}: {e}")
                     return
+                waited = True
                 time.sleep(2)
-        if (waited := time.time() - asked) > 1:
-            fault.notes.append(f"waited {waited:.0f} s for the output's other repair to end")
+        if waited:
+            seconds = time.time() - asked
+            fault.notes.append(f"waited {seconds:.0f} s for the output's other repair to end")
         fault.began = time.time() - started
         held = plan.sink.records_in_period
         fault.notes.append(
@@ -565,7 +567,7 @@ def backfill(settings: Settings, stream: str, fault: Fault, started: float) -> N
             "from": datetime.fromtimestamp(now - fault.hold, UTC).isoformat(),
             "to": datetime.fromtimestamp(now, UTC).isoformat(),
         }
-        deadline = time.monotonic() + REWIND_WAIT_SECONDS
+        deadline, waited = time.monotonic() + REWIND_WAIT_SECONDS, False
         while True:
             try:
                 plan = control.backfill(stream, output, span)
@@ -577,9 +579,11 @@ def backfill(settings: Settings, stream: str, fault: Fault, started: float) -> N
                 if not (archive_behind or another_repair(e)) or time.monotonic() > deadline:
                     fault.notes.append(f"control refused to backfill {output} over {span}: {e}")
                     return
+                waited = True
                 time.sleep(2)
-        if (waited := time.time() - now) > 1:
-            fault.notes.append(f"waited {waited:.0f} s for the archive or another repair")
+        if waited:
+            seconds = time.time() - now
+            fault.notes.append(f"waited {seconds:.0f} s for the archive or another repair")
         fault.began = time.time() - started
         fault.notes.append(
             f"{output} backfilled from {span['from']} to {span['to']} at {fault.began:.1f} s: "

@@ -17,8 +17,8 @@ once; an hour being replayed is partly filled until the replay has passed it.
 Files no batch wrote hold the events a backfill or a redrive routed. A rewind's replay that
 writes such an event again removes that copy (`replace_copies`); a redrive leaves out the
 events the table holds already (`not_held`: a rewind or a backfill wrote them, now that the
-output takes them). A redrive and a rewind's replay of the same events at the same moment may
-still both write one: control runs one at a time on an output.
+output takes them). Control refuses a redrive while a rewind of a Hive output replays, and the
+other way round, as each is planned (docs/concepts/recovery.md says what is left).
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ import calendar
 import json
 import re
 import secrets
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -36,6 +37,8 @@ from pyspark.sql import functions as F
 
 from keystone.contracts.names import HIVE_DATABASE
 
+# The swaps of a table's copies under way in this process, one at a time (`replace_copies`).
+_LOCKS: dict[str, threading.Lock] = {}
 # A backfill's swap of an hour: its plan, then a mark once it is carried out.
 JOURNAL, APPLIED = ".swap.json", ".swap.applied"
 # A published file: batch-<query id>-<batch id>-<n>.parquet (a backfill that replaced some of
@@ -133,8 +136,16 @@ class HiveTable:
         of the events in `guids` (a frame with a `guid` column): a rewind's replay has just
         published them again in its batch `name`. Each hour's removal is journaled as a
         backfill's swap is (`<name>.copies-<dateint>-<hour>`), so that a crash midway is
-        finished by the batch run again (or by a backfill's `settle_swaps`), and forgotten once
-        carried out."""
+        finished by the batch run again, and forgotten once carried out. One at a time per
+        table: each fronting cluster's query of the output replays beside the others, in the
+        router's one process, and two swaps planned on one file would each keep its other rows
+        (`_LOCKS`)."""
+        with _LOCKS.setdefault(self.location, threading.Lock()):
+            self._replace_copies(spark, hours, guids, name)
+
+    def _replace_copies(
+        self, spark: SparkSession, hours: list[tuple[int, int]], guids: DataFrame, name: str
+    ) -> None:
         fs, path = self.fs(spark)
         marked = guids.select("guid").distinct().withColumn("inside", F.lit(True))
         for hour in hours:
@@ -202,7 +213,7 @@ class HiveTable:
         names begin with `keep` (the backfill running, which goes on with its own)."""
         fs, path = self.fs(spark)
         folder = f"{self.location}/_staging"
-        for status in fs.globStatus(path(f"{folder}/*{JOURNAL}")) or []:
+        for status in fs.globStatus(path(f"{folder}/bf-*{JOURNAL}")) or []:  # a batch's its own
             name = status.getPath().getName().removesuffix(JOURNAL)
             if keep is not None and name.startswith(keep):
                 continue
@@ -298,7 +309,9 @@ class HiveTable:
             for status in fs.globStatus(path(f"{kept}/source=*/*.parquet")) or []:
                 source = status.getPath().getParent().getName().removeprefix("source=")
                 base = source.removesuffix(".parquet").split(".")[0]
-                moves.append((status.getPath().toString(), f"{folder}/{base}.{suffix}.parquet"))
+                # A name of its own (a file and what a swap left of it share their base).
+                kept_as = f"{base}.{secrets.token_hex(4)}.parquet"
+                moves.append((status.getPath().toString(), f"{folder}/{kept_as}"))
         new = [
             status.getPath().toString()
             for where in staged

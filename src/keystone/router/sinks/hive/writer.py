@@ -52,7 +52,9 @@ class HiveWriter(BatchWriter, ReplacesRanges):
                     # copy in a file of its own, not a batch's the rewind undoes: this batch's
                     # copy replaces it (after publishing: a crash between leaves a copy twice
                     # until the batch is run again, never none).
-                    self.table.replace_copies(spark, staged, rows, tag)
+                    # Only the replayed rows: a row past the replay's end is a first delivery.
+                    replayed = rows.where(F.col("replay").isNotNull())
+                    self.table.replace_copies(spark, staged, replayed, tag)
             now_ms = F.lit(int(time.time() * 1000))
             # A replayed event's latency is the replay's, not delivery's: left out.
             live = F.when(F.col("replay").isNull(), F.col("timestamp"))
