@@ -35,7 +35,7 @@ from keystone.contracts.spec import StreamSpec
 from keystone.control.client import ControlClient
 from keystone.ingest_proxy.client import DirectProducer
 from keystone.loadtest.events import EventMaker
-from keystone.loadtest.faults import Fault, another_repair
+from keystone.loadtest.faults import Fault, another_repair, asked_until
 from keystone.router.topics import watermarks
 
 FIELD = "seq"  # every load event has one, a number (loadtest.events)
@@ -170,20 +170,13 @@ class BadEvents:
 
     def _redrive(self, control: ControlClient, started: float) -> None:
         since = datetime.fromtimestamp(started, UTC).isoformat()
-        asking = time.monotonic()
-        deadline, waited = asking + WAIT_SECONDS, False
-        while True:
-            try:
-                asked = control.redrive(self.spec.name, {"output": STREAM_LEVEL, "from": since})
-                break
-            except KeystoneError as e:  # a rewind of a Hive output replays: asked again after
-                if not another_repair(e) or time.monotonic() > deadline:
-                    raise
-                waited = True
-                time.sleep(2)
-        if waited:
-            seconds = time.monotonic() - asking
-            self.fault.notes.append(f"waited {seconds:.0f} s for a Hive output's rewind to end")
+        selection = {"output": STREAM_LEVEL, "from": since}
+        # A rewind of a Hive output replays: asked again once it has caught up.
+        asked, waited = asked_until(
+            lambda: control.redrive(self.spec.name, selection), another_repair
+        )
+        if waited is not None:
+            self.fault.notes.append(f"waited {waited:.0f} s for a Hive output's rewind to end")
         self.fault.notes.append(f"redrive {asked.id}: {asked.events or 0} dead letters")
         self._until(
             f"redrive {asked.id} to end",

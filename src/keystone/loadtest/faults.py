@@ -34,7 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import ClassVar
+from typing import ClassVar, TypeVar
 
 import httpx
 from confluent_kafka import Consumer, KafkaException, TopicPartition
@@ -56,6 +56,7 @@ from keystone.router.topics import watermarks
 from keystone.stack import lifecycle
 from keystone.stack.services import broker_service, control_service
 
+T = TypeVar("T")
 REWIND = "rewind-output"
 BACKFILL = "backfill-output"
 BAD_EVENTS = "bad-events"  # not a --fault: --bad-events N (loadtest.bad_events)
@@ -482,6 +483,25 @@ def another_repair(error: KeystoneError) -> bool:
     return error.status == 409 and any(kind.noun() in error.details for kind in OPERATIONS.values())
 
 
+def asked_until(
+    ask: Callable[[], T], passing: Callable[[KeystoneError], bool]
+) -> tuple[T, float | None]:
+    """`ask()`'s answer, asked again every 2 s while control refuses it for a reason that ends
+    by itself (`passing`), as an owner would, for at most `REWIND_WAIT_SECONDS`; and the
+    seconds it waited (None: taken at once). Another refusal, or one past the wait, is
+    raised."""
+    began = time.monotonic()
+    refused = False
+    while True:
+        try:
+            return ask(), (time.monotonic() - began if refused else None)
+        except KeystoneError as e:
+            if not passing(e) or time.monotonic() - began > REWIND_WAIT_SECONDS:
+                raise
+            refused = True
+            time.sleep(2)
+
+
 def restart(settings: Settings, service: str | None = None) -> None:
     """Starts whatever of the stack is stopped (or only `service`), and waits until it is
     healthy."""
@@ -498,24 +518,16 @@ def rewind(settings: Settings, stream: str, fault: Fault, started: float) -> Non
             choose_outputs(control.stream(stream).spec, [fault])
         output = fault.output
         assert output is not None, "choose_outputs names one or refuses"
-        asked = time.time()
-        to = datetime.fromtimestamp(asked - fault.hold, UTC).isoformat()
-        deadline, waited = time.monotonic() + REWIND_WAIT_SECONDS, False
-        while True:
-            try:
-                plan = control.rewind(stream, output, {"to": to})
-                break
-            except KeystoneError as e:
-                # Another repair of the output runs (a backfill, a rewind): as its owner
-                # would, ask again once it has ended, for the same moment.
-                if not another_repair(e) or time.monotonic() > deadline:
-                    fault.notes.append(f"control refused to rewind {output} to {to}: {e}")
-                    return
-                waited = True
-                time.sleep(2)
-        if waited:
-            seconds = time.time() - asked
-            fault.notes.append(f"waited {seconds:.0f} s for the output's other repair to end")
+        to = datetime.fromtimestamp(time.time() - fault.hold, UTC).isoformat()
+        try:  # for the same moment, once another repair of the output has ended
+            plan, waited = asked_until(
+                lambda: control.rewind(stream, output, {"to": to}), another_repair
+            )
+        except KeystoneError as e:
+            fault.notes.append(f"control refused to rewind {output} to {to}: {e}")
+            return
+        if waited is not None:
+            fault.notes.append(f"waited {waited:.0f} s for the output's other repair to end")
         fault.began = time.time() - started
         held = plan.sink.records_in_period
         fault.notes.append(
@@ -567,23 +579,16 @@ def backfill(settings: Settings, stream: str, fault: Fault, started: float) -> N
             "from": datetime.fromtimestamp(now - fault.hold, UTC).isoformat(),
             "to": datetime.fromtimestamp(now, UTC).isoformat(),
         }
-        deadline, waited = time.monotonic() + REWIND_WAIT_SECONDS, False
-        while True:
-            try:
-                plan = control.backfill(stream, output, span)
-                break
-            except KeystoneError as e:
-                # The archive writes what arrived since every so often; another repair of the
-                # output (a rewind, a backfill) ends: as its owner would, ask again.
-                archive_behind = "not yet to" in str(e)
-                if not (archive_behind or another_repair(e)) or time.monotonic() > deadline:
-                    fault.notes.append(f"control refused to backfill {output} over {span}: {e}")
-                    return
-                waited = True
-                time.sleep(2)
-        if waited:
-            seconds = time.time() - now
-            fault.notes.append(f"waited {seconds:.0f} s for the archive or another repair")
+        try:  # the archive writes what arrived since every so often
+            plan, waited = asked_until(
+                lambda: control.backfill(stream, output, span),
+                lambda e: "not yet to" in str(e) or another_repair(e),
+            )
+        except KeystoneError as e:
+            fault.notes.append(f"control refused to backfill {output} over {span}: {e}")
+            return
+        if waited is not None:
+            fault.notes.append(f"waited {waited:.0f} s for the archive or another repair")
         fault.began = time.time() - started
         fault.notes.append(
             f"{output} backfilled from {span['from']} to {span['to']} at {fault.began:.1f} s: "
