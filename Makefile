@@ -45,6 +45,7 @@ bench: bootstrap
 	.venv/bin/python -m keystone.loadtest.e2e_bench --write-docs
 	.venv/bin/python -m keystone.loadtest.exactly_once_bench --write-docs
 	.venv/bin/python -m keystone.loadtest.recovery_bench --write-docs
+	.venv/bin/python -m keystone.loadtest.shadow_bench --write-docs
 	.venv/bin/python -m keystone.loadtest.idle_bench --write-docs
 	.venv/bin/keystone stack down  # the security benchmark starts the stack each way itself
 	.venv/bin/python -m keystone.loadtest.security_bench --write-docs

@@ -189,6 +189,14 @@ class FakeRecovery:
 
 
 @dataclass
+class FakeShadows:
+    stepped: list[tuple[str, bool]] = field(default_factory=list)  # stream, its router deployed
+
+    def step(self, spec: StreamSpec, deployed: bool) -> None:
+        self.stepped.append((spec.name, deployed))
+
+
+@dataclass
 class Topics:
     """Records in each fronting topic so far, as the test writes them."""
 
@@ -207,6 +215,7 @@ class World:
     clock: Clock
     recovery: FakeRecovery
     topics: Topics
+    shadows: FakeShadows
 
     def state(self, stream: str = "alpha") -> RouterState:
         return self.store.states[stream]
@@ -229,25 +238,28 @@ def _world(tmp_path: Path, **settings_given: str) -> World:
         state_dir=tmp_path, router_stop_timeout_seconds=STOP_TIMEOUT, **settings_given
     )
     launcher, store, dashboards, clock = FakeLauncher(), FakeStore(), FakeDashboards(), Clock()
-    recovery, topics = FakeRecovery(), Topics()
+    recovery, topics, shadows = FakeRecovery(), Topics(), FakeShadows()
     fleet = Fleet(
         settings,
         store,  # type: ignore[arg-type]
         launcher=launcher,
         dashboards=dashboards,
         recovery=recovery,
+        shadows=shadows,
         sizer=Sizer(settings, store, clock, sizes=topics),
         alerts=FakeAlerts(),
         quieting=FakeAlerts(),
         clock=clock,
     )
-    return World(fleet, launcher, store, dashboards, clock, recovery, topics)
+    return World(fleet, launcher, store, dashboards, clock, recovery, topics, shadows)
 
 
 def test_a_new_stream_with_outputs_is_started_and_runs_once_it_is_up(world: World) -> None:
     world.store.specs["alpha"] = spec()
     world.fleet.reconcile()
     assert world.recovery.stepped == ["alpha"]  # its restore points and rewinds kept each pass
+    # Its shadows too, told whether its router was deployed as the pass began: it was not.
+    assert world.shadows.stepped == [("alpha", False)]
     assert world.launcher.actions() == [("start", "alpha", 0)]  # no port yet: any free one
     state = world.state()
     deployed = world.launcher.records["alpha"]

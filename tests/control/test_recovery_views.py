@@ -295,6 +295,7 @@ def world(tmp_path: Path) -> Iterator[World]:
         fronting=None,  # type: ignore[arg-type]
         receivers=None,  # type: ignore[arg-type]
         silences=Silences(settings, streams),
+        shadows=None,  # type: ignore[arg-type]
     )
     app = create_app(settings)
     app.state.plane = plane  # the lifespan, which connects to Redis, is not run

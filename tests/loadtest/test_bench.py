@@ -291,6 +291,20 @@ def test_the_deployed_router_benchmark_smoke(stack: Stack) -> None:
     assert len(figures["topics"]) == 10
 
 
+@pytest.mark.timeout(360)
+def test_the_shadow_benchmark_smoke(stack: Stack) -> None:
+    figures = _smoke(stack, "shadow_bench", "shadow.json", timeout=300, per_event=False)
+    phases = {p["target"]: p for p in figures["phases"]}
+    assert sorted(phases) == ["router", "router with a shadow"], phases
+    for phase in phases.values():
+        assert phase["delivered"] == 750 and phase["missing"] == 0, phase
+        assert 0 < phase["p50_ms"] <= phase["p99_ms"] and phase["cpu_s_per_m_events"] > 0, phase
+    assert set(figures["ratios"]["500"]) == {"p50", "p99", "cpu"}
+    streams = {_stream_of(t) for t in figures["topics"]}
+    shadows = {t for t in _topics(stack) if t.startswith("keystone-shadow")}
+    assert not {t for t in shadows if any(f".{s}-" in t for s in streams)}  # its shadow's, gone
+
+
 def test_the_flink_job_routes_as_the_router_benchmarks_output() -> None:
     # Its SQL is written by hand, as a Flink user would: held here to the router's routing.
     assert FILTER == "variant = 'a'" and "WHERE `variant` = 'a'" in flink_job.ROUTE

@@ -138,6 +138,9 @@ class FakeRegistry:
         size = self._next()
         return None if size is None else RouterState(sized_for=size)
 
+    def operations(self, kind: type, stream: str) -> dict:
+        return {}  # no shadows (a router's shadows: tests/control/test_shadows.py)
+
 
 def test_the_router_follows_rewinds_and_holds_an_output_whose_record_does_not_read() -> None:
     first = rewind(output="search")

@@ -102,3 +102,23 @@ def test_the_listener_sets_each_querys_lag_from_its_kafka_offsets() -> None:
     ProgressListener(others).progress({"name": "other.evens", "sources": [source]})
     lags = [s for m in others.registry.collect() if m.name == names.ROUTER_LAG for s in m.samples]
     assert lags == []
+
+
+def test_a_shadows_query_has_its_own_metrics_and_never_makes_the_router_down() -> None:
+    """A shadow (its query's key is its id) reports its lag and whether it runs under its
+    output's name in metrics of its own: its output's lag alert, and the router's down alert,
+    hear nothing of it; an ended one's series go."""
+    metrics = RouterMetrics("orders")
+    metrics.shadows_running({"sh-0123456789ab": "evens"}, {"sh-0123456789ab": False})
+    source = {
+        "endOffset": {"keystone.orders": {"0": 20}},
+        "latestOffset": {"keystone.orders": {"0": 26}},
+    }
+    ProgressListener(metrics).progress({"name": "orders.sh-0123456789ab", "sources": [source]})
+    assert value(metrics, names.SHADOW_LAG, stream="orders", output="evens") == 6
+    assert value(metrics, names.SHADOW_UP, stream="orders", output="evens") == 0
+    lags = [s for m in metrics.registry.collect() if m.name == names.ROUTER_LAG for s in m.samples]
+    assert lags == []
+    metrics.shadows_running({}, {})
+    assert value(metrics, names.SHADOW_UP, stream="orders", output="evens") is None
+    assert value(metrics, names.SHADOW_LAG, stream="orders", output="evens") is None

@@ -76,8 +76,10 @@ class Harness:
         self.refuse: dict[str, int] = dict.fromkeys(names, 0)
         self.reports: list[dict[str, bool]] = []
         self.stopped: list[str] = []
+        # The queries wanted, asked each tick: a test may add one (a shadow) or take one away.
+        self.wanted = {name: self._starter(name) for name in names}
         self.supervisor = Supervisor(
-            {name: self._starter(name) for name in names},
+            lambda: self.wanted,
             self.plans,
             self.reports.append,
             backoff=Backoff(first=1.0, factor=2.0, most=60.0),
@@ -119,6 +121,21 @@ def test_every_query_starts_in_order_and_is_reported_running() -> None:
     assert h.plans.reads == 1  # the plans, read every tick before anything else
     h.ticks(5)
     assert len(h.started["a"]) == len(h.started["b"]) == 1  # running: left alone
+
+
+def test_a_query_wanted_later_starts_and_one_no_longer_wanted_is_stopped_and_forgotten() -> None:
+    h = Harness(("a",))
+    h.tick()
+    h.started["shadow"], h.attempts["shadow"], h.refuse["shadow"] = [], [], 0
+    h.wanted["shadow"] = h._starter("shadow")
+    h.tick()
+    assert h.order == ["a", "shadow"] and h.reports[-1] == {"a": True, "shadow": True}
+    del h.wanted["shadow"]
+    h.tick()
+    assert h.stopped == ["shadow"] and not h.last("shadow").isActive
+    assert h.reports[-1] == {"a": True}
+    h.ticks(3)
+    assert len(h.started["shadow"]) == 1 and len(h.started["a"]) == 1
 
 
 def test_a_query_that_cannot_start_backs_off_doubling_to_the_most_the_others_going_on() -> None:
@@ -310,9 +327,8 @@ def test_a_ticks_stops_and_then_its_starts_run_at_once_and_so_do_the_last_stops(
 
     reports: list[dict[str, bool]] = []
     together = Together(2)  # what a supervisor makes itself when given none
-    supervisor = Supervisor(
-        {n: starter(n) for n in ("a", "b")}, plans, reports.append, together=together
-    )
+    wanted = {n: starter(n) for n in ("a", "b")}
+    supervisor = Supervisor(lambda: wanted, plans, reports.append, together=together)
     with contextlib.closing(together):
         supervisor.tick()
         assert reports == [{"a": True, "b": True}]

@@ -31,6 +31,8 @@ BUDGETS: dict[str, float] = {
     "tests/control/test_fronting.py": 150,
     "tests/control/test_redrive_browser.py": 90,
     "tests/control/test_rewind_browser.py": 90,
+    # Three shadows compared, then one dropped, one promoted (a redeploy), one left to expire.
+    "tests/control/test_shadows.py": 180,
     "tests/control/test_ui.py": 120,
     "tests/dashboards/test_live.py": 120,
     "tests/dashboards/test_generated.py": 60,

@@ -29,6 +29,7 @@ from keystone.cli import (
     owners,
     receivers,
     send,
+    shadows,
     silences,
     stack,
     streams,
@@ -58,6 +59,7 @@ app.add_typer(owners.app, name="owner")
 app.add_typer(fronting.app, name="fronting")
 app.add_typer(receivers.app, name="receiver")
 app.add_typer(silences.app, name="silence")
+app.add_typer(shadows.app, name="shadow")
 
 
 @app.callback()

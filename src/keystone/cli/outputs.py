@@ -68,6 +68,9 @@ def preview(
         list[str] | None, typer.Option("--projection", "-p", help="Repeat for each item.")
     ] = None,
     limit: Annotated[int, typer.Option("-n", "--limit", min=1, max=1000)] = 20,
+    shadow: Annotated[
+        bool, typer.Option("--shadow", help="The output's running shadow's version instead.")
+    ] = False,
     as_json: JsonOption = False,
 ) -> None:
     """What an output (or a draft of one) would deliver of the stream's newest events: each
@@ -75,7 +78,7 @@ def preview(
     bold."""
     with control(ctx) as client:
         result = client.preview(
-            stream, output, filter=filter_text, projection=projection, limit=limit
+            stream, output, filter=filter_text, projection=projection, limit=limit, shadow=shadow
         )
     if as_json:
         emit(result)

@@ -101,6 +101,27 @@ class Limits(BaseModel):
         "rest are said to be left out; a redrive itself reads them all).",
     )
 
+    # Shadows (`contracts.shadows`): each counts as one of its stream's outputs
+    # (max_outputs_per_stream) while it runs.
+    shadow_hours: int = Field(
+        24, ge=1, description="How long a shadow runs unless its owner says (expires_in)."
+    )
+    max_shadow_hours: int = Field(
+        7 * 24, ge=1, description="The longest an owner may ask a shadow to run (422)."
+    )
+    shadow_comparison_minutes: int = Field(
+        1440, ge=1, description="A shadow's comparison's per-minute counts kept, the newest."
+    )
+    shadow_comparison_fields: int = Field(
+        50,
+        ge=1,
+        description="Fields a shadow's comparison counts differences of by name; the rest are "
+        "counted together as '(other)' (each is a series of the router's metrics too).",
+    )
+    shadow_comparison_samples: int = Field(
+        20, ge=0, description="Differing records a shadow's comparison keeps, the newest."
+    )
+
     # The routing language.
     max_filter_chars: int = Field(
         4096, ge=16, description="One filter's text, or one projected item's (422)."

@@ -14,6 +14,14 @@ ROUTER_SIZE = "keystone_router_sized_for_events_per_second"  # {stream}
 # An exactly-once output's Kafka transactions: committed, or aborted (a batch attempt that failed).
 ROUTER_TRANSACTIONS = "keystone_router_transactions_total"  # {stream, output, outcome}
 
+# An output's shadow (contracts.shadows), compared event by event with the live output.
+SHADOW_EVENTS = "keystone_shadow_events_total"  # {stream, output, result}: contracts.shadows.Result
+# {stream, output, field}: events both versions keep with records that differ in the field
+SHADOW_FIELD_DIFFERENCES = "keystone_shadow_field_differences_total"
+SHADOW_RECORDS = "keystone_shadow_records_total"  # {stream, output, stage}: delivered|dead_letter
+SHADOW_UP = "keystone_shadow_up"  # {stream, output}: 1 while its query runs
+SHADOW_LAG = "keystone_shadow_lag_records"  # {stream, output}: behind the fronting topic's end
+
 INGEST_RESULTS = ("accepted", "rejected", "failed")
 ROUTER_STAGES = ("in", "matched", "delivered", "dead_letter")
 TRANSACTION_OUTCOMES = ("committed", "aborted")

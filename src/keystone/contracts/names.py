@@ -100,3 +100,33 @@ def index_prefix(stream: str, output: str) -> str:
 def archive_table(stream: str) -> str:
     """The stream's archive, within HIVE_DATABASE."""
     return hive_table(stream, ARCHIVE)
+
+
+# A shadow of an output (`contracts.shadows`) writes to targets of its own, named from the
+# output's by a marker no live target's name can hold, so that nothing reading a live output's
+# targets (by name or by pattern) ever reads a shadow's:
+# - Kafka: `keystone-` starts no output topic (the sink refuses it) and '-' is in no name, so
+#   `<stream>-<output>` is one pair's only, in Kafka's collision form too;
+# - Hive: a live table's name holds one '__' (`hive_table`), a shadow's two;
+# - Elasticsearch: a live output's indices match `<stream>-<output>-*`, which starts with a
+#   letter then '-'; no such pattern matches `shadow--...`.
+SHADOW_TOPICS = "keystone-shadow"  # what every shadow's topic starts with (its Kafka ACLs')
+
+
+def shadow_topic(stream: str, output: str) -> str:
+    """Where a shadow of a Kafka or Keystone output writes its records."""
+    return f"{SHADOW_TOPICS}.{check_stream_name(stream)}-{check_name(output, 'output')}"
+
+
+def shadow_dead_letter_topic(stream: str, output: str) -> str:
+    """Where a shadow's sink puts what it could not take (never the stream's dead-letter topic,
+    whose letters a redrive sends to the live output)."""
+    return f"{SHADOW_TOPICS}-dlq.{check_stream_name(stream)}-{check_name(output, 'output')}"
+
+
+def shadow_table(stream: str, output: str) -> str:
+    return f"{hive_table(stream, output)}__shadow"
+
+
+def shadow_index_prefix(stream: str, output: str) -> str:
+    return f"shadow--{index_prefix(stream, output)}"

@@ -271,7 +271,7 @@ class JobPhase(StrEnum):
     FAILED = "failed"  # its application failed too often in a row
 
 
-class _StateFile(BaseModel):
+class StateFile(BaseModel):
     """What an application of a stream's says of its work, in a file it alone writes
     (`<state>/<folder>/<stream>/<name>.json`) and control reads; one that does not read (or is
     not there yet) is a fresh one."""
@@ -297,7 +297,7 @@ class _StateFile(BaseModel):
         staging.replace(path)
 
 
-class JobProgress(_StateFile):
+class JobProgress(StateFile):
     """Where a job's application is, by the job's id: it goes on from there when started again
     (afresh with none yet)."""
 
@@ -417,7 +417,7 @@ class Backfill(Job):
     end: int = Field(ge=0, description="Ingest time to, epoch ms (exclusive).")
 
 
-class ArchiveSpan(_StateFile):
+class ArchiveSpan(StateFile):
     """Where the stream's archive begins, as its router last saw it (`<state>/archives/<stream>/
     span.json`): read by a backfill's plan, which refuses a range that begins before it (a Hive
     output's rows there, which the archive never had, would be replaced by nothing). The

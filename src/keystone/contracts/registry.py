@@ -379,17 +379,23 @@ class RegistryReader:
 
     # Recovery (not part of the registry's version either).
 
-    def operations(self, kind: type[Op], stream: str) -> dict[str, Op]:
+    def operations(
+        self, kind: type[Op], stream: str, via: redis.Redis | None = None
+    ) -> dict[str, Op]:
         """The stream's latest operations of a kind, by output (a kind of the stream's, such as
-        a redrive: by the stream's name); a record that does not read is skipped and logged."""
-        return self.read_operations(kind, stream)[0]
+        a redrive: by the stream's name); a record that does not read is skipped and logged.
+        `via`: a transaction's pipeline, watching, to read them in (else the connection)."""
+        return self.read_operations(kind, stream, via)[0]
 
-    def read_operations(self, kind: type[Op], stream: str) -> tuple[dict[str, Op], set[str]]:
+    def read_operations(
+        self, kind: type[Op], stream: str, via: redis.Redis | None = None
+    ) -> tuple[dict[str, Op], set[str]]:
         """The same, and where a record is that does not read (logged)."""
+        client = via if via is not None else self.redis
         if kind.per_output:
-            raw = self._call(self.redis.hgetall, operations_key(kind, stream))
+            raw = self._call(client.hgetall, operations_key(kind, stream))
         else:
-            one = self._call(self.redis.hget, *slot(kind, stream, None))
+            one = self._call(client.hget, *slot(kind, stream, None))
             raw = {} if one is None else {stream.encode(): one}
         found: dict[str, Op] = {}
         unreadable: set[str] = set()

@@ -48,7 +48,7 @@ def _check_duration(text: str) -> str:
 Duration = Annotated[str, AfterValidator(_check_duration)]
 
 
-def _duration_seconds(duration: str) -> int:
+def duration_seconds(duration: str) -> int:
     match = _DURATION.fullmatch(duration)
     assert match is not None, "checked when the spec was read"
     return int(match.group(1)) * _UNIT_SECONDS[match.group(2)]
@@ -185,7 +185,7 @@ class Objectives(_Strict):
 
     @property
     def router_down_seconds(self) -> int:
-        return _duration_seconds(self.router_down_for)
+        return duration_seconds(self.router_down_for)
 
 
 class Recovery(_Strict):
@@ -205,7 +205,7 @@ class Recovery(_Strict):
 
     @property
     def keep_seconds(self) -> int:
-        return _duration_seconds(self.keep)
+        return duration_seconds(self.keep)
 
 
 class Archive(_Strict):

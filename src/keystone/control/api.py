@@ -8,7 +8,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Query, Request, Response
 
 from keystone.contracts.errors import InvalidSpec, NotFound
-from keystone.contracts.spec import OutputSpec, StreamSpec
+from keystone.contracts.spec import OutputSpec, StreamSpec, duration_seconds
 from keystone.control.gate import CALLER, StrictJSONRoute
 from keystone.control.lineage import lineage
 from keystone.control.models import (
@@ -34,6 +34,8 @@ from keystone.control.models import (
     RestorePointPublic,
     RewindPublic,
     RewindRequest,
+    ShadowPublic,
+    ShadowRequest,
     SilenceCreate,
     SilencePublic,
     StatusPublic,
@@ -162,10 +164,11 @@ def status(stream: str, plane: PlaneDep, who: CallerDep) -> StatusPublic:
 
 @router.get("/streams/{stream}/lineage", response_model=LineagePublic, tags=["streams"])
 def stream_lineage(stream: str, plane: PlaneDep, who: CallerDep) -> LineagePublic:
-    """Which outputs read which of the stream's fields (in their filters and projections),
-    beside its schema: the fields no output reads, and those outputs read that it does not
-    declare."""
-    return LineagePublic.of(lineage(plane.streams.get(who, stream)))
+    """Which outputs (and running shadows of outputs) read which of the stream's fields (in
+    their filters and projections), beside its schema: the fields no output reads, and those
+    outputs read that it does not declare."""
+    spec = plane.streams.get(who, stream)
+    return LineagePublic.of(lineage(spec, plane.shadows.versions_running(spec.name)))
 
 
 @router.get("/streams/{stream}/dashboard", tags=["streams"])
@@ -181,9 +184,12 @@ def preview_output(
     stream: str, output: str, body: PreviewRequest, plane: PlaneDep, who: CallerDep
 ) -> PreviewPublic:
     """What the output would deliver of the stream's newest events: its own filter and
-    projection, or the ones in the body (try them before deploying)."""
+    projection, its running shadow's (`shadow`), or the ones in the body (try them before
+    deploying)."""
     spec = plane.streams.get(who, stream)
     existing = spec.output(output)
+    if body.shadow:
+        existing = plane.shadows.version_running(who, stream, output)
     if existing is None and body.filter is None and body.projection is None:
         raise NotFound(f"stream {stream!r} has no output {output!r}: give a filter or projection")
     filter_text = body.filter if body.filter is not None else getattr(existing, "filter", None)
@@ -345,6 +351,62 @@ def backfill_cancel(stream: str, output: str, plane: PlaneDep, who: CallerDep) -
     plane.backfills.cancel(who, stream, output)
     view = plane.backfills.view(who, stream, output)
     return BackfillPublic.of_view(stream, view)
+
+
+# Shadows
+
+
+@router.post(
+    "/streams/{stream}/outputs/{output}/shadow",
+    response_model=ShadowPublic,
+    status_code=202,
+    tags=["shadows"],
+)
+def shadow(
+    stream: str, output: str, body: ShadowRequest, plane: PlaneDep, who: CallerDep
+) -> ShadowPublic:
+    """Runs a changed version of this output beside it, on the same events from where it has
+    got to, into targets of its own, comparing the two event by event; one a time per output,
+    each counted as one more of the stream's outputs until it ends."""
+    if body.output.name != output:
+        raise InvalidSpec(
+            "the shadow's output is the one in the path",
+            problems=[{"field": "output.name", "message": f"expected {output!r}"}],
+        )
+    seconds = duration_seconds(body.expires_in) if body.expires_in is not None else None
+    view = plane.shadows.start(who, stream, body.output, seconds, body.max_events_per_second)
+    return ShadowPublic.of(stream, view)
+
+
+@router.get(
+    "/streams/{stream}/outputs/{output}/shadow", response_model=ShadowPublic, tags=["shadows"]
+)
+def shadow_view(stream: str, output: str, plane: PlaneDep, who: CallerDep) -> ShadowPublic:
+    """The output's latest shadow and how its records compare with the live output's."""
+    return ShadowPublic.of(stream, plane.shadows.view(who, stream, output))
+
+
+@router.post(
+    "/streams/{stream}/outputs/{output}/shadow/promote",
+    response_model=ShadowPublic,
+    status_code=202,
+    tags=["shadows"],
+)
+def shadow_promote(stream: str, output: str, plane: PlaneDep, who: CallerDep) -> ShadowPublic:
+    """Makes the running shadow's version the output's, from where the output's query has
+    committed to (its router is deployed again), and ends the shadow: its targets go."""
+    return ShadowPublic.of(stream, plane.shadows.promote(who, stream, output))
+
+
+@router.delete(
+    "/streams/{stream}/outputs/{output}/shadow",
+    response_model=ShadowPublic,
+    status_code=202,
+    tags=["shadows"],
+)
+def shadow_drop(stream: str, output: str, plane: PlaneDep, who: CallerDep) -> ShadowPublic:
+    """Ends the running shadow, the output unchanged: its query stops, its targets go."""
+    return ShadowPublic.of(stream, plane.shadows.drop(who, stream, output))
 
 
 # Apps

@@ -27,6 +27,7 @@ from keystone.control.models import (
     RedrivePublic,
     RestorePointPublic,
     RewindPublic,
+    ShadowPublic,
     SilencePublic,
     StatusPublic,
     StreamPublic,
@@ -54,6 +55,7 @@ _REWIND = TypeAdapter(RewindPublic)
 _FRONTING = TypeAdapter(FrontingPublic)
 _RECEIVER = TypeAdapter(ReceiverPublic)
 _RECEIVERS = TypeAdapter(list[ReceiverPublic])
+_SHADOW = TypeAdapter(ShadowPublic)
 _SILENCE = TypeAdapter(SilencePublic)
 _SILENCES = TypeAdapter(list[SilencePublic])
 
@@ -215,6 +217,21 @@ class ControlClient:
         return self._read(_BACKFILL, "DELETE", f"/v1/streams/{stream}/outputs/{output}/backfill")
 
     # Dead letters
+
+    def shadow(self, stream: str, request: dict[str, Any]) -> ShadowPublic:
+        """`request`: a `ShadowRequest`'s fields (output, hours, max_events_per_second)."""
+        path = f"/v1/streams/{stream}/outputs/{request['output']['name']}/shadow"
+        return self._read(_SHADOW, "POST", path, request)
+
+    def shadow_view(self, stream: str, output: str) -> ShadowPublic:
+        return self._read(_SHADOW, "GET", f"/v1/streams/{stream}/outputs/{output}/shadow")
+
+    def promote_shadow(self, stream: str, output: str) -> ShadowPublic:
+        path = f"/v1/streams/{stream}/outputs/{output}/shadow/promote"
+        return self._read(_SHADOW, "POST", path)
+
+    def drop_shadow(self, stream: str, output: str) -> ShadowPublic:
+        return self._read(_SHADOW, "DELETE", f"/v1/streams/{stream}/outputs/{output}/shadow")
 
     def dead_letters(self, stream: str) -> DeadLettersPublic:
         return self._read(_DEAD_LETTERS, "GET", f"/v1/streams/{stream}/dead-letters")

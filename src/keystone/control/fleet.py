@@ -46,6 +46,7 @@ from keystone.control.fronting import FrontingWatch
 from keystone.control.kafka_access import AppAccess
 from keystone.control.launcher import Deployment, Launcher, ProcessLauncher
 from keystone.control.recovery import Recovery
+from keystone.control.shadows import ShadowUpkeep
 from keystone.control.silences import OperationSilences
 from keystone.control.sizing import Sizer
 from keystone.control.store import Store
@@ -103,6 +104,12 @@ class Keeper(Protocol):
     def forget(self, stream: str, output: str | None = None) -> None: ...
 
 
+class ShadowKeeper(Protocol):
+    """What the fleet asks of shadows (`keystone.control.shadows.ShadowUpkeep`)."""
+
+    def step(self, spec: StreamSpec, deployed: bool) -> None: ...
+
+
 class Fleet:
     """Brings each stream's router one step closer to its spec per pass (`reconcile`), run by
     its own thread (`start`, `stop`) while this process holds the fleet's lease.
@@ -118,6 +125,7 @@ class Fleet:
         launcher: Launcher | None = None,
         dashboards: Dashboards | None = None,
         recovery: Keeper | None = None,
+        shadows: ShadowKeeper | None = None,
         sizer: Sizer | None = None,
         access: AppAccess | None = None,
         alerts: Alerts | None = None,
@@ -133,6 +141,9 @@ class Fleet:
             recovery if recovery is not None else Recovery(settings, store, clock)
         )
         self.sizer = sizer if sizer is not None else Sizer(settings, store, clock)
+        self.shadows: ShadowKeeper = (
+            shadows if shadows is not None else ShadowUpkeep(settings, store, clock)
+        )
         self.access = access if access is not None else AppAccess(settings, store)
         self._access_synced = float("-inf")
         self._access_sync: threading.Thread | None = None
@@ -212,6 +223,11 @@ class Fleet:
                 log.warning("router %s: %s", stream, e)
             except Exception:  # one stream's trouble must not hold back the others
                 log.exception("router %s: fleet step failed", stream)
+        for spec in specs:
+            try:
+                self.shadows.step(spec, deployed=spec.name in running)
+            except KeystoneError as e:
+                log.warning("shadows of %s: %s", spec.name, e)
 
     def _sync_access(self) -> None:
         """Apps' Kafka access made current every ACCESS_SECONDS, on a thread of its own: a

@@ -11,7 +11,7 @@ optional, which is no change to a reader: a null is what every function and comp
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -85,15 +85,23 @@ def reads(output: OutputSpec) -> dict[str, list[Where]]:
     return found
 
 
-def lineage(spec: StreamSpec) -> Lineage:
+def shadow_reader(output: str) -> str:
+    """How a running shadow of `output` is named among a field's readers."""
+    return f"{output} (shadow)"
+
+
+def lineage(spec: StreamSpec, shadows: Iterable[OutputSpec] = ()) -> Lineage:
+    """`shadows`: the versions of the outputs' running shadows (`contracts.shadows`), which
+    read the stream's fields too."""
     declared = schema_fields(spec.avro_schema) if spec.avro_schema else {}
     uses = {name: FieldUse(name, kind) for name, kind in declared.items()}
-    for output in spec.outputs:
+    readers = [(o.name, o) for o in spec.outputs] + [(shadow_reader(o.name), o) for o in shadows]
+    for reader, output in readers:
         for name, where in reads(output).items():
             if name not in uses:
                 uses[name] = FieldUse(name, declared_at(declared, name))
-            uses[name].readers[output.name] = where
-    whole = [o.name for o in spec.outputs if parse_projection(o.projection).whole]
+            uses[name].readers[reader] = where
+    whole = [r for r, o in readers if parse_projection(o.projection).whole]
     fields = sorted(uses.values(), key=lambda u: u.field)
     return Lineage(fields, whole, spec.avro_schema is not None)
 

@@ -36,7 +36,8 @@ from keystone.contracts.recovery import (
 )
 from keystone.contracts.registry import App, RouterPhase, RouterState
 from keystone.contracts.settings import Settings
-from keystone.contracts.spec import Name, Principal, StreamSpec
+from keystone.contracts.shadows import Result
+from keystone.contracts.spec import Duration, Name, OutputSpec, Principal, StreamSpec
 from keystone.control.backfills import BackfillPlan
 from keystone.control.deadletters import Listing
 from keystone.control.fronting import View
@@ -44,6 +45,7 @@ from keystone.control.lineage import Lineage, lineage
 from keystone.control.operations import JobView
 from keystone.control.redrives import RedrivePlan
 from keystone.control.rewinds import Plan, Progress, Target
+from keystone.control.shadows import ShadowView
 from keystone.control.store import AuditEntry
 from keystone.control.tenancy import Caller
 
@@ -134,7 +136,10 @@ class FieldPublic(BaseModel):
     declared: str | None = Field(
         description="Its type in the stream's schema (None: not declared, or no schema)."
     )
-    outputs: list[FieldReadersPublic] = Field(description="The outputs that read it, by name.")
+    outputs: list[FieldReadersPublic] = Field(
+        description="The outputs that read it, by name (an output's running shadow as "
+        "'<output> (shadow)')."
+    )
 
 
 class LineagePublic(BaseModel):
@@ -188,6 +193,9 @@ class OutputStatusPublic(BaseModel):
     latency_p99: float | None = Field(None, description="Delivery latency's p99, seconds.")
     rewind: RewindPublic | None = Field(None, description="Its latest rewind, if any.")
     backfill: BackfillPublic | None = Field(None, description="Its latest backfill, if any.")
+    shadow: ShadowPublic | None = Field(
+        None, description="Its latest shadow and how it compares, if any."
+    )
 
 
 class RestorePointPublic(BaseModel):
@@ -468,6 +476,110 @@ class BackfillPublic(JobPublic):
             "waiting": (progress.waiting or None) if view.job.active else None,
             "sink": SinkReplayPublic(kind=view.replay or "unknown"),
         }
+
+
+class ShadowRequest(BaseModel):
+    """The changed output to run as a shadow of the output of its name."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    output: OutputSpec = Field(
+        description="The output as it would be: its filter, projection or delivery changed, its "
+        "sink the same (the shadow writes to targets of its own, named from the output's)."
+    )
+    expires_in: Duration | None = Field(
+        None,
+        description="How long it runs unless promoted or dropped first: '30 minutes', "
+        "'2 days'; default the settings' shadow_hours.",
+    )
+    max_events_per_second: int | None = Field(
+        None,
+        ge=1,
+        description="Events it reads at most a second; default the stream's recovery rate.",
+    )
+
+
+class ShadowMinutePublic(BaseModel):
+    minute: datetime = Field(description="A minute of ingest time.")
+    counts: dict[Result, int]
+
+
+class ShadowDifferencePublic(BaseModel):
+    guid: str
+    ingested: datetime
+    fields: dict[str, tuple[str | None, str | None]] = Field(
+        description="Each differing field's value in the live record, then in the shadow's, as "
+        "JSON text (null: the record has no such field)."
+    )
+
+
+class ShadowPublic(OperationPublic):
+    """An output's shadow and how its records compare with the live output's, event by event."""
+
+    state: str = Field(description="running, ending (its query stops, its targets go) or ended")
+    output: str
+    end: str | None = Field(None, description="promoted, dropped or expired, once it ends")
+    version: OutputSpec = Field(description="The changed output the shadow runs.")
+    expires_at: datetime
+    start: dict[int, int] = Field(description="Where it started, per fronting partition.")
+    position: dict[int, int] | None = Field(
+        None, description="Where its query has committed to, per fronting partition."
+    )
+    targets: list[str] = Field(description="Where it writes (removed when it ends).")
+    compared: int = Field(description="Events compared so far: the sum of `counts`.")
+    counts: dict[Result, int] = Field(
+        description="Per result: equal, differing (both keep the event, records differ), "
+        "only_live, only_shadow, neither, unreadable (a dead letter of the stream)."
+    )
+    fields: dict[str, int] = Field(
+        description="Differing events per field they differ in, most first ('(other)': past "
+        "the settings' shadow_comparison_fields)."
+    )
+    minutes: list[ShadowMinutePublic] = Field(description="Counts per minute of ingest time.")
+    samples: list[ShadowDifferencePublic] = Field(description="Differing records, newest first.")
+    delivered: int = Field(description="Records its targets took.")
+    dead_lettered: int = Field(description="Records its sink refused: in its dead-letter topic.")
+    updated_at: datetime | None = Field(None, description="When its comparison last grew.")
+
+    @classmethod
+    def of(cls, stream: str, view: ShadowView) -> Self:
+        shadow, comparison = view.shadow, view.comparison
+        return cls(
+            **cls.fields_of(stream, shadow),
+            **cls.finished(shadow),
+            state=shadow.phase.value,
+            output=shadow.output,
+            end=shadow.end.value if shadow.end is not None else None,
+            version=shadow.version,
+            expires_at=datetime.fromtimestamp(shadow.expires_at, UTC),
+            start=shadow.start,
+            position=view.position,
+            targets=view.targets,
+            compared=sum(comparison.totals.values()),
+            counts={r: comparison.totals.get(r, 0) for r in Result},
+            fields=dict(sorted(comparison.fields.items(), key=lambda f: (-f[1], f[0]))),
+            minutes=[
+                ShadowMinutePublic(
+                    minute=datetime.fromtimestamp(m * 60, UTC), counts=comparison.minutes[m]
+                )
+                for m in sorted(comparison.minutes)
+            ],
+            samples=[
+                ShadowDifferencePublic(
+                    guid=s.guid,
+                    ingested=datetime.fromtimestamp(s.timestamp / 1000, UTC),
+                    fields=s.fields,
+                )
+                for s in comparison.samples
+            ],
+            delivered=comparison.delivered,
+            dead_lettered=comparison.dead_lettered,
+            updated_at=(
+                datetime.fromtimestamp(comparison.updated_at, UTC)
+                if comparison.updated_at
+                else None
+            ),
+        )
 
 
 class DeadLetterSamplePublic(BaseModel):
@@ -936,6 +1048,11 @@ class PreviewRequest(BaseModel):
         None, min_length=1, description="Default: the output's, or *."
     )
     limit: int = Field(20, ge=1, le=1000, description="How many of the newest events to read.")
+    shadow: bool = Field(
+        False,
+        description="Start from the output's running shadow's filter and projection instead "
+        "of the output's.",
+    )
 
 
 class PreviewPublic(BaseModel):

@@ -14,6 +14,7 @@ from keystone.control.kafka_access import AppAccess
 from keystone.control.receivers import Receivers
 from keystone.control.redrives import Redrives
 from keystone.control.rewinds import Rewinds
+from keystone.control.shadows import Shadows
 from keystone.control.silences import Silences
 from keystone.control.store import Store
 from keystone.control.streams import Streams
@@ -35,6 +36,7 @@ class Plane:
     fronting: Fronting
     receivers: Receivers
     silences: Silences
+    shadows: Shadows
 
     @classmethod
     def build(cls, settings: Settings) -> Plane:
@@ -55,4 +57,5 @@ class Plane:
             fronting=Fronting(settings, store),
             receivers=Receivers(settings, store),
             silences=Silences(settings, streams),
+            shadows=Shadows(settings, store, streams),
         )

@@ -18,6 +18,7 @@ from keystone.contracts.names import ARCHIVE_QUERY
 from keystone.contracts.recovery import Backfill, Redrive
 from keystone.contracts.registry import RegistryReader, RouterState
 from keystone.contracts.settings import Settings
+from keystone.contracts.shadows import Shadow
 from keystone.contracts.sinks import HiveSink
 from keystone.contracts.spec import StreamSpec
 from keystone.control.models import (
@@ -28,10 +29,13 @@ from keystone.control.models import (
     RedrivePublic,
     RewindPublic,
     RouterPublic,
+    ShadowPublic,
     StatusPublic,
 )
 from keystone.control.operations import JobView, view_of
 from keystone.control.rewinds import Progress, progress
+from keystone.control.shadows import ShadowView
+from keystone.control.shadows import view_of as shadow_view
 from keystone.dashboards.prometheus import PrometheusError, instant
 
 RATE_WINDOW = "1m"
@@ -49,6 +53,7 @@ class Facts:
     rewinds: dict[str, Progress] = field(default_factory=dict)  # by output
     backfills: dict[str, JobView[Backfill]] = field(default_factory=dict)  # by output
     redrive: JobView[Redrive] | None = None
+    shadows: dict[str, ShadowView] = field(default_factory=dict)  # by output
     figures: Samples | None = None  # None: Prometheus was not asked, or did not answer
     metrics_error: str | None = None
     fronting: FrontingPublicStream | None = None  # where there are several fronting clusters
@@ -83,6 +88,11 @@ def fetch(settings: Settings, registry: RegistryReader, spec: StreamSpec) -> Fac
         if output is not None:
             backfills[name] = view_of(settings, spec.name, backfill, output.sink.kind.replay)
     redrive = registry.redrive(spec.name)
+    shadows = {
+        name: shadow_view(settings, spec, shadow)
+        for name, shadow in registry.operations(Shadow, spec.name).items()
+        if spec.output(name) is not None
+    }
     figures, error = None, None
     if spec.outputs or spec.archive.enabled:
         try:
@@ -102,6 +112,7 @@ def fetch(settings: Settings, registry: RegistryReader, spec: StreamSpec) -> Fac
         rewinds=rewinds,
         backfills=backfills,
         redrive=view_of(settings, spec.name, redrive) if redrive is not None else None,
+        shadows=shadows,
         figures=figures,
         metrics_error=error,
         fronting=_fronting(settings, registry, spec.name),
@@ -135,6 +146,8 @@ def compose(facts: Facts) -> StatusPublic:
         outputs[name].rewind = RewindPublic.of_progress(spec.name, rewound)
     for name, view in facts.backfills.items():
         outputs[name].backfill = BackfillPublic.of_view(spec.name, view)
+    for name, shadow in facts.shadows.items():
+        outputs[name].shadow = ShadowPublic.of(spec.name, shadow)
     # Written like a Hive output, and figured like an output.
     archive = _figured(ARCHIVE_QUERY, HiveSink().type, "exactly_once")
     status = StatusPublic(

@@ -18,6 +18,7 @@ from keystone.contracts.names import dead_letter_topic, fronting_topic, topic_ke
 from keystone.contracts.registry import Unreadable
 from keystone.contracts.schema import schema_limit_problems
 from keystone.contracts.settings import Settings
+from keystone.contracts.shadows import Shadow
 from keystone.contracts.spec import OutputSpec, StreamSpec, load_spec
 from keystone.control.kafka_access import AppAccess
 from keystone.control.lineage import check_schema_change
@@ -107,12 +108,32 @@ class Streams:
     def put_output(self, caller: Caller, stream: str, output: OutputSpec) -> Applied:
         def change(old: StreamSpec | None) -> StreamSpec:
             spec = caller.visible_stream(self._existing(old, stream))
-            outputs = [o for o in spec.outputs if o.name != output.name]
-            index = next((i for i, o in enumerate(spec.outputs) if o.name == output.name), None)
-            outputs.insert(len(outputs) if index is None else index, output)
-            return self._checked(caller, _replace(spec, outputs=outputs), spec)
+            return self._checked(caller, replaced(spec, output), spec)
 
         return self._apply(caller, stream, change, "output.put", output=output.name)
+
+    def promote(self, caller: Caller, stream: str, shadow: Shadow) -> Applied:
+        """Makes the running shadow's version its output's, ending the shadow in the same
+        step (`control.shadows`)."""
+
+        def change(old: StreamSpec | None) -> StreamSpec:
+            spec = caller.visible_stream(self._existing(old, stream))
+            return self._checked(caller, replaced(spec, shadow.version), spec)
+
+        return self._apply(
+            caller,
+            stream,
+            change,
+            "output.shadow.promote",
+            promoting=shadow,
+            output=shadow.output,
+            shadow=shadow.id,
+        )
+
+    def check(self, caller: Caller, spec: StreamSpec, old: StreamSpec) -> None:
+        """Whether `old` could change to `spec` (a draft: a shadow's version in it, say): 403
+        or 422 if not."""
+        self._checked(caller, spec, old)
 
     def delete_output(self, caller: Caller, stream: str, output: str) -> Applied:
         def change(old: StreamSpec | None) -> StreamSpec:
@@ -152,6 +173,7 @@ class Streams:
         name: str,
         change: Callable[[StreamSpec | None], StreamSpec | None],
         action: str,
+        promoting: Shadow | None = None,
         **detail: str,
     ) -> Applied:
         replace = False
@@ -172,7 +194,9 @@ class Streams:
         # Whose the stream is: `change` checks again in the transaction that it still is.
         owner = (draft or before).owner  # type: ignore[union-attr]
         entry = audit(caller.name, action, name, owner=owner, provisioned=provisioned, **detail)
-        old, new = self.store.specs.change(name, change, entry, replace_unreadable=replace)
+        old, new = self.store.specs.change(
+            name, change, entry, replace_unreadable=replace, promoting=promoting
+        )
         if _producers(old) != _producers(new):  # apps' Kafka ACLs follow their grants
             self.access.sync()
         return Applied(spec=new, created=old is None, provisioned=provisioned)
@@ -231,7 +255,13 @@ class Streams:
                 limits, "max_producers_per_stream", len(spec.producers), "producers", "producers"
             )
         if old is None or len(spec.outputs) > len(old.outputs):
-            check_limit(limits, "max_outputs_per_stream", len(spec.outputs), "outputs", "outputs")
+            # A shadow running counts as one more output (`control.shadows`).
+            shadows = self.store.operations(Shadow, spec.name).values() if old else []
+            running = sum(1 for s in shadows if s.running)
+            what = "outputs and shadows running" if running else "outputs"
+            check_limit(
+                limits, "max_outputs_per_stream", len(spec.outputs) + running, what, "outputs"
+            )
         if spec.avro_schema is not None and (old is None or old.avro_schema != spec.avro_schema):
             problems = schema_limit_problems(spec.avro_schema, limits)
             if problems:
@@ -257,6 +287,14 @@ class Streams:
         if spec is None:
             raise NotFound(f"no stream {name!r}")
         return spec
+
+
+def replaced(spec: StreamSpec, output: OutputSpec) -> StreamSpec:
+    """The spec with `output` in place of the output of its name (or added, last)."""
+    outputs = [o for o in spec.outputs if o.name != output.name]
+    index = next((i for i, o in enumerate(spec.outputs) if o.name == output.name), None)
+    outputs.insert(len(outputs) if index is None else index, output)
+    return _replace(spec, outputs=outputs)
 
 
 def _replace(spec: StreamSpec, **changes: list) -> StreamSpec:

@@ -67,7 +67,7 @@ from rich.table import Table
 
 from keystone import terminal
 from keystone.contracts import kafka_clients
-from keystone.contracts.errors import Unavailable
+from keystone.contracts.errors import KeystoneError, Unavailable
 from keystone.contracts.names import fronting_topic, output_topic
 from keystone.contracts.settings import Settings
 from keystone.contracts.spec import DEFAULT_TRIGGERS, Delivery, load_spec
@@ -298,9 +298,16 @@ def idle(targets: list[Target], seconds: int) -> list[Idle]:
 
 
 @contextmanager
-def router_target(settings: Settings, rate: int, topics: list[str]) -> Iterator[Target]:
+def router_target(
+    settings: Settings,
+    rate: int,
+    topics: list[str],
+    shadow: dict | None = None,
+    target: str = "router",
+) -> Iterator[Target]:
     """The stream, made through control, until the block ends (then deleted with its topics,
-    which are added to `topics`)."""
+    which are added to `topics`). `shadow`: a version of its output to run as a shadow beside
+    it (`contracts.shadows`), dropped, and its targets removed, before the stream goes."""
     name = f"bench_deployed_{uuid.uuid4().hex[:6]}"
     made = spec(name, rate)
     sink = output_topic(name, OUTPUT)
@@ -311,6 +318,8 @@ def router_target(settings: Settings, rate: int, topics: list[str]) -> Iterator[
             log_append_time(settings, [sink])
             control.put_stream(made)
             await_routers(control, [name], console)
+            if shadow is not None:
+                control.shadow(name, {"output": {**made["outputs"][0], **shadow}})
 
             def pids() -> list[int]:
                 deployed = Deployment.load(settings, name)
@@ -320,10 +329,28 @@ def router_target(settings: Settings, rate: int, topics: list[str]) -> Iterator[
                 if not pids():
                     raise RuntimeError(f"the router of {name} is not running")
 
-            yield Target("router", fronting_topic(name), sink, pids, check)
+            yield Target(target, fronting_topic(name), sink, pids, check)
         finally:
+            if shadow is not None:
+                end_shadow(control, name)
             delete_streams(settings, control, [name])
             delete_topics(settings, stream_topics(load_spec(made)))
+
+
+def end_shadow(control: ControlClient, stream: str, timeout: float = 300) -> None:
+    """Drops the stream's shadow, if it runs, and waits until it has ended (its targets gone):
+    till then the stream may not be deleted."""
+    try:
+        shown = control.drop_shadow(stream, OUTPUT)
+    except KeystoneError as e:
+        console.print(f"[yellow]the shadow of {stream}.{OUTPUT} not dropped: {e.message}[/]")
+        return
+    deadline = time.monotonic() + timeout
+    with console.status(f"shadow {shown.id}: ending…"):
+        while control.shadow_view(stream, OUTPUT).state != "ended":
+            if time.monotonic() > deadline:
+                raise Unavailable(f"shadow {shown.id} did not end in {timeout:.0f} s")
+            time.sleep(1)
 
 
 @contextmanager

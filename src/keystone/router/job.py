@@ -56,12 +56,19 @@ from keystone.contracts.recovery import Rewind
 from keystone.contracts.registry import RegistryReader
 from keystone.contracts.schema import parse_schema
 from keystone.contracts.settings import Settings
+from keystone.contracts.shadows import (
+    Shadow,
+    ShadowBounds,
+    ShadowPhase,
+    comparison_path,
+    stopped_path,
+)
 from keystone.contracts.spec import OutputSpec, StreamSpec
+from keystone.router import compiled
 from keystone.router.archive import ArchiveWriter, archive_checkpoint, archived
 from keystone.router.deadletter import DeadLetterWriter, unreadable
 from keystone.router.lang.ast import paths_read
 from keystone.router.lang.parser import parse_filter, parse_projection
-from keystone.router.lang.spark import Scope, compile_filter, compile_projection
 from keystone.router.meter import Meter
 from keystone.router.metrics import ProgressListener, RouterMetrics, listen
 from keystone.router.plan import (
@@ -72,7 +79,9 @@ from keystone.router.plan import (
     records_per_batch,
     replay_bound,
     runs_realtime,
+    shadow_plan,
 )
+from keystone.router.shadow import ShadowBatches, compared
 from keystone.router.sinks.base import ROUTED, RecordWriter, to_kafka, writer_class, writer_for
 from keystone.router.sinks.route import Route
 from keystone.router.source import fronting, kafka_records
@@ -141,10 +150,8 @@ def routed(
     if replay is None:
         replay = F.lit(None).cast("string")
     source = source.withColumn("replay", replay)
-    record = compile_projection(
-        parse_projection(output.projection), F.col("value").cast("string"), _scope(key)
-    )
-    keep = F.col("problem").isNull() & _condition(output, key)
+    record = compiled.record(output, key)
+    keep = F.col("problem").isNull() & compiled.condition(output, key)
     dead_letter = F.lit(None).cast("string")
     if meter is not None:
         # Counted in a column, then filtered: a filter's condition is pushed below the source's
@@ -178,19 +185,9 @@ def left_out(source: DataFrame, output: OutputSpec, key: bytes | None) -> DataFr
     """The source's events the output leaves out now (`guid`, `timestamp`), for a backfill to
     take out of a sink that holds them from before a fix: those its filter leaves out, and
     those it cannot read now (dead letters instead) that have a guid and time to be found by."""
-    kept = F.col("problem").isNull() & F.coalesce(_condition(output, key), F.lit(False))
+    kept = F.col("problem").isNull() & compiled.condition(output, key)
     found = F.col("guid").isNotNull() & F.col("timestamp").isNotNull()
     return source.where(found & ~kept).select("guid", "timestamp")
-
-
-def _scope(key: bytes | None) -> Scope:
-    metadata = {name: F.col(name) for name in ("guid", "timestamp", "host", "app")}
-    return Scope(F.col("payload"), metadata, key)
-
-
-def _condition(output: OutputSpec, key: bytes | None) -> Column:
-    parsed = parse_filter(output.filter) if output.filter else None
-    return compile_filter(parsed, _scope(key))
 
 
 class RouterWatch:
@@ -223,6 +220,7 @@ class RouterWatch:
         self.registry = registry
         self.stream = stream
         self.rewinds: dict[str, Rewind] = {}
+        self.shadows: dict[str, Shadow] = {}  # each output's latest
         self.unreadable: set[str] = set()  # outputs held: their rewind records do not read
         self.standby = standby
         self.least = least
@@ -260,6 +258,9 @@ class RouterWatch:
             for output in held - self.unreadable:
                 log.error("output %s held: its rewind record does not read", output)
             self.rewinds, self.unreadable, self._read = rewinds | kept, held, True
+        shadows = self._asked("shadows", lambda: self.registry.operations(Shadow, self.stream))
+        if shadows is not None:
+            self.shadows = shadows
         if self.follow_size:
             state = self._asked("size", lambda: self.registry.router_state(self.stream))
             if state is not None and state.sized_for and state.sized_for != self.sized_for:
@@ -407,6 +408,21 @@ class Router:
         """Records a micro-batch reads at most, at the router's size now."""
         return self.watch.batch_limit
 
+    def wanted(self) -> dict[str, Callable[[], StreamingQuery]]:
+        """The queries to run now: the stream's (`queries`), then each running shadow's."""
+        shadows = {s.id: partial(self.start_shadow, s) for s in self.shadows_running()}
+        return self.queries() | shadows
+
+    def shadows_running(self) -> list[Shadow]:
+        """The shadows whose queries run: those running and not yet expired (control ends
+        them, but no later than this), of an output the router runs."""
+        now = time.time()
+        return [
+            s
+            for s in self.watch.shadows.values()
+            if s.running and not s.expired(now) and self.spec.output(s.output) is not None
+        ]
+
     def queries(self) -> dict[str, Callable[[], StreamingQuery]]:
         """Every query of the stream by key (`query_key`: home's, then each other fronting
         cluster's), and how to start it."""
@@ -523,6 +539,45 @@ class Router:
         writer.attach(stream_writer, lambda outcome: self.metrics.outcome(output.name, outcome))
         return stream_writer.start()
 
+    def start_shadow(self, shadow: Shadow) -> StreamingQuery:
+        """The query of an output's shadow (`router.shadow`): on home's fronting topic, from
+        where the shadow starts, both versions applied to every event, the shadow's records
+        written to its targets."""
+        live = self.spec.output(shadow.output)
+        assert live is not None, "started only for an output the router runs"
+        route = Route.of_shadow(self.settings, self.spec, shadow)
+        version = route.output
+        kind = version.sink.kind
+        recorded = issubclass(writer_class(kind), RecordWriter)
+        meter = Meter(self.spark, route.name) if recorded else None
+        writer = writer_for(route, meter)
+        writer.prepare(self.spark)
+        topic = fronting_topic(self.spec.name)
+        plan = shadow_plan(
+            shadow, topic=topic, partitions=self.spec.partitions, batch_limit=self.batch_limit
+        )
+        source = self._source(plan.starting, plan.max_per_trigger, paths_read_by([live, version]))
+        batches = ShadowBatches(
+            output=shadow.output,
+            writer=writer,
+            meter=meter,
+            comparison=comparison_path(self.settings.state_dir, self.spec.name, shadow.id),
+            bounds=ShadowBounds.of(self.settings),
+            metrics=self.metrics,
+        )
+        frame = compared(source, live, version, self.key)
+        stream_writer = self._writer(frame, route.name, route.checkpoint.as_posix())
+        return stream_writer.trigger(processingTime=plan.trigger).foreachBatch(batches).start()
+
+    def _stopped(self, shadow: Shadow) -> None:
+        """Says the router runs no query of the ended (or expired) shadow, nor will: control
+        may remove its targets (`contracts.shadows.stopped_path`)."""
+        path = stopped_path(self.settings.state_dir, self.spec.name, shadow.id)
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.touch()
+            log.info("shadow %s of output %s stopped", shadow.id, shadow.output)
+
     def replay_bound(self, output: OutputSpec, rewind: Rewind, cluster: FrontingCluster) -> Offsets:
         """Where the output's earlier generation on `cluster` had got to when the rewind's
         generation first started there (`rewind`: as it runs there): its events are written
@@ -626,13 +681,12 @@ class Router:
         """Starts every query and keeps them running until `stop` is set, then stops them
         (`router.supervisor.Supervisor`), reporting which run and what the meters counted each
         second."""
-        starts = self.queries()
         if self.archive is not None:
             self.archive.keep_expiring(self.spark, stop)
         if self.watch.standby is not None:
             self.watch.standby.start()
         try:
-            Supervisor(starts, self.watch, self._report).run(stop)
+            Supervisor(self.wanted, self.watch, self._report).run(stop)
         finally:
             if self.watch.standby is not None:
                 self.watch.standby.stop()
@@ -641,7 +695,13 @@ class Router:
 
     def _report(self, running: dict[str, bool]) -> None:
         idle = self.watch.standby.idle if self.watch.standby is not None else ()
-        self.metrics.running(running, idle)
+        shadows = {s.id: s.output for s in self.shadows_running()}
+        self.metrics.running({k: v for k, v in running.items() if k not in shadows}, idle)
+        self.metrics.shadows_running(shadows, running)
+        for shadow in self.watch.shadows.values():
+            ended = shadow.id not in shadows and shadow.id not in running
+            if ended and shadow.phase is not ShadowPhase.ENDED:
+                self._stopped(shadow)
         self.metrics.sized(self.watch.sized_for or self.spec.sizing.min_events_per_second)
         for name, meter in self.meters.items():
             self.metrics.metered(name, meter.take())

@@ -10,6 +10,7 @@ it wrote. A listener on the query progress feeds the per-batch figures in here.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 from collections.abc import Collection, Iterator
@@ -26,6 +27,7 @@ from keystone.contracts import metrics as names
 from keystone.contracts.fronting import split_key
 from keystone.contracts.names import STREAM_LEVEL
 from keystone.contracts.settings import DEFAULT_CLUSTER, Settings
+from keystone.contracts.shadows import Comparison
 from keystone.router.counts import LATENCY_BUCKETS, Counts, Outcome, merge_counts
 
 
@@ -118,6 +120,39 @@ class RouterMetrics:
         )
         self.latency = LatencyHistogram()
         self.registry.register(self.latency)
+        self.shadow_events = Counter(
+            names.SHADOW_EVENTS.removesuffix("_total"),
+            "Events an output's shadow read, by what both versions made of each",
+            ["stream", "output", "result"],
+            registry=self.registry,
+        )
+        self.shadow_fields = Counter(
+            names.SHADOW_FIELD_DIFFERENCES.removesuffix("_total"),
+            "Events both versions keep whose records differ in the field (past the comparison's "
+            "limit of fields, as '(other)')",
+            ["stream", "output", "field"],
+            registry=self.registry,
+        )
+        self.shadow_records = Counter(
+            names.SHADOW_RECORDS.removesuffix("_total"),
+            "Records of an output's shadow, delivered to its targets or dead-lettered",
+            ["stream", "output", "stage"],
+            registry=self.registry,
+        )
+        self.shadow_up = Gauge(
+            names.SHADOW_UP,
+            "1 while the output's shadow's query runs",
+            ["stream", "output"],
+            registry=self.registry,
+        )
+        self.shadow_lag = Gauge(
+            names.SHADOW_LAG,
+            "Records the output's shadow's query is behind home's fronting topic's end (it reads "
+            "at most its rate)",
+            ["stream", "output"],
+            registry=self.registry,
+        )
+        self.shadows: dict[str, str] = {}  # the shadows whose queries are reported: their outputs
         self._server = None
 
     def declare(self, outputs: list[str], transactional: list[str]) -> None:
@@ -167,6 +202,35 @@ class RouterMetrics:
             self.query_up.labels(self.stream, output, cluster or self.home).set(int(running))
         needed = [running for key, running in queries.items() if key not in idle]
         self.up.labels(self.stream).set(1 if all(needed) else 0)
+
+    def compared(self, output: str, before: Comparison, after: Comparison) -> None:
+        """What a shadow's batch added to its comparison."""
+        for result, n in after.totals.items():
+            if n > before.totals.get(result, 0):
+                self.shadow_events.labels(self.stream, output, result).inc(
+                    n - before.totals.get(result, 0)
+                )
+        for field, n in after.fields.items():
+            if n > before.fields.get(field, 0):
+                self.shadow_fields.labels(self.stream, output, field).inc(
+                    n - before.fields.get(field, 0)
+                )
+        for stage, was, now in (
+            ("delivered", before.delivered, after.delivered),
+            ("dead_letter", before.dead_lettered, after.dead_lettered),
+        ):
+            self.shadow_records.labels(self.stream, output, stage).inc(max(0, now - was))
+
+    def shadows_running(self, shadows: dict[str, str], running: dict[str, bool]) -> None:
+        """The shadows wanted now (their outputs, by shadow id), and which of their queries
+        run; an output's whose shadow ended is no longer reported."""
+        for output in set(self.shadows.values()) - set(shadows.values()):
+            for gauge in (self.shadow_up, self.shadow_lag):
+                with contextlib.suppress(KeyError):  # never set
+                    gauge.remove(self.stream, output)
+        for shadow, output in shadows.items():
+            self.shadow_up.labels(self.stream, output).set(int(running.get(shadow, False)))
+        self.shadows = dict(shadows)
 
     def sized(self, events_per_second: int) -> None:
         self.size.labels(self.stream).set(events_per_second)
@@ -225,6 +289,14 @@ class ProgressListener:
         # Counts add up over an output's queries on every cluster; its lag is per cluster.
         output, cluster = split_key(name.removeprefix(prefix))
         m = self.metrics
+        sources = progress.get("sources", [])
+        lags = [lag_of(s.get("latestOffset"), s.get("endOffset")) for s in sources]
+        lags = [lag for lag in lags if lag is not None]
+        shadowed = m.shadows.get(output)
+        if shadowed is not None:  # a shadow's query: its own lag, nothing else
+            for lag in lags:
+                m.shadow_lag.labels(m.stream, shadowed).set(lag)
+            return
         observed = progress.get("observedMetrics") or {}
         if "read" in observed:
             m.count(output, "in", observed["read"]["in"])
@@ -233,10 +305,8 @@ class ProgressListener:
         written = (progress.get("sink") or {}).get("numOutputRows", 0)
         if output == STREAM_LEVEL and written > 0:
             m.count(output, "dead_letter", written)
-        for source in progress.get("sources", []):
-            lag = lag_of(source.get("latestOffset"), source.get("endOffset"))
-            if lag is not None:
-                m.lag.labels(m.stream, output, cluster or m.home).set(lag)
+        for lag in lags:
+            m.lag.labels(m.stream, output, cluster or m.home).set(lag)
 
     class Java:  # py4j: the Java interface this implements
         implements: ClassVar = ["org.apache.spark.sql.streaming.PythonStreamingQueryListener"]

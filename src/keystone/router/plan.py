@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from keystone.contracts.checkpoints import Offsets
 from keystone.contracts.recovery import Rewind
+from keystone.contracts.shadows import Shadow
 from keystone.contracts.spec import OutputSpec, StreamSpec
 
 BATCH_LIMIT = 100_000  # records per micro-batch at least, so catching up comes in bounded steps
@@ -124,6 +125,25 @@ def query_plan(
     if delivery.mode == "realtime":  # a sink Real-time Mode cannot feed: back to back
         return QueryPlan(starting, batch_limit, BACK_TO_BACK, real_time=False)
     return QueryPlan(starting, batch_limit, delivery.trigger, real_time=False)
+
+
+def shadow_plan(shadow: Shadow, *, topic: str, partitions: int, batch_limit: int) -> QueryPlan:
+    """How a shadow's query runs: from where the live output had got to (`Shadow.start`; a
+    partition it names not, from its earliest), in micro-batches at its version's trigger, or
+    every second for a realtime version, each reading at most the shadow's rate's worth of
+    events a second: a shadow costs the router no more than that, whatever the traffic (and
+    falls behind a busier stream, as its lag says)."""
+    offsets = {str(p): shadow.start.get(p, -2) for p in range(partitions)}
+    delivery = shadow.version.delivery
+    assert delivery is not None and delivery.trigger is not None, "set when the spec is read"
+    trigger = delivery.trigger if delivery.mode == "microbatch" else REPLAY_TRIGGER
+    seconds = delivery.seconds if delivery.mode == "microbatch" else 1
+    return QueryPlan(
+        json.dumps({topic: offsets}),
+        min(batch_limit, shadow.rate * seconds),
+        trigger,
+        real_time=False,
+    )
 
 
 def replay_bound(

@@ -1,7 +1,8 @@
 """The router's supervisor: keeps its named streaming queries running until told to stop.
 
 Every second it reads the queries' plans (`Plans`: for the router, the outputs' rewinds and its
-size), then looks at each query in turn:
+size) and asks which queries are wanted (`starts`: the router's, and one per shadow running),
+then looks at each query in turn:
 
 - one that stopped by itself failed: it is logged and started again after a backoff
   (`contracts.backoff.Backoff`: 1 s doubling to 60 s), from the first delay again when it had
@@ -10,7 +11,8 @@ size), then looks at each query in turn:
   micro-batches), or that is held, is stopped at once and, unless held, started again a second
   later in its new plan;
 - one that is not running is started when its wait is over; one that cannot start (a sink's
-  `prepare` refused, Kafka away...) backs off as a failed one does.
+  `prepare` refused, Kafka away...) backs off as a failed one does;
+- one no longer wanted (a shadow that ended) is stopped at once, and forgotten.
 
 A tick's stops run at once, and then its starts (`Together`); the others go on meanwhile. Then
 it reports which are running (`report`). When told to stop, it stops every query running, at
@@ -81,6 +83,7 @@ class _Supervised:
 
 
 Actions = Callable[[Sequence[Callable[[], None]]], None]
+Starts = Mapping[str, Callable[[], Query]]
 
 
 class Together:
@@ -107,7 +110,7 @@ class Supervisor:
 
     def __init__(
         self,
-        starts: Mapping[str, Callable[[], Query]],
+        starts: Callable[[], Starts],
         plans: Plans,
         report: Callable[[dict[str, bool]], None],
         *,
@@ -115,17 +118,19 @@ class Supervisor:
         clock: Callable[[], float] = time.monotonic,
         together: Actions | None = None,
     ) -> None:
-        """`starts`: each query by name, and how to start it (looked at in this order);
-        `report`: told each tick which of them are running; `together`: how a tick's stops,
-        and then its starts, run (default: at once, `Together`)."""
+        """`starts`: the queries wanted now, each by name and how to start it (looked at in this
+        order), asked each tick once the plans are read; `report`: told each tick which of them
+        are running; `together`: how a tick's stops, and then its starts, run (default: at
+        once, `Together`, a thread for each query wanted at first and as many again)."""
         self.plans = plans
+        self.starts = starts
         self.report = report
         self.backoff = backoff
         self.clock = clock
-        self.queries = {name: _Supervised(start) for name, start in starts.items()}
+        self.queries: dict[str, _Supervised] = {}
         self._pool: Together | None = None  # its own, closed when it stops
         if together is None:
-            self._pool = together = Together(len(self.queries))
+            self._pool = together = Together(2 * len(starts()))
         self.together = together
 
     def run(self, stop: threading.Event) -> None:
@@ -149,6 +154,13 @@ class Supervisor:
         now = self.clock()
         stops: list[Callable[[], None]] = []
         starts: list[Callable[[], None]] = []
+        wanted = self.starts()
+        for name in [n for n in self.queries if n not in wanted]:
+            query = self.queries.pop(name).query
+            if query is not None:
+                stops.append(partial(self._stop_unwanted, name, query))
+        for name, start in wanted.items():
+            self.queries.setdefault(name, _Supervised(start)).start = start
         for name, supervised in self.queries.items():
             query = supervised.query
             if query is None:
@@ -175,6 +187,14 @@ class Supervisor:
     def _stop(name: str, query: Query) -> None:
         log.info("stopping query %s", name)
         query.stop()
+
+    @staticmethod
+    def _stop_unwanted(name: str, query: Query) -> None:
+        log.info("stopping query %s: no longer wanted", name)
+        try:
+            query.stop()
+        except Exception as e:  # it is stopped, or will be: go on
+            log.error("query %s did not stop cleanly: %s", name, e)
 
     def _start(self, name: str, supervised: _Supervised, now: float) -> None:
         try:

@@ -16,9 +16,9 @@ from abc import abstractmethod
 from dataclasses import dataclass
 from enum import StrEnum
 from importlib import import_module
-from typing import Annotated, ClassVar, Literal
+from typing import Annotated, ClassVar, Literal, Self
 
-from pydantic import AfterValidator, BaseModel, ConfigDict
+from pydantic import AfterValidator, BaseModel, ConfigDict, PrivateAttr
 
 from keystone.contracts.names import check_stream_name
 
@@ -77,6 +77,20 @@ class Sink(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     kind: ClassVar[SinkKind]
+    # Set on the copy a shadow writes with (`shadowed`), never by a spec: its targets are then
+    # the shadow's (`contracts.names.shadow_topic`...), each method below says which it gives.
+    _shadow: bool = PrivateAttr(False)
+
+    def shadowed(self) -> Self:
+        """This config as a shadow of its output writes with: the same, into the shadow's
+        targets."""
+        copy = self.model_copy()
+        copy._shadow = True
+        return copy
+
+    @property
+    def shadow(self) -> bool:
+        return self._shadow
 
     def problems(self, stream: str) -> list[str]:
         """What is wrong with this config in stream `stream`, beyond its model; no I/O."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from keystone.contracts.names import index_prefix
+from keystone.contracts.names import index_prefix, shadow_index_prefix
 from keystone.contracts.sinks.base import Replay, Sink, SinkKind
 
 
@@ -26,4 +26,10 @@ class ElasticsearchSink(Sink):
     )
 
     def target(self, stream: str, output: str) -> str:
-        return f"index {index_prefix(stream, output)}*"
+        return f"index {self.index_prefix(stream, output)}*"
+
+    def index_prefix(self, stream: str, output: str) -> str:
+        """Its daily indices' names but the day (`yyyy.mm.dd`)."""
+        if self.shadow:
+            return shadow_index_prefix(stream, output)
+        return index_prefix(stream, output)

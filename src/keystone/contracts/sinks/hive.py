@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from keystone.contracts.names import HIVE_DATABASE, hive_table
+from keystone.contracts.names import HIVE_DATABASE, hive_table, shadow_table
 from keystone.contracts.sinks.base import Replay, Sink, SinkKind
 
 
@@ -28,4 +28,4 @@ class HiveSink(Sink):
         return f"table {HIVE_DATABASE}.{self.table(stream, output)}"
 
     def table(self, stream: str, output: str) -> str:
-        return hive_table(stream, output)
+        return shadow_table(stream, output) if self.shadow else hive_table(stream, output)

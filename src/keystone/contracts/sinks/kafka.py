@@ -9,7 +9,7 @@ from typing import ClassVar, Literal
 
 from pydantic import Field, field_validator
 
-from keystone.contracts.names import output_topic
+from keystone.contracts.names import output_topic, shadow_topic
 from keystone.contracts.sinks.base import Replay, Sink, SinkKind, TargetField
 
 _TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
@@ -37,12 +37,12 @@ class KafkaSink(Sink):
         if topic is not None and (
             not _TOPIC.fullmatch(topic)
             or topic in (".", "..")  # Kafka's own refusal
-            or topic.startswith(("keystone.", "keystone_"))
+            or topic.startswith(("keystone.", "keystone_", "keystone-"))
         ):
             raise ValueError(
                 "a Kafka topic is 1 to 249 of [a-zA-Z0-9._-], not '.' or '..', and may not start "
-                "with 'keystone.' or 'keystone_' (fronting topics are reached with a keystone "
-                "sink)"
+                "with 'keystone.', 'keystone_' or 'keystone-' (fronting topics are reached with a "
+                "keystone sink; shadows' topics start 'keystone-shadow')"
             )
         return topic
 
@@ -50,4 +50,6 @@ class KafkaSink(Sink):
         return f"topic {self.owned_topic(stream, output)}"
 
     def owned_topic(self, stream: str, output: str) -> str:
+        if self.shadow:
+            return shadow_topic(stream, output)
         return self.topic or output_topic(stream, output)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from keystone.contracts.names import fronting_topic
+from keystone.contracts.names import fronting_topic, shadow_topic
 from keystone.contracts.sinks.base import Replay, Sink, SinkKind, StreamName, TargetField
 
 
@@ -30,10 +30,16 @@ class KeystoneSink(Sink):
         return []
 
     def target(self, stream: str, output: str) -> str:
+        if self.shadow:
+            return f"topic {shadow_topic(stream, output)}"
         return f"stream {self.stream}"
 
+    def owned_topic(self, stream: str, output: str) -> str | None:
+        # A shadow's records go to a topic of its own, never into the target stream.
+        return shadow_topic(stream, output) if self.shadow else None
+
     def record_topic(self, stream: str, output: str) -> str:
-        return fronting_topic(self.stream)
+        return shadow_topic(stream, output) if self.shadow else fronting_topic(self.stream)
 
     @property
     def into_stream(self) -> str:

@@ -23,8 +23,10 @@ from keystone.contracts.registry import (
     check_label,
     hashing_key_key,
     key,
+    operations_key,
     read_spec,
 )
+from keystone.contracts.shadows import Shadow, ShadowEnd, ShadowPhase, change_refusal
 from keystone.contracts.spec import StreamSpec, field_errors
 from keystone.control.store.base import Repository
 
@@ -57,6 +59,7 @@ class Specs(Repository):
         change: Change,
         audit: dict[str, Any] | None = None,
         replace_unreadable: bool = False,
+        promoting: Shadow | None = None,
     ) -> tuple[StreamSpec | None, StreamSpec | None]:
         """Applies `change` (old spec or None -> new spec or None to delete) atomically against
         every other registry write: if anything changes meanwhile, it runs again on the new
@@ -65,9 +68,13 @@ class Specs(Repository):
         read (and write) the data its topics, tables and indices keep. So does a Kafka output's
         topic, from the first spec stored that writes to it (`change` checks the claims).
         A stored spec that does not read back is `Unreadable`, or with `replace_unreadable`
-        (the admin's) taken as none."""
+        (the admin's) taken as none. While an output's shadow runs, what it is compared with
+        stays (`contracts.shadows.change_refusal`): `promoting`, a running shadow whose version
+        the change makes its output's, ends it in the same step."""
+        shadows_key = operations_key(Shadow, name)
 
         def write(tx: redis.client.Pipeline) -> tuple[StreamSpec | None, StreamSpec | None]:
+            tx.watch(shadows_key)
             raw = tx.get(key("stream", name))
             try:
                 old = None if raw is None else read_spec(name, raw)
@@ -76,6 +83,12 @@ class Specs(Repository):
                     raise
                 old = None
             new = change(old)
+            shadows = self.reader.operations(Shadow, name, tx)
+            refused = change_refusal(old, new, shadows, promoting)
+            if refused is not None:
+                raise refused
+            if promoting is not None and shadows.get(promoting.output) != promoting:
+                raise Conflict(f"shadow {promoting.id} changed meanwhile: ask again")
             stored = None if new is None else stored_form(new)
             if new is not None:  # checked here, not before: an app may go meanwhile
                 for app in new.producers:
@@ -102,6 +115,11 @@ class Specs(Repository):
                 for topic in new.kafka_topics().values():
                     tx.hsetnx(TOPICS, topic_key(topic), new.owner)
                     tx.hsetnx(TOPIC_NAMES, topic_key(topic), topic)
+            if promoting is not None:
+                ending = promoting.model_copy(
+                    update={"phase": ShadowPhase.ENDING, "end": ShadowEnd.PROMOTED}
+                )
+                tx.hset(shadows_key, promoting.output, ending.model_dump_json())
             return old, new
 
         return self.tx.versioned(write, audit)

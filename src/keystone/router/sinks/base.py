@@ -36,7 +36,6 @@ from pyspark.sql.streaming import DataStreamWriter
 
 from keystone.contracts import envelope, kafka_clients
 from keystone.contracts.errors import SinkError
-from keystone.contracts.names import dead_letter_topic
 from keystone.contracts.settings import Settings
 from keystone.contracts.sinks import SinkKind
 from keystone.router.counts import Outcome
@@ -80,6 +79,12 @@ class Writer(ABC):
     def attach(self, writer: DataStreamWriter, report: Callable[[Outcome], None]) -> None:
         """Points the writer at the sink; `report` receives each batch's outcome when the sink
         knows it (Spark's Kafka sink reports through query progress instead)."""
+
+    @abstractmethod
+    def deliver(self, frame: DataFrame, batch_id: int) -> Outcome | None:
+        """One micro-batch of `frame()`'s rows delivered, all of it, before returning, as the
+        attached query would deliver it (a query whose batches pass through Python first, a
+        shadow's, calls it): its outcome, or None where the writer's meter counted it."""
 
 
 class Replays(Writer):
@@ -140,6 +145,8 @@ class RecordWriter(Replays):
     fronting record with the reason; the route's meter counts it as dead-lettered, the rest as
     delivered (a transactional output counts what its transactions commit instead)."""
 
+    _transactions: Transactions | None = None
+
     @property
     def topic(self) -> str:
         """Where the records go: the topic the sink's config names for them."""
@@ -198,7 +205,7 @@ class RecordWriter(Replays):
             .otherwise(dead_letter_headers(reason, self.route.output.name))
             .alias("headers"),
             F.when(fits, F.lit(self.topic))
-            .otherwise(F.lit(dead_letter_topic(self.route.stream.name)))
+            .otherwise(F.lit(self.route.dead_letter_topic))
             .alias("topic"),
             *(source if transactional else []),
         )
@@ -207,17 +214,25 @@ class RecordWriter(Replays):
         if not self.transactional:
             to_kafka(writer, self.route.settings)
             return
-        transactions = Transactions(self.route)
 
         def deliver(frame: DataFrame, batch_id: int) -> None:
             try:
-                outcome = transactions.write(frame, batch_id)
+                outcome = self.deliver(frame, batch_id)
             except Exception:
                 report(Outcome(aborted=1))
                 raise
+            assert outcome is not None, "transactions count what they commit"
             report(outcome)
 
         writer.foreachBatch(deliver)
+
+    def deliver(self, frame: DataFrame, batch_id: int) -> Outcome | None:
+        if self.transactional:
+            if self._transactions is None:  # one a query: made once it has started
+                self._transactions = Transactions(self.route)
+            return self._transactions.write(frame, batch_id)
+        to_kafka(frame.write, self.route.settings).save()
+        return None
 
     def write_replay(self, routed: DataFrame, tag: str) -> Outcome | None:
         # Append-only: what the output took before stays there. A backfill's or redrive's
@@ -250,6 +265,9 @@ class BatchWriter(Replays):
             report(self.write_batch(frame, batch_id))
 
         writer.foreachBatch(deliver)
+
+    def deliver(self, frame: DataFrame, batch_id: int) -> Outcome | None:
+        return self.write_batch(frame, batch_id)
 
     def write_replay(self, routed: DataFrame, tag: str) -> Outcome | None:
         return self.write_batch(self.frame(routed), -1)

@@ -2,11 +2,16 @@
 database, an Elasticsearch index template; a Keystone output's target topic checked. Control
 runs a provisioner when it deploys an output, and the router again before its query starts;
 each is idempotent and returns what it made, for the owner. Each type's is in its package
-(`keystone.router.sinks.<type>.provision`), named by its descriptor."""
+(`keystone.router.sinks.<type>.provision`), named by its descriptor.
+
+A shadow's targets (`contracts.shadows`) are made the same way, with its dead-letter topic
+besides, and removed when the shadow ends (`remove`): a live output's never are (an owner's
+topics, tables and indices keep their data when the output or stream goes)."""
 
 from __future__ import annotations
 
 from keystone.router.sinks.route import Route
+from keystone.router.topics import create_topics, delete_topics
 
 
 class Provisioner:
@@ -16,6 +21,27 @@ class Provisioner:
         self.route = route
 
     def provision(self) -> list[str]:
+        """Makes ready what the route writes to; what it made."""
+        made = self.make()
+        if self.route.shadow:
+            partitions = {self.route.dead_letter_topic: self.route.stream.partitions}
+            made += [f"topic {t}" for t in create_topics(self.route.settings, partitions)]
+        return made
+
+    def make(self) -> list[str]:
+        """What the type makes ready for its output (or its shadow, `Route.shadow`)."""
+        return []
+
+    def remove(self) -> list[str]:
+        """Removes a shadow's targets and all they hold, those already gone no error; what was
+        there to remove."""
+        assert self.route.shadow, "only a shadow's targets are ever removed"
+        gone = self.unmake()
+        delete_topics(self.route.settings, [self.route.dead_letter_topic])
+        return [*gone, f"topic {self.route.dead_letter_topic}"]
+
+    def unmake(self) -> list[str]:
+        """What the type removes of a shadow's targets (`remove`)."""
         return []
 
 

@@ -29,7 +29,7 @@ import logging
 from pyspark.sql import DataFrame
 
 from keystone.contracts import kafka_clients
-from keystone.contracts.names import dead_letter_topic, fronting_topic, transactional_group
+from keystone.contracts.names import fronting_topic, transactional_group
 from keystone.router.counts import Outcome
 from keystone.router.sinks.route import Route
 
@@ -73,7 +73,7 @@ class Transactions:
             config,
             self.group,
             fronting_topic(stream),
-            dead_letter_topic(stream),
+            self.route.dead_letter_topic,
             batch_id,
             str(settings.state_dir / "faults") if settings.fault_switches else None,
         )

@@ -7,7 +7,7 @@ from collections import Counter
 
 from keystone.contracts.elasticsearch import Connection
 from keystone.contracts.errors import SinkError
-from keystone.contracts.names import index_prefix
+from keystone.contracts.sinks import ElasticsearchSink
 from keystone.router.sinks.readback import Copy, SinkReader
 
 _PAGE = 5000  # documents per scroll page
@@ -16,7 +16,9 @@ _PAGE = 5000  # documents per scroll page
 class ElasticsearchReader(SinkReader):
     @property
     def pattern(self) -> str:
-        return f"{index_prefix(self.spec.name, self.output.name)}*"
+        sink = self.output.sink
+        assert isinstance(sink, ElasticsearchSink), "an Elasticsearch output's reader"
+        return f"{sink.index_prefix(self.spec.name, self.output.name)}*"
 
     @property
     def where(self) -> str:

@@ -26,7 +26,7 @@ from pyspark.sql import functions as F
 from keystone.contracts import kafka_clients
 from keystone.contracts.elasticsearch import Connection
 from keystone.contracts.errors import SinkError
-from keystone.contracts.names import dead_letter_topic, index_prefix
+from keystone.contracts.sinks import ElasticsearchSink
 from keystone.router.counts import Outcome, latency_counts, merge_counts
 from keystone.router.deadletter import DeadLetters
 from keystone.router.sinks.base import BatchWriter, TakesOut
@@ -183,7 +183,9 @@ BULK_COLUMNS = ("key", "value", "headers", "guid", "timestamp", "replay", "recor
 class ElasticsearchWriter(BatchWriter, TakesOut):
     @property
     def prefix(self) -> str:
-        return index_prefix(self.route.stream.name, self.route.output.name)
+        sink = self.route.output.sink
+        assert isinstance(sink, ElasticsearchSink), "an Elasticsearch output's writer"
+        return sink.index_prefix(self.route.stream.name, self.route.output.name)
 
     def write_batch(self, frame: DataFrame, batch_id: int) -> Outcome:
         return self._bulk(frame.select(*BULK_COLUMNS))
@@ -211,7 +213,7 @@ class ElasticsearchWriter(BatchWriter, TakesOut):
             prefix=self.prefix,
             dead_letters=DeadLetters(
                 kafka_clients.librdkafka(route.settings),
-                dead_letter_topic(route.stream.name),
+                route.dead_letter_topic,
                 route.output.name,
                 route.settings.max_record_bytes,
             ),

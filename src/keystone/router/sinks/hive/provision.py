@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 from hmsclient.genthrift.hive_metastore.ttypes import (
     AlreadyExistsException,
     Database,
@@ -17,8 +19,24 @@ from keystone.router.sinks.provision import Provisioner
 
 
 class HiveProvisioner(Provisioner):
-    def provision(self) -> list[str]:
+    def make(self) -> list[str]:
         return ensure_database(self.route.settings)
+
+    def unmake(self) -> list[str]:
+        """The shadow's table and its files (a table the router made: the metastore's own)."""
+        route = self.route
+        table = route.output.sink.table(route.stream.name, route.output.name)
+        assert table is not None, "a Hive output's provisioner"
+        try:
+            with (
+                metastore.thrift_client(route.settings) as client,
+                contextlib.suppress(NoSuchObjectException),  # gone already
+            ):
+                client.drop_table(HIVE_DATABASE, table, True)
+        except (TException, OSError) as e:
+            uri = route.settings.metastore_uri
+            raise SinkError(f"the Hive metastore at {uri} failed: {e}") from e
+        return [f"table {HIVE_DATABASE}.{table}"]
 
 
 def ensure_database(settings: Settings) -> list[str]:

@@ -12,7 +12,6 @@ import time
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from keystone.contracts.names import hive_table
 from keystone.router.counts import Outcome
 from keystone.router.meter import Meter
 from keystone.router.metrics import latency_columns
@@ -24,7 +23,9 @@ from keystone.router.sinks.route import Route
 class HiveWriter(BatchWriter, ReplacesRanges):
     def __init__(self, route: Route, meter: Meter | None = None) -> None:
         super().__init__(route, meter)
-        self.table = HiveTable(hive_table(route.stream.name, route.output.name))
+        table = route.output.sink.table(route.stream.name, route.output.name)
+        assert table is not None, "a Hive output's writer"
+        self.table = HiveTable(table)
 
     def prepare(self, spark: SparkSession) -> None:
         super().prepare(spark)

@@ -3,11 +3,21 @@
 from __future__ import annotations
 
 from keystone.router.sinks.provision import Provisioner
-from keystone.router.topics import create_topics
+from keystone.router.topics import create_topics, delete_topics
 
 
 class KafkaProvisioner(Provisioner):
-    def provision(self) -> list[str]:
-        topic = self.route.stream.kafka_topics()[self.route.output.name]
-        created = create_topics(self.route.settings, {topic: self.route.stream.partitions})
+    @property
+    def topic(self) -> str:
+        route = self.route
+        topic = route.output.sink.owned_topic(route.stream.name, route.output.name)
+        assert topic is not None, "a Kafka output owns its topic"
+        return topic
+
+    def make(self) -> list[str]:
+        created = create_topics(self.route.settings, {self.topic: self.route.stream.partitions})
         return [f"topic {t}" for t in created]
+
+    def unmake(self) -> list[str]:
+        delete_topics(self.route.settings, [self.topic])
+        return [f"topic {self.topic}"]
