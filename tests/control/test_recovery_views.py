@@ -36,6 +36,7 @@ from keystone.contracts.recovery import (
 )
 from keystone.contracts.registry import RouterState, Unreadable, hash_key
 from keystone.contracts.settings import Settings
+from keystone.contracts.shadows import Shadow
 from keystone.contracts.spec import StreamSpec, load_spec
 from keystone.control import ui
 from keystone.control.app import FleetCollector, create_app
@@ -43,6 +44,7 @@ from keystone.control.backfills import Backfills
 from keystone.control.plane import Plane
 from keystone.control.positions import Extent
 from keystone.control.rewinds import Rewinds
+from keystone.control.shadows import Shadows
 from keystone.control.silences import Silences
 from keystone.control.store import Planned
 from keystone.control.streams import Streams
@@ -161,6 +163,19 @@ class FakePrincipals:
         return self.owners.get(digest)
 
 
+class FakeSpecs:
+    """The claims a change of a spec is checked against: none here."""
+
+    def retired(self) -> dict[str, str]:
+        return {}
+
+    def topic_owners(self) -> dict[str, str]:
+        return {}
+
+    def topic_names(self) -> dict[str, str]:
+        return {}
+
+
 @dataclass
 class FakeStore:
     """`control.store.Store`'s reads and the repositories these views use, in memory."""
@@ -174,9 +189,14 @@ class FakeStore:
     audits: list[dict[str, Any]] = field(default_factory=list)
     broken: set[str] = field(default_factory=set)  # streams whose rewinds do not read
     backfill_records: dict[str, dict[str, Backfill]] = field(default_factory=dict)
+    shadow_records: dict[str, dict[str, Shadow]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.recovery = FakeRecovery(self)
+        self.specs = FakeSpecs()
+
+    def apps(self) -> list[Any]:
+        return []
 
     def get_stream(self, name: str) -> StreamSpec:
         if name not in self.stream_specs:
@@ -204,14 +224,19 @@ class FakeStore:
     def records(self, kind: type[Operation], stream: str) -> dict[str, Any]:
         """The latest operations of a kind by output, to change (a redrive: none, through the
         API: tests/router/test_redrive.py)."""
-        held = {Rewind: self.rewind_records, Backfill: self.backfill_records}
-        return held[kind].setdefault(stream, {}) if kind in held else {}
+        return self._held().get(kind, {}).setdefault(stream, {})
 
     def operations(self, kind: type[Operation], stream: str) -> dict[str, Any]:
         if kind is Rewind and stream in self.broken:
             raise Unavailable(f"the rewinds of {stream} do not read")
-        held = {Rewind: self.rewind_records, Backfill: self.backfill_records}
-        return dict(held[kind].get(stream, {})) if kind in held else {}
+        return dict(self._held().get(kind, {}).get(stream, {}))
+
+    def _held(self) -> dict[type[Operation], dict[str, dict[str, Any]]]:
+        return {
+            Rewind: self.rewind_records,
+            Backfill: self.backfill_records,
+            Shadow: self.shadow_records,
+        }
 
     def rewinds(self, stream: str) -> dict[str, Rewind]:
         return self.operations(Rewind, stream)
@@ -295,7 +320,7 @@ def world(tmp_path: Path) -> Iterator[World]:
         fronting=None,  # type: ignore[arg-type]
         receivers=None,  # type: ignore[arg-type]
         silences=Silences(settings, streams),
-        shadows=None,  # type: ignore[arg-type]
+        shadows=Shadows(settings, store, streams, FakePositions(), clock=lambda: NOW),  # type: ignore[arg-type]
     )
     app = create_app(settings)
     app.state.plane = plane  # the lifespan, which connects to Redis, is not run
@@ -549,3 +574,41 @@ def test_the_rewind_metrics_follow_each_outputs_latest_rewind(world: World) -> N
         FleetCollector(SimpleNamespace(state=SimpleNamespace(plane=world.plane)))  # type: ignore[arg-type]
     )
     assert f"{names.REWIND_REMAINING}{{" not in generate_latest(registry_without).decode()
+
+
+def test_a_shadow_is_started_shown_and_dropped_from_the_page(world: World) -> None:
+    """The page's form holds the output's JSON to change; the shadow started from it is in the
+    status the page refreshes from, and ends when dropped."""
+    page = world.client.get(f"/ui/streams/{STREAM}", headers={"Accept": "text/html"}).text
+    for output in ("clicks", "search"):
+        assert f'<form class="shadow-form" data-output="{output}">' in page
+        assert f'<details class="card shadow" id="shadow-{output}" data-output="{output}">' in page
+    assert '"name": "search"' in page  # the form starts from the output as it is
+    path, accept = f"/ui/streams/{STREAM}/outputs/search/shadow", {"Accept": "application/json"}
+    live = world.store.stream_specs[STREAM].output("search")
+    assert live is not None
+    changed = {**live.model_dump(mode="json"), "filter": "country = 'US'"}
+    same = world.client.post(path, json={"output": live.model_dump(mode="json")}, headers=accept)
+    assert same.status_code == 422 and "nothing to compare" in same.text
+    started = world.client.post(
+        path, json={"output": changed, "expires_in": "2 hours"}, headers=accept
+    )
+    assert started.status_code == 202, started.text
+    shown = world.status()["search"]["shadow"]
+    assert (shown["id"], shown["state"], shown["version"]["filter"]) == (
+        started.json()["id"],
+        "running",
+        "country = 'US'",
+    )
+    assert shown["expires_at"].startswith("20") and shown["start"] == {
+        str(p): o for p, o in END.items()
+    }  # no commit of the output's yet: where the topic ends
+    assert "shadow" not in world.status()["clicks"]
+    again = world.client.post(path, json={"output": changed}, headers=accept)
+    assert again.status_code == 409 and "one shadow per output" in again.text
+    dropped = world.client.delete(path, headers=accept)
+    assert dropped.status_code == 202 and (dropped.json()["state"], dropped.json()["end"]) == (
+        "ending",
+        "dropped",
+    )
+    assert [a["action"] for a in world.store.audits] == ["output.shadow", "output.shadow.drop"]

@@ -8,7 +8,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Query, Request, Response
 
 from keystone.contracts.errors import InvalidSpec, NotFound
-from keystone.contracts.spec import OutputSpec, StreamSpec, duration_seconds
+from keystone.contracts.spec import OutputSpec, StreamSpec
 from keystone.control.gate import CALLER, StrictJSONRoute
 from keystone.control.lineage import lineage
 from keystone.control.models import (
@@ -368,14 +368,8 @@ def shadow(
     """Runs a changed version of this output beside it, on the same events from where it has
     got to, into targets of its own, comparing the two event by event; one a time per output,
     each counted as one more of the stream's outputs until it ends."""
-    if body.output.name != output:
-        raise InvalidSpec(
-            "the shadow's output is the one in the path",
-            problems=[{"field": "output.name", "message": f"expected {output!r}"}],
-        )
-    seconds = duration_seconds(body.expires_in) if body.expires_in is not None else None
-    view = plane.shadows.start(who, stream, body.output, seconds, body.max_events_per_second)
-    return ShadowPublic.of(stream, view)
+    asked = (body.output, body.expires_in, body.max_events_per_second)
+    return ShadowPublic.of(stream, plane.shadows.start(who, stream, output, *asked))
 
 
 @router.get(

@@ -31,7 +31,7 @@ from keystone.contracts.shadows import (
     comparison_path,
     stopped_path,
 )
-from keystone.contracts.spec import OutputSpec, StreamSpec
+from keystone.contracts.spec import OutputSpec, StreamSpec, duration_seconds
 from keystone.control.operations import Operations
 from keystone.control.recovery import committed
 from keystone.control.store import Planned, Store, audit
@@ -78,13 +78,19 @@ class Shadows(Operations[Shadow]):
         self,
         caller: Caller,
         stream: str,
+        output: str,
         version: OutputSpec,
-        seconds: int | None = None,
+        expires_in: str | None = None,
         rate: int | None = None,
     ) -> ShadowView:
-        """Runs `version` as a shadow of the output of its name, for `seconds` (the settings'
-        `shadow_hours` by default) reading at most `rate` events a second (the stream's
-        recovery rate by default)."""
+        """Runs `version` as a shadow of `output` (its name must be the output's), for
+        `expires_in` (a duration; the settings' `shadow_hours` by default) reading at most
+        `rate` events a second (the stream's recovery rate by default)."""
+        if version.name != output:
+            raise InvalidSpec(
+                "the shadow's output is named as the output it shadows",
+                problems=[{"field": "output.name", "message": f"expected {output!r}"}],
+            )
         spec, live = self.output_of(caller, stream, version.name)
         current = self.latest(stream, version.name)
         self.check_free(stream, version.name)
@@ -106,7 +112,11 @@ class Shadows(Operations[Shadow]):
             "outputs and shadows running",
             "outputs",
         )
-        seconds = seconds if seconds is not None else self.settings.shadow_hours * 3600
+        seconds = (
+            duration_seconds(expires_in)
+            if expires_in is not None
+            else self.settings.shadow_hours * 3600
+        )
         hours = math.ceil(seconds / 3600)
         check_limit(self.settings, "max_shadow_hours", hours, "hours", "expires_in")
         check_replay_rate(self.settings, rate)

@@ -48,6 +48,8 @@ from keystone.control.models import (
     RestorePointPublic,
     RewindPublic,
     RewindRequest,
+    ShadowPublic,
+    ShadowRequest,
     SilencePublic,
 )
 from keystone.control.plane import Plane
@@ -297,7 +299,7 @@ def stream_page(request: Request, stream: str, plane: PlaneDep, who: UICaller) -
         who,
         spec=spec,
         status=_status_of(plane, spec),
-        lineage=lineage(spec),
+        lineage=lineage(spec, plane.shadows.versions_running(spec.name)),
         **_silences_of(plane, who, spec.name),
         form={
             "sink": "kafka",
@@ -379,7 +381,7 @@ def add_output(
             who,
             spec=spec,
             status=_status_of(plane, spec),
-            lineage=lineage(spec),
+            lineage=lineage(spec, plane.shadows.versions_running(spec.name)),
             **_silences_of(plane, who, spec.name),
             form=form,
             problems=problems,
@@ -568,6 +570,30 @@ def cancel_backfill(stream: str, output: str, plane: PlaneDep, who: UICaller) ->
     view = plane.backfills.view(who, stream, output)
     answer = BackfillPublic.of_view(stream, view).model_dump(mode="json", by_alias=True)
     return JSONResponse(answer, status_code=202)
+
+
+# Shadows: started from the changed output's JSON, promoted or dropped.
+
+
+@router.post("/streams/{stream}/outputs/{output}/shadow", dependencies=[Depends(same_site)])
+def shadow(
+    stream: str, output: str, body: ShadowRequest, plane: PlaneDep, who: UICaller
+) -> JSONResponse:
+    asked = (body.output, body.expires_in, body.max_events_per_second)
+    view = plane.shadows.start(who, stream, output, *asked)
+    return JSONResponse(ShadowPublic.of(stream, view).model_dump(mode="json"), status_code=202)
+
+
+@router.post("/streams/{stream}/outputs/{output}/shadow/promote", dependencies=[Depends(same_site)])
+def promote_shadow(stream: str, output: str, plane: PlaneDep, who: UICaller) -> JSONResponse:
+    view = plane.shadows.promote(who, stream, output)
+    return JSONResponse(ShadowPublic.of(stream, view).model_dump(mode="json"), status_code=202)
+
+
+@router.delete("/streams/{stream}/outputs/{output}/shadow", dependencies=[Depends(same_site)])
+def drop_shadow(stream: str, output: str, plane: PlaneDep, who: UICaller) -> JSONResponse:
+    view = plane.shadows.drop(who, stream, output)
+    return JSONResponse(ShadowPublic.of(stream, view).model_dump(mode="json"), status_code=202)
 
 
 @router.get("/streams/{stream}/dead-letters")

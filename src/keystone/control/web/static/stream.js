@@ -43,6 +43,7 @@ async function refresh() {
     if (output !== status.archive) {
       showRewind(output.name, output.rewind);
       showBackfill(output.name, output.backfill);
+      showShadow(output.name, output.shadow);
     }
   }
   showRedrive(status.redrive);
@@ -584,6 +585,94 @@ function recordCell(record, computed) {
   code.append("}");
   cell.append(code);
   return cell;
+}
+
+// Shadows: a changed output run beside the live one, compared event by event.
+
+function fillRows(body, rows) {
+  body.replaceChildren();
+  for (const cells of rows) {
+    const row = document.createElement("tr");
+    for (const content of cells) {
+      const cell = document.createElement("td");
+      cell.textContent = content;
+      row.append(cell);
+    }
+    body.append(row);
+  }
+}
+
+function showShadow(output, shadow) {
+  const box = document.getElementById(`shadow-${output}`);
+  if (!box) return;
+  const running = Boolean(shadow) && shadow.state === "running";
+  const active = Boolean(shadow) && shadow.state !== "ended";
+  box.dataset.shadowState = shadow ? shadow.state : "none";
+  const summary = box.querySelector("[data-shadow-summary]");
+  box.querySelector("[data-shadow-view]").hidden = !shadow;
+  box.querySelector("form.shadow-form").hidden = active;
+  if (!shadow) {
+    summary.textContent = "no shadow";
+    return;
+  }
+  const ended = shadow.end ? ` (${shadow.end})` : "";
+  const until = running ? `, expires ${utc(shadow.expires_at)} UTC` : "";
+  summary.textContent = `shadow ${shadow.id}: ${shadow.state}${ended}, ${count(shadow.compared)} ` +
+    `events compared, ${count(shadow.counts.differing || 0)} differing${until}`;
+  fillRows(box.querySelector("[data-shadow-counts] tbody"),
+    Object.entries(shadow.counts).map(([result, n]) => [result, count(n)]));
+  fillRows(box.querySelector("[data-shadow-fields] tbody"),
+    Object.entries(shadow.fields).map(([field, n]) => [field, count(n)]));
+  fillRows(box.querySelector("[data-shadow-samples] tbody"), shadow.samples.flatMap((sample) =>
+    Object.entries(sample.fields).map(([field, [before, after]]) =>
+      [sample.guid, field, before ?? "(none)", after ?? "(none)"])));
+  for (const button of box.querySelectorAll("[data-shadow-promote], [data-shadow-drop]")) {
+    button.disabled = !running;
+  }
+}
+
+const shadowPath = (output) => `/ui/streams/${stream}/outputs/${output}/shadow`;
+
+async function startShadow(event) {
+  event.preventDefault();
+  const form = event.currentTarget;
+  const error = form.querySelector("[data-shadow-error]");
+  error.hidden = true;
+  try {
+    const request = {output: JSON.parse(form.elements.version.value)};
+    if (form.elements.expires_in.value) request.expires_in = form.elements.expires_in.value;
+    const rate = form.elements.max_events_per_second.value;
+    if (rate) request.max_events_per_second = Number(rate);
+    await sendJSON(shadowPath(form.dataset.output), "POST", request, "shadow");
+    await refresh();
+  } catch (e) {
+    error.textContent = e.message;
+    error.hidden = false;
+  }
+}
+
+async function endShadow(box, how) {
+  const output = box.dataset.output;
+  const question = how === "promote"
+    ? `Make the shadow's version the output ${output}'s? Its router is deployed again.`
+    : `Drop the shadow of ${output}? Its targets are removed.`;
+  if (!confirm(question)) return;
+  const error = box.querySelector("[data-shadow-error]");
+  try {
+    const path = how === "promote" ? `${shadowPath(output)}/promote` : shadowPath(output);
+    await sendJSON(path, how === "promote" ? "POST" : "DELETE", null, how);
+    await refresh();
+  } catch (e) {
+    error.textContent = e.message;
+    error.hidden = false;
+    box.querySelector("form.shadow-form").hidden = false;
+  }
+}
+
+for (const box of document.querySelectorAll("details.shadow")) {
+  box.querySelector("form.shadow-form").addEventListener("submit", startShadow);
+  box.querySelector("[data-shadow-promote]").addEventListener("click", () => endShadow(box, "promote"));
+  box.querySelector("[data-shadow-drop]").addEventListener("click", () => endShadow(box, "drop"));
 }
 
 document.getElementById("preview-button").addEventListener("click", preview);
