@@ -163,6 +163,16 @@ def test_a_shadow_reads_at_most_its_rate_from_where_it_starts() -> None:
     )
     plan = shadow_plan(microbatch, topic="keystone.orders", partitions=2, batch_limit=1000)
     assert plan.starting == '{"keystone.orders": {"0": 5, "1": -2}}'
-    assert (plan.max_per_trigger, plan.trigger, plan.real_time) == (50, "5 seconds", False)
+    # Its version's batches 5 s apart: 10 s at the closest, as a realtime version's.
+    assert (plan.max_per_trigger, plan.trigger, plan.real_time) == (100, "10 seconds", False)
     realtime = shadow_plan(shadow(), topic="keystone.orders", partitions=1, batch_limit=1000)
-    assert (realtime.max_per_trigger, realtime.trigger) == (10, "1 second")
+    assert (realtime.max_per_trigger, realtime.trigger) == (100, "10 seconds")
+    slow = microbatch.model_copy(
+        update={
+            "version": OutputSpec.model_validate(
+                {**CHANGED, "delivery": {"mode": "microbatch", "trigger": "1 minute"}}
+            )
+        }
+    )
+    plan = shadow_plan(slow, topic="keystone.orders", partitions=1, batch_limit=500)
+    assert (plan.max_per_trigger, plan.trigger) == (500, "60 seconds")  # the batch limit

@@ -17,9 +17,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from keystone.contracts import envelope, metastore
+from confluent_kafka.admin import AdminClient
+
+from keystone.contracts import envelope, kafka_clients, metastore
+from keystone.contracts.checkpoints import checkpoint_dir, latest, query_id
 from keystone.contracts.elasticsearch import Connection
-from keystone.contracts.names import HIVE_DATABASE
+from keystone.contracts.names import HIVE_DATABASE, fronting_topic
 from keystone.contracts.registry import RegistryReader
 from keystone.contracts.shadows import Result
 from keystone.control.launcher import Deployment
@@ -43,7 +46,7 @@ LIVE = {
         "filter": "kind in ('a', 'b')",
         "projection": ["guid", "n", "kind", "user.id as user_id"],
         "sink": {"type": "kafka"},
-        "delivery": BATCHES,
+        "delivery": {**BATCHES, "guarantee": "exactly_once"},  # its shadow's too
         "start": EARLIEST,
     },
     "search": {
@@ -73,6 +76,7 @@ SHADOWS = {
     },
     "warehouse": {**LIVE["warehouse"], "projection": ["n", "kind", "user.id as user_id"]},
 }
+BURST = 1500  # events sent at once while the shadows run
 EXPIRES = "75 seconds"  # the warehouse's shadow's, left to expire (it compares in some 10 s)
 
 
@@ -191,7 +195,7 @@ def shadowed_stream(stack: Stack, admin: Api) -> Iterator[Shadowed]:
             )
         )
         handle.shadows["warehouse"] = json.loads(started.stdout)
-        producer.send(STREAM, [event(n) for n in range(30, 90)])
+        producer.send(STREAM, [event(n) for n in range(30, 30 + BURST)])  # the load they compare
         yield handle
     finally:
         tables.close()
@@ -236,6 +240,15 @@ def each_comparison_counts_what_the_python_evaluator_predicts(shadowed: Shadowed
                     assert (text is None) == (field not in record)
                     assert text is None or same(json.loads(text), record[field])
         assert shown["delivered"] == len(version) and shown["dead_lettered"] == 0
+    # As the CLI shows them: the comparison, and a line under the stream's outputs.
+    clicks = shadowed.shadow("clicks")
+    shown = " ".join(
+        checked(shadowed.stack.keystone("shadow", "show", STREAM, "clicks")).stdout.split()
+    )
+    assert clicks["id"] in shown and f"{clicks['compared']:,} events compared" in shown
+    assert f"{clicks['counts']['only_shadow']:,}" in shown and "uid" in shown  # a field
+    listed = " ".join(checked(shadowed.stack.keystone("stream", "show", STREAM)).stdout.split())
+    assert f"shadow {clicks['id']} of clicks: running" in listed
     # Where each writes: its records in its own targets (exactly once in Elasticsearch and Hive).
     clicks = shadowed.shadows["clicks"]
     window = shadowed.events({int(p): o for p, o in clicks["start"].items()})
@@ -283,6 +296,15 @@ def dropped_promoted_and_expired_shadows_leave_no_target_behind(shadowed: Shadow
     stack, team = shadowed.stack, shadowed.team
     dropped = team.ok("DELETE", f"/v1/streams/{STREAM}/outputs/clicks/shadow")
     assert (dropped["state"], dropped["end"]) == ("ending", "dropped")
+    # The switch below at a known place: the live search has committed every event so far.
+    total = len(shadowed.events())
+    checkpoint = checkpoint_dir(stack.settings, STREAM, "search")
+
+    def committed() -> bool:
+        commit = latest(checkpoint, fronting_topic(STREAM))
+        return commit is not None and sum(commit.offsets.values()) == total
+
+    eventually("the live search to commit every event", committed, 120)
     promoted = team.ok("POST", f"/v1/streams/{STREAM}/outputs/search/shadow/promote")
     assert (promoted["state"], promoted["end"]) == ("ending", "promoted")
     outputs = team.ok("GET", f"/v1/streams/{STREAM}")["spec"]["outputs"]
@@ -302,6 +324,13 @@ def dropped_promoted_and_expired_shadows_leave_no_target_behind(shadowed: Shadow
         f"keystone-shadow-dlq.{STREAM}-{name}" for name in ("clicks", "search", "warehouse")
     ]
     assert missing_topics(settings, topics) == topics
+    # The exactly-once shadow's consumer group too; the live output's stays.
+    live = query_id(checkpoint_dir(settings, STREAM, "clicks"))
+    admin = AdminClient(kafka_clients.librdkafka(settings))
+    groups = {g.group_id for g in admin.list_consumer_groups(request_timeout=30).result().valid}
+    assert {g for g in groups if g.startswith(f"keystone-eo.{STREAM}.")} == {
+        f"keystone-eo.{STREAM}.clicks.{live}"
+    }
     with Connection.of(settings).client(timeout=30) as es:
         assert es.get(f"/_cat/indices/shadow--{STREAM}-*", params={"format": "json"}).json() == []
         assert es.head(f"/_template/shadow--{STREAM}-search").status_code == 404
@@ -313,7 +342,8 @@ def dropped_promoted_and_expired_shadows_leave_no_target_behind(shadowed: Shadow
     left = {p.name for p in (settings.checkpoints_dir / STREAM).iterdir()}
     assert not {s["id"] for s in shadowed.shadows.values()} & left
     # The promoted version is the live output's from the switch on: each event since, once.
-    later = shadowed.producer.send(STREAM, [event(n) for n in range(90, 120)]).guids
+    after = 30 + BURST
+    later = shadowed.producer.send(STREAM, [event(n) for n in range(after, after + 30)]).guids
     events = {g: (g, p, m) for g, p, m in shadowed.events()}
     promoted_records = shadowed.records(SHADOWS["search"], [events[g] for g in later])
     eventually(

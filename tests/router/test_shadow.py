@@ -18,7 +18,7 @@ from keystone.contracts.shadows import Result
 from keystone.contracts.spec import OutputSpec
 from keystone.router.lang.evaluate import matches, project
 from keystone.router.lang.parser import parse_filter, parse_projection
-from keystone.router.shadow import compared, field_values
+from keystone.router.shadow import compared, counted, field_values
 from tests.support.frames import KEY, frame
 from tests.support.json_values import same
 
@@ -121,3 +121,26 @@ def test_each_result_and_the_differing_values(spark: SparkSession) -> None:
         ("user_id", "7", None),
     ]
     assert json.loads(rows_frame.first()["record"]) == {"country": "US", "n": 1, "uid": 7}
+
+
+def test_a_batch_is_counted_by_minute_result_and_field(spark: SparkSession) -> None:
+    """`counted`, over `compared`'s rows: each event once in its minute's result, each field
+    a differing event differs in once, and samples of the differing ones."""
+    live = output(("n > 0", ["n", "user.id as user_id", "country"]))
+    shadow = output(("n < 3", ["n", "user.id as uid", "hash(country) as country"]))
+    rows = [
+        ({"n": 1, "user": {"id": 7}, "country": "US"}, {"guid": "a", "timestamp": 60_000}),
+        ({"n": 2}, {"guid": "b", "timestamp": 60_001}),  # only n: the same records
+        ({"n": 2, "country": "CA"}, {"guid": "c", "timestamp": 120_000}),  # country hashed
+        ({"n": 5}, {"guid": "d", "timestamp": 120_001}),  # the live output's only
+    ]
+    reads = [parse_filter("n > 0"), parse_filter("n < 3")]
+    reads += [parse_projection(o.projection) for o in (live, shadow)]
+    found = counted(compared(frame(spark, rows, *reads), live, shadow, KEY), samples=5)
+    assert found.minutes == {
+        1: {Result.DIFFERING: 1, Result.EQUAL: 1},
+        2: {Result.DIFFERING: 1, Result.ONLY_LIVE: 1},
+    }
+    assert found.fields == {"country": 2, "uid": 1, "user_id": 1}
+    assert sorted(s.guid for s in found.samples) == ["a", "c"]
+    assert counted(compared(frame(spark, rows, *reads), live, shadow, KEY), 0).samples == []

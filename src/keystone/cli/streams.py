@@ -187,6 +187,14 @@ def stream_show(ctx: typer.Context, name: str, as_json: JsonOption = False) -> N
             "-" if o.latency_p99 is None else f"{o.latency_p99 * 1000:.0f} ms",
         )
     console.print(table)
+    for o in status.outputs:
+        shadow = o.shadow
+        if shadow is not None and shadow.state != "ended":
+            console.print(
+                f"shadow [bold]{shadow.id}[/] of {o.name}: {shadow.state}, "
+                f"{shadow.compared:,} events compared, {shadow.counts['differing']:,} differing "
+                f"(`keystone shadow show {name} {o.name}`)"
+            )
 
 
 @app.command("delete")

@@ -75,7 +75,12 @@ def transactional_group(stream: str, output: str, query: str) -> str:
     """The consumer group an exactly-once output's transactions commit its input positions to,
     for one query (its checkpoint's id: a rewind's new checkpoint starts with none); each input
     partition's producer is `<group>.<partition>`."""
-    return f"keystone-eo.{check_stream_name(stream)}.{check_name(output, 'output')}.{query}"
+    return (
+        f"{TRANSACTIONAL_GROUPS}.{check_stream_name(stream)}.{check_name(output, 'output')}.{query}"
+    )
+
+
+TRANSACTIONAL_GROUPS = "keystone-eo"  # what every exactly-once output's group starts with
 
 
 HIVE_DATABASE = "keystone"

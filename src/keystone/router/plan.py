@@ -28,6 +28,7 @@ BATCH_SECONDS = 30  # ...and at most this many seconds of the rate the router is
 EVENTS_PER_TASK = 4_000
 REPLAY_TRIGGER = "1 second"  # a replay reads its rate's worth of events a second
 BACK_TO_BACK = "0 seconds"  # a processing-time trigger that starts each batch as one ends
+SHADOW_SECONDS = 10  # a shadow's batches start this far apart at the closest (`shadow_plan`)
 
 
 def sized(spec: StreamSpec, sized_for: int | None) -> int:
@@ -129,15 +130,17 @@ def query_plan(
 
 def shadow_plan(shadow: Shadow, *, topic: str, partitions: int, batch_limit: int) -> QueryPlan:
     """How a shadow's query runs: from where the live output had got to (`Shadow.start`; a
-    partition it names not, from its earliest), in micro-batches at its version's trigger, or
-    every second for a realtime version, each reading at most the shadow's rate's worth of
-    events a second: a shadow costs the router no more than that, whatever the traffic (and
-    falls behind a busier stream, as its lag says)."""
+    partition it names not, from its earliest), in micro-batches at its version's trigger, and
+    no closer than `SHADOW_TRIGGER` (a realtime version's too: a batch's comparison and write
+    cost the router about as much for ten events as for a thousand, and every second they
+    cost it six times its own CPU at 1,000 events/s), each reading at most the shadow's rate's
+    worth of events a second: a shadow costs the router no more than that, whatever the
+    traffic (and falls behind a busier stream, as its lag says)."""
     offsets = {str(p): shadow.start.get(p, -2) for p in range(partitions)}
     delivery = shadow.version.delivery
-    assert delivery is not None and delivery.trigger is not None, "set when the spec is read"
-    trigger = delivery.trigger if delivery.mode == "microbatch" else REPLAY_TRIGGER
-    seconds = delivery.seconds if delivery.mode == "microbatch" else 1
+    assert delivery is not None, "set when the spec is read"
+    seconds = max(delivery.seconds if delivery.mode == "microbatch" else 0, SHADOW_SECONDS)
+    trigger = f"{seconds} seconds"
     return QueryPlan(
         json.dumps({topic: offsets}),
         min(batch_limit, shadow.rate * seconds),

@@ -6,11 +6,12 @@ became of each event in the shadow's comparison file.
 
 The comparison is made in Spark, no Python per event: two records are equal when every
 top-level field holds the same JSON value (the order of fields aside, numbers by value), else
-they differ in the fields that do not (`differing_fields`). Each batch runs three small
-aggregations over the batch, kept in memory meanwhile (counts by minute and result, differing
-fields, a few samples), then the shadow's write: the comparison costs about what one more
-output would, and the shadow reads at most its rate's worth of events a second
-(`router.plan.shadow_plan`), whatever the stream's traffic.
+they differ in the fields that do not (`differing_fields`). Each batch, kept in memory
+meanwhile, is counted by one aggregation (by minute, result and differing field), a few of its
+differing records are taken as samples, then the shadow's records are written: about what one
+more output in micro-batches costs, each batch's jobs a fixed cost however few its events
+(hence batches 10 s apart at the least, `router.plan.shadow_plan`), and the shadow reads at most
+its rate's worth of events a second, whatever the stream's traffic.
 """
 
 from __future__ import annotations
@@ -117,16 +118,16 @@ class ShadowBatches:
     def __call__(self, frame: DataFrame, batch_id: int) -> None:
         rows = frame.persist()
         try:
-            counted = self.count(rows)
+            compared_batch = counted(rows, self.bounds.samples)
             records = rows.where(F.col("record").isNotNull()).select(*ROUTED)
             outcome = self.writer.deliver(self.writer.frame(records), batch_id)
         finally:
             rows.unpersist()
         if outcome is None:  # the writer's meter counted it
             assert self.meter is not None, "a writer that counts nothing itself has a meter"
-            counts = self.meter.take_settled()
-            outcome = Outcome(delivered=counts.delivered, dead_lettered=counts.dead_lettered)
-        batch = counted.model_copy(
+            metered = self.meter.take_settled()
+            outcome = Outcome(delivered=metered.delivered, dead_lettered=metered.dead_lettered)
+        batch = compared_batch.model_copy(
             update={"delivered": outcome.delivered, "dead_lettered": outcome.dead_lettered}
         )
         before = Comparison.load(self.path)
@@ -135,35 +136,44 @@ class ShadowBatches:
             after.save(self.path)
             self.metrics.compared(self.output, before, after)
 
-    def count(self, rows: DataFrame) -> BatchComparison:
-        """The batch's events by ingest minute and result, the fields its differing records
-        differ in, and the first few of those."""
-        now_ms = F.unix_millis(F.current_timestamp())
-        minute = F.floor(F.coalesce(F.col("timestamp"), now_ms) / 60_000).alias("minute")
-        minutes: dict[int, dict[Result, int]] = {}
-        for row in rows.groupBy(minute, "result").count().collect():
-            minutes.setdefault(int(row["minute"]), {})[Result(row["result"])] = int(row["count"])
-        differing = rows.where(F.col("result") == Result.DIFFERING.value)
-        fields = {
-            row["field"]: int(row["count"])
-            for row in differing.select(F.explode("diff").alias("field"))
-            .groupBy("field")
-            .count()
-            .collect()
-        }
-        samples = []
-        if self.bounds.samples and fields:
-            values = field_values(F.col("live_record"), F.col("record"), F.col("diff"))
-            for row in (
-                differing.select("guid", "timestamp", values.alias("values"))
-                .limit(self.bounds.samples)
-                .collect()
-            ):
-                samples.append(
-                    Difference(
-                        guid=row["guid"] or "",
-                        timestamp=row["timestamp"] or 0,
-                        fields={v["field"]: (v["live"], v["shadow"]) for v in row["values"]},
-                    )
+
+def counted(rows: DataFrame, samples: int) -> BatchComparison:
+    """A batch's events (`compared`'s rows) by ingest minute and result, the fields its
+    differing records differ in, and the first `samples` of those."""
+    now_ms = F.unix_millis(F.current_timestamp())
+    minute = F.floor(F.coalesce(F.col("timestamp"), now_ms) / 60_000).alias("minute")
+    is_differing = F.col("result") == Result.DIFFERING.value
+    # One aggregation: a row per event, or per field for an event whose records differ
+    # (the row of its first field counts the event).
+    exploded = rows.select(
+        minute,
+        "result",
+        F.posexplode_outer(F.when(is_differing, F.col("diff"))).alias("pos", "field"),
+    )
+    groups = exploded.groupBy("minute", "result", "field").agg(
+        F.count(F.lit(1)).alias("rows"),
+        F.count(F.when(F.coalesce(F.col("pos"), F.lit(0)) == 0, 1)).alias("events"),
+    )
+    minutes: dict[int, dict[Result, int]] = {}
+    fields: dict[str, int] = {}
+    for row in groups.collect():
+        into = minutes.setdefault(int(row["minute"]), {})
+        result = Result(row["result"])
+        into[result] = into.get(result, 0) + int(row["events"])
+        if row["field"] is not None:
+            fields[row["field"]] = fields.get(row["field"], 0) + int(row["rows"])
+    differing = rows.where(is_differing)
+    found = []
+    if samples and fields:
+        values = field_values(F.col("live_record"), F.col("record"), F.col("diff"))
+        for row in (
+            differing.select("guid", "timestamp", values.alias("values")).limit(samples).collect()
+        ):
+            found.append(
+                Difference(
+                    guid=row["guid"] or "",
+                    timestamp=row["timestamp"] or 0,
+                    fields={v["field"]: (v["live"], v["shadow"]) for v in row["values"]},
                 )
-        return BatchComparison(minutes=minutes, fields=fields, samples=samples)
+            )
+    return BatchComparison(minutes=minutes, fields=fields, samples=found)

@@ -64,6 +64,17 @@ def delete_topics(settings: Settings, topics: list[str]) -> None:
                 raise Unavailable(f"deleting topic {topic} failed: {e}", retry_after=5) from e
 
 
+def delete_groups(settings: Settings, groups: list[str]) -> None:
+    """Deletes the consumer groups and their committed offsets; missing ones are no error."""
+    admin = AdminClient(kafka_clients.librdkafka(settings))
+    for group, future in admin.delete_consumer_groups(groups, request_timeout=15).items():
+        try:
+            future.result(timeout=30)
+        except KafkaException as e:
+            if e.args[0].code() != KafkaError.GROUP_ID_NOT_FOUND:
+                raise Unavailable(f"deleting group {group} failed: {e}", retry_after=5) from e
+
+
 def missing_topics(settings: Settings, topics: list[str]) -> list[str]:
     existing = set(all_topics(settings))
     return [t for t in topics if t not in existing]

@@ -25,7 +25,7 @@ from confluent_kafka.admin import AclOperation, AdminClient, ResourcePatternType
 from keystone.contracts import kafka_clients
 from keystone.contracts.errors import StackError
 from keystone.contracts.kafka_acls import Grant, bindings, reconcile_acls
-from keystone.contracts.names import SHADOW_TOPICS, fronting_topic
+from keystone.contracts.names import SHADOW_TOPICS, TRANSACTIONAL_GROUPS, fronting_topic
 from keystone.contracts.settings import Settings, stored_secret
 from keystone.stack import tls
 
@@ -77,12 +77,13 @@ SERVICE_USERS = (
     ServiceUser(
         "control",
         "provisions topics, reads them (previews, dead letters, positions) and the groups' "
-        "committed positions; deletes shadows' topics once they end; issues apps' credentials "
-        "and keeps their ACLs, which Kafka allows only to a user that may alter the cluster, so "
-        "any ACL and any user's password: in effect a super user",
+        "committed positions; deletes shadows' topics and groups once they end; issues apps' "
+        "credentials and keeps their ACLs, which Kafka allows only to a user that may alter the "
+        "cluster, so any ACL and any user's password: in effect a super user",
         (
             *((_TOPIC, "*", _ANY, op) for op in (_Op.CREATE, _Op.DESCRIBE, _Op.READ)),
             (_TOPIC, SHADOW_TOPICS, _PREFIX, _Op.DELETE),
+            (_GROUP, TRANSACTIONAL_GROUPS, _PREFIX, _Op.DELETE),
             *((_GROUP, "*", _ANY, op) for op in (_Op.READ, _Op.DESCRIBE)),
             *((_CLUSTER, "kafka-cluster", _ANY, op) for op in (_Op.ALTER, _Op.DESCRIBE)),
         ),

@@ -10,8 +10,10 @@ topics, tables and indices keep their data when the output or stream goes)."""
 
 from __future__ import annotations
 
+from keystone.contracts.checkpoints import query_id
+from keystone.contracts.names import transactional_group
 from keystone.router.sinks.route import Route
-from keystone.router.topics import create_topics, delete_topics
+from keystone.router.topics import create_topics, delete_groups, delete_topics
 
 
 class Provisioner:
@@ -34,11 +36,18 @@ class Provisioner:
 
     def remove(self) -> list[str]:
         """Removes a shadow's targets and all they hold, those already gone no error; what was
-        there to remove."""
-        assert self.route.shadow, "only a shadow's targets are ever removed"
-        gone = self.unmake()
-        delete_topics(self.route.settings, [self.route.dead_letter_topic])
-        return [*gone, f"topic {self.route.dead_letter_topic}"]
+        there to remove. An exactly-once shadow's consumer group goes too (its transactional
+        ids are Kafka's to expire: `transactional.id.expiration.ms`)."""
+        route = self.route
+        assert route.shadow, "only a shadow's targets are ever removed"
+        gone = [*self.unmake(), f"topic {route.dead_letter_topic}"]
+        delete_topics(route.settings, [route.dead_letter_topic])
+        query = query_id(route.checkpoint)
+        if route.output.transactional and query is not None:
+            group = transactional_group(route.stream.name, route.output.name, query)
+            delete_groups(route.settings, [group])
+            gone.append(f"consumer group {group}")
+        return gone
 
     def unmake(self) -> list[str]:
         """What the type removes of a shadow's targets (`remove`)."""
