@@ -74,7 +74,7 @@ def test_a_keystone_outputs_shadow_writes_a_topic_of_its_own() -> None:
 def test_no_output_may_name_a_shadows_topic() -> None:
     with pytest.raises(InvalidSpec) as refused:
         spec_of("orders", "out", {"type": "kafka", "topic": "keystone-shadow.orders-x"})
-    assert "'keystone-'" in refused.value.details["problems"][0]["message"]
+    assert "'keystone-shadow'" in refused.value.details["problems"][0]["message"]
 
 
 BOUNDS = ShadowBounds(minutes=2, fields=2, samples=2)
@@ -121,6 +121,7 @@ def shadow(phase: ShadowPhase = ShadowPhase.RUNNING) -> Shadow:
         id="sh-0123456789ab",
         output="out",
         version=OutputSpec.model_validate(CHANGED),
+        live=OutputSpec.model_validate(LIVE),
         start={0: 5},
         expires_at=100.0,
         rate=10,

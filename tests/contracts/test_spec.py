@@ -71,7 +71,7 @@ def test_a_spec_loads_with_defaults_by_sink() -> None:
         (
             {"outputs": [{"name": "o1", "sink": {"type": "kafka", "topic": "keystone_x"}}]},
             "outputs.0.sink.kafka.topic",
-            "or 'keystone-'",
+            "or 'keystone-shadow'",
         ),
         ({"outputs": [{"name": "o1", "sink": {"type": "s3"}}]}, "outputs.0.sink", "does not match"),
         ({"outputs": [{"name": "o1", "sink": {"type": "hive"}}] * 2}, "outputs", "unique: o1"),

@@ -20,6 +20,7 @@ class FakeQuery:
         self.error: Exception | None = None
         self.stops = 0
         self.refuse_stop = False
+        self.hangs = 0  # stops that time out, the query still active
 
     def exception(self) -> object | None:
         return self.error
@@ -27,6 +28,9 @@ class FakeQuery:
     def stop(self) -> None:
         self.stops += 1
         self.stopped.append(self.name)
+        if self.hangs:
+            self.hangs -= 1
+            raise TimeoutError("the batch did not end in the stop's timeout")
         self.isActive = False
         if self.refuse_stop:
             raise RuntimeError("the JVM did not answer")
@@ -134,8 +138,28 @@ def test_a_query_wanted_later_starts_and_one_no_longer_wanted_is_stopped_and_for
     h.tick()
     assert h.stopped == ["shadow"] and not h.last("shadow").isActive
     assert h.reports[-1] == {"a": True}
+    assert not h.supervisor.draining
     h.ticks(3)
     assert len(h.started["shadow"]) == 1 and len(h.started["a"]) == 1
+
+
+def test_a_query_no_longer_wanted_that_does_not_stop_is_asked_again_and_reported_running() -> None:
+    """A stop that times out leaves a batch under way: the query is still said to run (a
+    shadow's targets must not go from under it), and is stopped again each tick until it has."""
+    h = Harness(("a",))
+    h.started["shadow"], h.attempts["shadow"], h.refuse["shadow"] = [], [], 0
+    h.wanted["shadow"] = h._starter("shadow")
+    h.tick()
+    h.last("shadow").hangs = 2
+    del h.wanted["shadow"]
+    h.tick()
+    assert h.reports[-1] == {"a": True, "shadow": True} and h.last("shadow").isActive
+    h.tick()
+    assert h.reports[-1] == {"a": True, "shadow": True}
+    h.tick()  # the third stop ends it
+    assert h.reports[-1] == {"a": True} and h.last("shadow").stops == 3
+    h.ticks(2)
+    assert h.last("shadow").stops == 3 and len(h.started["shadow"]) == 1
 
 
 def test_a_query_that_cannot_start_backs_off_doubling_to_the_most_the_others_going_on() -> None:

@@ -110,8 +110,9 @@ def archive_table(stream: str) -> str:
 # A shadow of an output (`contracts.shadows`) writes to targets of its own, named from the
 # output's by a marker no live target's name can hold, so that nothing reading a live output's
 # targets (by name or by pattern) ever reads a shadow's:
-# - Kafka: `keystone-` starts no output topic (the sink refuses it) and '-' is in no name, so
-#   `<stream>-<output>` is one pair's only, in Kafka's collision form too;
+# - Kafka: `keystone-shadow` starts no output topic (the sink refuses it; one claimed before is
+#   never a shadow's, `control.shadows`) and '-' is in no name, so `<stream>-<output>` is one
+#   pair's only, in Kafka's collision form too;
 # - Hive: a live table's name holds one '__' (`hive_table`), a shadow's two;
 # - Elasticsearch: a live output's indices match `<stream>-<output>-*`, which starts with a
 #   letter then '-'; no such pattern matches `shadow--...`.

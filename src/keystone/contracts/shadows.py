@@ -54,6 +54,11 @@ class Shadow(Operation):
 
     output: str
     version: OutputSpec = Field(description="The changed output the shadow runs.")
+    live: OutputSpec = Field(
+        description="The output it is compared with, as it was when the shadow was asked (it "
+        "stays so while the shadow runs): a router whose spec says otherwise (not yet "
+        "deployed again) runs none of it."
+    )
     start: Offsets = Field(
         description="Where its query starts on home's fronting topic: where the live output's "
         "had got to when the shadow was asked."
@@ -73,6 +78,11 @@ class Shadow(Operation):
 
     def expired(self, now: float) -> bool:
         return self.running and now >= self.expires_at
+
+    @staticmethod
+    def is_key(key: str) -> bool:
+        """Whether a router's query key is a shadow's (its id: '-' is in no output's name)."""
+        return key.startswith(f"{Shadow.prefix}-")
 
 
 class Result(StrEnum):

@@ -223,11 +223,14 @@ class Fleet:
                 log.warning("router %s: %s", stream, e)
             except Exception:  # one stream's trouble must not hold back the others
                 log.exception("router %s: fleet step failed", stream)
+        running = self.launcher.deployments()  # again: a router deployed in this pass counts
         for spec in specs:
             try:
                 self.shadows.step(spec, deployed=spec.name in running)
             except KeystoneError as e:
                 log.warning("shadows of %s: %s", spec.name, e)
+            except Exception:  # one stream's trouble must not hold back the others
+                log.exception("shadows of %s: their step failed", spec.name)
 
     def _sync_access(self) -> None:
         """Apps' Kafka access made current every ACCESS_SECONDS, on a thread of its own: a

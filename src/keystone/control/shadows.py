@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from keystone.contracts.checkpoints import Offsets, checkpoint_dir, latest
 from keystone.contracts.errors import Conflict, InvalidSpec, KeystoneError, NotFound
 from keystone.contracts.limits import check_limit, check_replay_rate
-from keystone.contracts.names import fronting_topic
+from keystone.contracts.names import fronting_topic, topic_key
 from keystone.contracts.settings import Settings
 from keystone.contracts.shadows import (
     Comparison,
@@ -121,10 +121,15 @@ class Shadows(Operations[Shadow]):
         check_limit(self.settings, "max_shadow_hours", hours, "hours", "expires_in")
         check_replay_rate(self.settings, rate)
         now = self.clock()
+        # An output's topic of that name, claimed before shadows were: never written, nor removed.
+        topic = version.sink.shadowed().owned_topic(stream, version.name)
+        if topic is not None and topic_key(topic) in self.store.specs.topic_owners():
+            raise Conflict(f"the shadow's topic {topic} is an output's: rename that output's topic")
         shadow = Shadow(
             id=Shadow.new_id(),
             output=version.name,
             version=version,
+            live=live,
             start=self._start(spec, live),
             expires_at=now + seconds,
             rate=rate or spec.recovery.max_events_per_second,
@@ -219,15 +224,25 @@ def forget_files(settings: Settings, stream: str, shadow: Shadow) -> None:
         path.unlink(missing_ok=True)
 
 
+def remove_targets(route: Route) -> list[str]:
+    """A shadow's targets removed (`router.sinks.provision.Provisioner.remove`)."""
+    return provisioner_for(route).remove()
+
+
 class ShadowUpkeep:
     """The fleet's step for a stream's shadows, every pass."""
 
     def __init__(
-        self, settings: Settings, store: Store, clock: Callable[[], float] = time.time
+        self,
+        settings: Settings,
+        store: Store,
+        clock: Callable[[], float] = time.time,
+        remove: Callable[[Route], list[str]] = remove_targets,
     ) -> None:
         self.settings = settings
         self.store = store
         self.clock = clock
+        self.remove = remove
 
     def step(self, spec: StreamSpec, deployed: bool) -> None:
         """`deployed`: whether the stream's router was deployed as the pass began (one started
@@ -255,7 +270,7 @@ class ShadowUpkeep:
         if deployed and not stopped:
             return
         try:
-            removed = provisioner_for(Route.of_shadow(self.settings, spec, shadow)).remove()
+            removed = self.remove(Route.of_shadow(self.settings, spec, shadow))
         except KeystoneError as e:  # tried again next pass
             log.warning("shadow %s's targets not removed yet: %s", shadow.id, e.message)
             return

@@ -370,6 +370,8 @@ class Router:
             for c in self.clusters
         }
         self.dead_letter_meter = Meter(spark, f"{spec.name}.{STREAM_LEVEL}")
+        self.shadow_batches: dict[str, ShadowBatches] = {}  # each shadow's, as last started
+        self.shadow_meters: dict[str, Meter] = {}  # a record writer's shadow's (its own counts)
         self._ticks = 0
         for cluster, letters in self.letters.items():
             if letters.plan.host is not None:
@@ -420,7 +422,7 @@ class Router:
         return [
             s
             for s in self.watch.shadows.values()
-            if s.running and not s.expired(now) and self.spec.output(s.output) is not None
+            if s.running and not s.expired(now) and self.spec.output(s.output) == s.live
         ]
 
     def queries(self) -> dict[str, Callable[[], StreamingQuery]]:
@@ -547,9 +549,11 @@ class Router:
         assert live is not None, "started only for an output the router runs"
         route = Route.of_shadow(self.settings, self.spec, shadow)
         version = route.output
-        kind = version.sink.kind
-        recorded = issubclass(writer_class(kind), RecordWriter)
-        meter = Meter(self.spark, route.name) if recorded else None
+        recorded = issubclass(writer_class(version.sink.kind), RecordWriter)
+        if recorded and shadow.id not in self.shadow_meters:
+            # One for the shadow's life here: a query started again counts on into it.
+            self.shadow_meters[shadow.id] = Meter(self.spark, route.name)
+        meter = self.shadow_meters.get(shadow.id)
         writer = writer_for(route, meter)
         writer.prepare(self.spark)
         topic = fronting_topic(self.spec.name)
@@ -565,6 +569,7 @@ class Router:
             bounds=ShadowBounds.of(self.settings),
             metrics=self.metrics,
         )
+        self.shadow_batches[shadow.id] = batches
         frame = compared(source, live, version, self.key)
         stream_writer = self._writer(frame, route.name, route.checkpoint.as_posix())
         return stream_writer.trigger(processingTime=plan.trigger).foreachBatch(batches).start()
@@ -695,12 +700,16 @@ class Router:
 
     def _report(self, running: dict[str, bool]) -> None:
         idle = self.watch.standby.idle if self.watch.standby is not None else ()
-        shadows = {s.id: s.output for s in self.shadows_running()}
-        self.metrics.running({k: v for k, v in running.items() if k not in shadows}, idle)
+        ours = {k: v for k, v in running.items() if not Shadow.is_key(k)}
+        self.metrics.running(ours, idle)
+        shadows = {s.id: s.output for s in self.watch.shadows.values() if s.id in running}
         self.metrics.shadows_running(shadows, running)
         for shadow in self.watch.shadows.values():
-            ended = shadow.id not in shadows and shadow.id not in running
-            if ended and shadow.phase is not ShadowPhase.ENDED:
+            # Control removes an ending shadow's targets once told that no query of it runs
+            # here, nor a batch of it is under way (a stop that timed out may leave one).
+            batches = self.shadow_batches.get(shadow.id)
+            busy = shadow.id in running or (batches is not None and batches.busy)
+            if shadow.phase is ShadowPhase.ENDING and not busy:
                 self._stopped(shadow)
         self.metrics.sized(self.watch.sized_for or self.spec.sizing.min_events_per_second)
         for name, meter in self.meters.items():

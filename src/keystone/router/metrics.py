@@ -27,7 +27,7 @@ from keystone.contracts import metrics as names
 from keystone.contracts.fronting import split_key
 from keystone.contracts.names import STREAM_LEVEL
 from keystone.contracts.settings import DEFAULT_CLUSTER, Settings
-from keystone.contracts.shadows import Comparison
+from keystone.contracts.shadows import Comparison, Shadow
 from keystone.router.counts import LATENCY_BUCKETS, Counts, Outcome, merge_counts
 
 
@@ -292,9 +292,9 @@ class ProgressListener:
         sources = progress.get("sources", [])
         lags = [lag_of(s.get("latestOffset"), s.get("endOffset")) for s in sources]
         lags = [lag for lag in lags if lag is not None]
-        shadowed = m.shadows.get(output)
-        if shadowed is not None:  # a shadow's query: its own lag, nothing else
-            for lag in lags:
+        if Shadow.is_key(output):  # a shadow's query: its own lag, while it is wanted
+            shadowed = m.shadows.get(output)
+            for lag in lags if shadowed is not None else []:
                 m.shadow_lag.labels(m.stream, shadowed).set(lag)
             return
         observed = progress.get("observedMetrics") or {}

@@ -131,7 +131,7 @@ def query_plan(
 def shadow_plan(shadow: Shadow, *, topic: str, partitions: int, batch_limit: int) -> QueryPlan:
     """How a shadow's query runs: from where the live output had got to (`Shadow.start`; a
     partition it names not, from its earliest), in micro-batches at its version's trigger, and
-    no closer than `SHADOW_TRIGGER` (a realtime version's too: a batch's comparison and write
+    no closer than `SHADOW_SECONDS` apart (a realtime version's too: a batch's comparison and write
     cost the router about as much for ten events as for a thousand, and every second they
     cost it six times its own CPU at 1,000 events/s), each reading at most the shadow's rate's
     worth of events a second: a shadow costs the router no more than that, whatever the

@@ -34,6 +34,7 @@ from keystone.router.sinks.base import ROUTED, Writer
 log = logging.getLogger(__name__)
 
 _FIELDS = "map<string,variant>"  # a record's top-level fields, each value as it is typed
+SAMPLE_CHARS = 500  # of a value in a sample: the comparison file stays small, whatever the records
 
 
 def differing_fields(live: Column, shadow: Column) -> Column:
@@ -49,12 +50,16 @@ def differing_fields(live: Column, shadow: Column) -> Column:
 
 def field_values(live: Column, shadow: Column, fields: Column) -> Column:
     """For each of `fields`: the field, and its value in each record as JSON text (null where
-    the record has no such field)."""
+    the record has no such field), its first `SAMPLE_CHARS` characters."""
     left, right = F.from_json(live, _FIELDS), F.from_json(shadow, _FIELDS)
+
+    def text(value: Column) -> Column:
+        return F.substring(F.to_json(value), 1, SAMPLE_CHARS)
+
     return F.transform(
         fields,
         lambda f: F.struct(
-            f.alias("field"), F.to_json(left[f]).alias("live"), F.to_json(right[f]).alias("shadow")
+            f.alias("field"), text(left[f]).alias("live"), text(right[f]).alias("shadow")
         ),
     )
 
@@ -114,8 +119,16 @@ class ShadowBatches:
         self.path = comparison
         self.bounds = bounds
         self.metrics = metrics
+        self.busy = False  # a batch under way (a stop that timed out may leave one going)
 
     def __call__(self, frame: DataFrame, batch_id: int) -> None:
+        self.busy = True
+        try:
+            self._batch(frame, batch_id)
+        finally:
+            self.busy = False
+
+    def _batch(self, frame: DataFrame, batch_id: int) -> None:
         rows = frame.persist()
         try:
             compared_batch = counted(rows, self.bounds.samples)

@@ -12,7 +12,8 @@ then looks at each query in turn:
   later in its new plan;
 - one that is not running is started when its wait is over; one that cannot start (a sink's
   `prepare` refused, Kafka away...) backs off as a failed one does;
-- one no longer wanted (a shadow that ended) is stopped at once, and forgotten.
+- one no longer wanted (a shadow that ended) is stopped at once, and forgotten once it is no
+  longer active (a stop that timed out is asked again each tick, and reported running till then).
 
 A tick's stops run at once, and then its starts (`Together`); the others go on meanwhile. Then
 it reports which are running (`report`). When told to stop, it stops every query running, at
@@ -128,6 +129,7 @@ class Supervisor:
         self.backoff = backoff
         self.clock = clock
         self.queries: dict[str, _Supervised] = {}
+        self.draining: dict[str, Query] = {}  # no longer wanted, not yet stopped
         self._pool: Together | None = None  # its own, closed when it stops
         if together is None:
             self._pool = together = Together(2 * len(starts()))
@@ -158,7 +160,9 @@ class Supervisor:
         for name in [n for n in self.queries if n not in wanted]:
             query = self.queries.pop(name).query
             if query is not None:
-                stops.append(partial(self._stop_unwanted, name, query))
+                self.draining[name] = query
+        self.draining = {n: q for n, q in self.draining.items() if q.isActive}
+        stops += [partial(self._stop_unwanted, n, q) for n, q in self.draining.items()]
         for name, start in wanted.items():
             self.queries.setdefault(name, _Supervised(start)).start = start
         for name, supervised in self.queries.items():
@@ -171,12 +175,15 @@ class Supervisor:
             elif supervised.plan != self.plans.plan(name) or name in self.plans.held:
                 stops.append(partial(self._stop_for_new_plan, name, supervised, query, now))
         self.together(stops)
+        self.draining = {n: q for n, q in self.draining.items() if q.isActive}
         self.together(starts)
-        self.report({name: s.query is not None for name, s in self.queries.items()})
+        draining = dict.fromkeys(self.draining, True)
+        self.report({name: s.query is not None for name, s in self.queries.items()} | draining)
 
     def stop_all(self) -> None:
         """Stops every query running, at once (handed over in the order they started)."""
         running = [(s.started, n, s.query) for n, s in self.queries.items() if s.query is not None]
+        running += [(0.0, n, q) for n, q in self.draining.items()]
         stops = [
             partial(self._stop, name, query)
             for _, name, query in sorted(running, key=lambda item: item[0])

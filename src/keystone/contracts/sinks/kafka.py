@@ -9,7 +9,7 @@ from typing import ClassVar, Literal
 
 from pydantic import Field, field_validator
 
-from keystone.contracts.names import output_topic, shadow_topic
+from keystone.contracts.names import SHADOW_TOPICS, output_topic, shadow_topic
 from keystone.contracts.sinks.base import Replay, Sink, SinkKind, TargetField
 
 _TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
@@ -37,12 +37,12 @@ class KafkaSink(Sink):
         if topic is not None and (
             not _TOPIC.fullmatch(topic)
             or topic in (".", "..")  # Kafka's own refusal
-            or topic.startswith(("keystone.", "keystone_", "keystone-"))
+            or topic.startswith(("keystone.", "keystone_", SHADOW_TOPICS))
         ):
             raise ValueError(
                 "a Kafka topic is 1 to 249 of [a-zA-Z0-9._-], not '.' or '..', and may not start "
-                "with 'keystone.', 'keystone_' or 'keystone-' (fronting topics are reached with a "
-                "keystone sink; shadows' topics start 'keystone-shadow')"
+                f"with 'keystone.', 'keystone_' or '{SHADOW_TOPICS}' (fronting topics are reached "
+                "with a keystone sink; shadows' topics are theirs)"
             )
         return topic
 
