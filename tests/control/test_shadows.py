@@ -18,6 +18,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from confluent_kafka.admin import AdminClient
+from playwright.sync_api import expect
 
 from keystone.contracts import envelope, kafka_clients, metastore
 from keystone.contracts.checkpoints import checkpoint_dir, latest, query_id
@@ -32,6 +33,7 @@ from keystone.router.lang.parser import parse_filter, parse_projection
 from keystone.router.sinks.elasticsearch.readback import search_documents
 from keystone.router.topics import missing_topics, read_topic
 from tests.support.api import Api, owner
+from tests.support.browser import artifact, chromium
 from tests.support.json_values import same
 from tests.support.stack import Stack, checked
 from tests.support.tables import Tables
@@ -294,8 +296,9 @@ def a_running_shadow_refuses_a_second_and_changes_to_its_output(shadowed: Shadow
 
 def dropped_promoted_and_expired_shadows_leave_no_target_behind(shadowed: Shadowed) -> None:
     stack, team = shadowed.stack, shadowed.team
-    dropped = team.ok("DELETE", f"/v1/streams/{STREAM}/outputs/clicks/shadow")
-    assert (dropped["state"], dropped["end"]) == ("ending", "dropped")
+    drop_from_the_page(shadowed)
+    dropped = shadowed.shadow("clicks")
+    assert (dropped["state"], dropped["end"]) in {("ending", "dropped"), ("ended", "dropped")}
     # The switch below at a known place: the live search has committed every event so far.
     total = len(shadowed.events())
     checkpoint = checkpoint_dir(stack.settings, STREAM, "search")
@@ -379,3 +382,28 @@ def lineage_and_previews_know_the_shadows(shadowed: Shadowed) -> None:
     events = {g: (g, p, m) for g, p, m in shadowed.events()}
     records = {r["guid"]: r["record"] for r in shown["records"]}
     assert records and records == shadowed.records(SHADOWS["clicks"], [events[g] for g in records])
+
+
+def drop_from_the_page(shadowed: Shadowed) -> None:
+    """The stream's page shows the clicks' shadow as it compares (the counts, the fields that
+    differ), and drops it once asked and confirmed."""
+    team, clicks = shadowed.team, shadowed.shadow("clicks")
+    with chromium() as browser:
+        page = browser.new_page(viewport={"width": 1400, "height": 1200})
+        page.set_default_timeout(30_000)
+        page.goto(f"{team.url}/ui/login")
+        page.fill("#token", team.token or "")
+        page.click("button[type=submit]")
+        page.goto(f"{team.url}/ui/streams/{STREAM}#shadows")
+        box = page.locator("#shadow-clicks")
+        box.locator("summary").click()
+        summary = box.locator("[data-shadow-summary]")
+        expect(summary).to_contain_text(f"shadow {clicks['id']}: running")
+        expect(summary).to_contain_text(f"{clicks['compared']:,} events compared")
+        expect(box.locator("[data-shadow-fields] tbody tr").first).to_contain_text("uid")
+        expect(box.locator("form.shadow-form")).to_be_hidden()  # one at a time
+        page.screenshot(path=artifact("ui-shadow.png"), full_page=True)
+        page.on("dialog", lambda dialog: dialog.accept())
+        box.locator("[data-shadow-drop]").click()
+        expect(summary).to_contain_text("(dropped)")
+        expect(box.locator("[data-shadow-promote]")).to_be_disabled()
