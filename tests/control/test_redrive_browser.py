@@ -10,7 +10,7 @@ from playwright.sync_api import expect
 
 from keystone.ingest_proxy.client import DirectProducer
 from tests.support.api import Api, owner
-from tests.support.browser import artifact, chromium
+from tests.support.browser import artifact, chromium, log_in
 from tests.support.stack import Stack
 from tests.support.waiting import eventually
 
@@ -46,9 +46,7 @@ def test_an_owner_is_shown_what_a_redrive_of_a_time_range_would_send_before_it_s
                 asked.append(shown.value.message)
                 shown.value.dismiss()
 
-            page.goto(f"{team.url}/ui/login")
-            page.fill("#token", team.token or "")
-            page.click("button[type=submit]")
+            log_in(page, team.url, team.token)
             page.goto(f"{team.url}/ui/streams/{STREAM}")
             box = page.locator("#dead-letters-box")
             box.locator("summary").click()

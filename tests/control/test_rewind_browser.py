@@ -13,7 +13,7 @@ from playwright.sync_api import expect
 from keystone.ingest_proxy.client import ProxyClient
 from keystone.loadtest.run import await_key
 from tests.support.api import Api, owner
-from tests.support.browser import artifact, chromium
+from tests.support.browser import artifact, chromium, log_in
 from tests.support.stack import Stack
 from tests.support.waiting import eventually
 
@@ -48,9 +48,7 @@ def test_an_owner_rewinds_an_output_from_its_page_once_shown_the_plan(
         with chromium() as browser:
             page = browser.new_page(viewport={"width": 1400, "height": 1200})
             page.set_default_timeout(30_000)
-            page.goto(f"{team.url}/ui/login")
-            page.fill("#token", team.token or "")
-            page.click("button[type=submit]")
+            log_in(page, team.url, team.token)
             page.goto(f"{team.url}/ui/streams/{STREAM}#recovery-search")  # opened by its hash
             box = page.locator("#recovery-search")
             rows = box.locator("tr[data-point]")

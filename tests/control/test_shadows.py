@@ -33,7 +33,7 @@ from keystone.router.lang.parser import parse_filter, parse_projection
 from keystone.router.sinks.elasticsearch.readback import search_documents
 from keystone.router.topics import missing_topics, read_topic
 from tests.support.api import Api, owner
-from tests.support.browser import artifact, chromium
+from tests.support.browser import artifact, chromium, log_in
 from tests.support.json_values import same
 from tests.support.stack import Stack, checked
 from tests.support.tables import Tables
@@ -391,9 +391,7 @@ def drop_from_the_page(shadowed: Shadowed) -> None:
     with chromium() as browser:
         page = browser.new_page(viewport={"width": 1400, "height": 1200})
         page.set_default_timeout(30_000)
-        page.goto(f"{team.url}/ui/login")
-        page.fill("#token", team.token or "")
-        page.click("button[type=submit]")
+        log_in(page, team.url, team.token)
         page.goto(f"{team.url}/ui/streams/{STREAM}#shadows")
         box = page.locator("#shadow-clicks")
         box.locator("summary").click()

@@ -22,7 +22,7 @@ from keystone.contracts.names import fronting_topic
 from keystone.contracts.processes import PidFile
 from keystone.ingest_proxy.client import ProxyClient
 from tests.support.api import Api, owner
-from tests.support.browser import artifact, chromium
+from tests.support.browser import artifact, chromium, log_in
 from tests.support.kafka import produce
 from tests.support.processes import processes_mentioning
 from tests.support.stack import Stack, checked
@@ -162,9 +162,7 @@ def test_the_live_page_draws_its_charts_and_alerts_in_a_browser(dash: Dash) -> N
     )
     with chromium() as browser:
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
-        page.goto(f"{dash.api.url}/ui/login")
-        page.fill("#token", dash.api.token or "")
-        page.click("button[type=submit]")
+        log_in(page, dash.api.url, dash.api.token)
         page.goto(f"{dash.api.url}/ui/streams/{STREAM}/dashboard")
         expect(page.locator("#charts")).to_have_attribute("data-loaded", "true", timeout=30_000)
         points = {

@@ -25,6 +25,13 @@ def chromium() -> Iterator[Browser]:
             browser.close()
 
 
+def log_in(page: Page, url: str, token: str | None) -> None:
+    """Signs the page in to control's web UI at `url` with `token`, as a person does."""
+    page.goto(f"{url}/ui/login")
+    page.fill("#token", token or "")
+    page.click("button[type=submit]")
+
+
 def artifact(name: str) -> Path:
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     return ARTIFACTS / name

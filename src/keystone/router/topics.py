@@ -56,23 +56,25 @@ def create_topics(settings: Settings, partitions: dict[str, int]) -> list[str]:
 def delete_topics(settings: Settings, topics: list[str]) -> None:
     """Deletes the topics and their data (a benchmark's, after it); missing ones are no error."""
     admin = AdminClient(kafka_clients.librdkafka(settings))
-    for topic, future in admin.delete_topics(topics, request_timeout=15).items():
-        try:
-            future.result(timeout=30)
-        except KafkaException as e:
-            if e.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
-                raise Unavailable(f"deleting topic {topic} failed: {e}", retry_after=5) from e
+    futures = admin.delete_topics(topics, request_timeout=15)
+    _deleted(futures, KafkaError.UNKNOWN_TOPIC_OR_PART, "topic")
 
 
 def delete_groups(settings: Settings, groups: list[str]) -> None:
     """Deletes the consumer groups and their committed offsets; missing ones are no error."""
     admin = AdminClient(kafka_clients.librdkafka(settings))
-    for group, future in admin.delete_consumer_groups(groups, request_timeout=15).items():
+    futures = admin.delete_consumer_groups(groups, request_timeout=15)
+    _deleted(futures, KafkaError.GROUP_ID_NOT_FOUND, "group")
+
+
+def _deleted(futures: dict[str, Any], gone: int, what: str) -> None:
+    """Waits for each deletion; one of what is gone already (the `gone` error) is no error."""
+    for name, future in futures.items():
         try:
             future.result(timeout=30)
         except KafkaException as e:
-            if e.args[0].code() != KafkaError.GROUP_ID_NOT_FOUND:
-                raise Unavailable(f"deleting group {group} failed: {e}", retry_after=5) from e
+            if e.args[0].code() != gone:
+                raise Unavailable(f"deleting {what} {name} failed: {e}", retry_after=5) from e
 
 
 def missing_topics(settings: Settings, topics: list[str]) -> list[str]:
